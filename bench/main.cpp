@@ -1,0 +1,91 @@
+// distlock_bench's entry point: runs the benchmarks, then prints each lock's
+// time as a ratio of the raw round trips it needs, measured in the same run.
+//
+// Ratios use the median of --benchmark_repetitions when there are several,
+// else the single run's time per iteration.
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bench_support.hpp"
+
+namespace distlock::bench {
+namespace {
+
+struct Ratio {
+  const char* subject;
+  const char* baseline;
+  double target;  // the ratio the project holds itself to
+};
+
+// Every lock benchmark against its physical floor.
+const std::vector<Ratio> ratios = {
+    {"BM_Raw_SetNxPx_Del", "BM_Raw_Ping", 2.0},
+    {"BM_Raw_SetNxPx_EvalshaDel", "BM_Raw_Ping", 2.0},
+};
+
+// Prints as the console reporter does, and remembers each benchmark's time.
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs) {
+      if (run.error_occurred) continue;
+      const std::string name = run.run_name.function_name;
+      const double ns = run.GetAdjustedRealTime() * unit_in_ns(run.time_unit);
+      if (run.run_type == Run::RT_Aggregate) {
+        if (run.aggregate_name == "median") medians_[name] = ns;
+      } else {
+        singles_[name].push_back(ns);
+      }
+    }
+  }
+
+  void print_ratios() const {
+    std::printf("\n%-34s %-28s %10s %8s\n", "benchmark", "baseline", "ratio", "target");
+    for (const Ratio& r : ratios) {
+      const double subject = time_of(r.subject);
+      const double baseline = time_of(r.baseline);
+      if (subject <= 0 || baseline <= 0) continue;
+      const double ratio = subject / baseline;
+      std::printf("%-34s %-28s %10.3f %8.2f %s\n", r.subject, r.baseline, ratio, r.target,
+                  ratio <= r.target ? "ok" : "OVER");
+    }
+  }
+
+ private:
+  static double unit_in_ns(benchmark::TimeUnit unit) {
+    switch (unit) {
+      case benchmark::kNanosecond: return 1;
+      case benchmark::kMicrosecond: return 1e3;
+      case benchmark::kMillisecond: return 1e6;
+      case benchmark::kSecond: return 1e9;
+    }
+    return 1;
+  }
+
+  double time_of(const std::string& name) const {
+    if (const auto m = medians_.find(name); m != medians_.end()) return m->second;
+    const auto s = singles_.find(name);
+    return s == singles_.end() || s->second.size() != 1 ? 0 : s->second.front();
+  }
+
+  std::map<std::string, double> medians_;
+  std::map<std::string, std::vector<double>> singles_;
+};
+
+}  // namespace
+}  // namespace distlock::bench
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  distlock::bench::RatioReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  reporter.print_ratios();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,43 @@
+// The raw hiredis baselines: what the Redis round trips a lock needs cost by
+// themselves, measured in the same run as the locks so results read as ratios.
+#include <benchmark/benchmark.h>
+
+#include "bench_support.hpp"
+
+namespace distlock::bench {
+namespace {
+
+void BM_Raw_Ping(benchmark::State& state) {
+  const RawConnection redis = raw_connect(server_options());
+  const RawCommand ping{"PING"};
+  for (auto _ : state) {
+    if (!ping.run(redis.get(), REDIS_REPLY_STATUS, state)) break;
+  }
+}
+BENCHMARK(BM_Raw_Ping)->UseRealTime();
+
+void BM_Raw_SetNxPx_Del(benchmark::State& state) {
+  const RawConnection redis = raw_connect(server_options());
+  const RawCommand set{"SET", "bench:raw", "tok", "NX", "PX", "30000"};
+  const RawCommand del{"DEL", "bench:raw"};
+  for (auto _ : state) {
+    if (!set.run(redis.get(), REDIS_REPLY_STATUS, state)) break;
+    if (!del.run(redis.get(), REDIS_REPLY_INTEGER, state)) break;
+  }
+}
+BENCHMARK(BM_Raw_SetNxPx_Del)->UseRealTime();
+
+void BM_Raw_SetNxPx_EvalshaDel(benchmark::State& state) {
+  const RawConnection redis = raw_connect(server_options());
+  const std::string sha = load_script(compare_and_delete_lua);
+  const RawCommand set{"SET", "bench:raw", "tok", "NX", "PX", "30000"};
+  const RawCommand release{"EVALSHA", sha, "1", "bench:raw", "tok"};
+  for (auto _ : state) {
+    if (!set.run(redis.get(), REDIS_REPLY_STATUS, state)) break;
+    if (!release.run(redis.get(), REDIS_REPLY_INTEGER, state)) break;
+  }
+}
+BENCHMARK(BM_Raw_SetNxPx_EvalshaDel)->UseRealTime();
+
+}  // namespace
+}  // namespace distlock::bench

@@ -1,0 +1,363 @@
+// Connection: an RAII owner of one hiredis redisContext, and the options that
+// say where and how to connect (ConnectionOptions).
+//
+// Commands go out through hiredis's argv API, so keys and tokens are sent with
+// explicit lengths and may hold any bytes. Every failure becomes a distlock
+// exception (error.hpp). A connection that saw an I/O error or a timeout is
+// marked broken and must not be used again: a late reply still on the wire
+// would be read as the answer to the next command.
+#pragma once
+
+#include <hiredis/hiredis.h>
+#include <poll.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "distlock/detail/args.hpp"
+#include "distlock/error.hpp"
+#include "distlock/reply.hpp"
+
+namespace distlock {
+
+/// Where a Redis server is and how to talk to it.
+struct ConnectionOptions {
+  std::string host = "127.0.0.1";
+  int port = 6379;
+  std::string unix_socket;  ///< when set, used instead of host and port
+  std::string username;     ///< ACL user; empty sends the legacy AUTH <password>
+  std::string password;     ///< empty: no AUTH
+  int db = 0;
+  std::chrono::milliseconds connect_timeout{1000};
+  /// The longest one reply may take. A command that times out may still have
+  /// been applied by the server.
+  std::chrono::milliseconds command_timeout{1000};
+  bool keepalive = true;
+
+  /// Parses "redis://[[user]:password@]host[:port][/db]" or "unix:///path[?db=N]".
+  /// Throws InvalidArgument on anything else.
+  static ConnectionOptions from_uri(std::string_view uri);
+
+  /// Throws InvalidArgument if a field is out of range.
+  void validate() const;
+
+  /// "host:port" or the socket path: for messages (never shows credentials).
+  std::string endpoint() const {
+    return unix_socket.empty() ? host + ":" + std::to_string(port) : unix_socket;
+  }
+};
+
+/// A Lua script with its SHA-1, run by EVALSHA with an EVAL fallback.
+struct Script {
+  std::string_view source;
+  std::string_view sha1;  ///< lower-case hex SHA-1 of source
+};
+
+namespace detail {
+
+inline timeval to_timeval(std::chrono::milliseconds timeout) noexcept {
+  // A timeval with zero in both fields means "block forever" to the kernel,
+  // so the smallest timeout we ever hand over is 1 ms.
+  const long long ms = std::max<long long>(timeout.count(), 1);
+  timeval tv{};
+  tv.tv_sec = static_cast<decltype(tv.tv_sec)>(ms / 1000);
+  tv.tv_usec = static_cast<decltype(tv.tv_usec)>((ms % 1000) * 1000);
+  return tv;
+}
+
+inline int parse_int(std::string_view text, const char* what) {
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+    throw InvalidArgument(std::string("bad ") + what + " in Redis URI");
+  }
+  return value;
+}
+
+}  // namespace detail
+
+inline ConnectionOptions ConnectionOptions::from_uri(std::string_view uri) {
+  ConnectionOptions options;
+  constexpr std::string_view redis_scheme = "redis://";
+  constexpr std::string_view unix_scheme = "unix://";
+  if (uri.substr(0, unix_scheme.size()) == unix_scheme) {
+    std::string_view rest = uri.substr(unix_scheme.size());
+    if (const auto q = rest.find("?db="); q != std::string_view::npos) {
+      options.db = detail::parse_int(rest.substr(q + 4), "db");
+      rest = rest.substr(0, q);
+    }
+    if (rest.empty()) throw InvalidArgument("Redis URI has no socket path");
+    options.unix_socket = std::string(rest);
+    return options;
+  }
+  if (uri.substr(0, redis_scheme.size()) != redis_scheme) {
+    throw InvalidArgument("Redis URI must start with redis:// or unix://");
+  }
+  std::string_view rest = uri.substr(redis_scheme.size());
+  if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
+    const std::string_view credentials = rest.substr(0, at);
+    rest = rest.substr(at + 1);
+    if (const auto colon = credentials.find(':'); colon != std::string_view::npos) {
+      options.username = std::string(credentials.substr(0, colon));
+      options.password = std::string(credentials.substr(colon + 1));
+    } else {
+      options.password = std::string(credentials);
+    }
+  }
+  if (const auto slash = rest.find('/'); slash != std::string_view::npos) {
+    if (slash + 1 < rest.size()) options.db = detail::parse_int(rest.substr(slash + 1), "db");
+    rest = rest.substr(0, slash);
+  }
+  if (const auto colon = rest.rfind(':');
+      colon != std::string_view::npos && rest.find(']') == std::string_view::npos) {
+    options.port = detail::parse_int(rest.substr(colon + 1), "port");
+    rest = rest.substr(0, colon);
+  }
+  if (rest.empty()) throw InvalidArgument("Redis URI has no host");
+  options.host = std::string(rest);
+  options.validate();
+  return options;
+}
+
+inline void ConnectionOptions::validate() const {
+  if (unix_socket.empty() && host.empty()) throw InvalidArgument("no host and no unix socket");
+  if (unix_socket.empty() && (port <= 0 || port > 65535)) {
+    throw InvalidArgument("port must be in 1..65535");
+  }
+  if (db < 0) throw InvalidArgument("db index must not be negative");
+  if (connect_timeout.count() <= 0) throw InvalidArgument("connect_timeout must be positive");
+  if (command_timeout.count() <= 0) throw InvalidArgument("command_timeout must be positive");
+}
+
+/// One connection to one server. Not thread-safe: use it from one thread at a
+/// time (Client hands connections out one borrower at a time).
+class Connection {
+ public:
+  /// Connects, authenticates and selects the db. Throws ConnectionError,
+  /// TimeoutError or ServerError (e.g. WRONGPASS) on failure.
+  explicit Connection(ConnectionOptions options);
+
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  /// True after an I/O error, a timeout or a protocol error: discard it.
+  bool broken() const noexcept { return broken_; }
+  const ConnectionOptions& options() const noexcept { return options_; }
+
+  /// Sends one command and waits for its reply. An error reply is thrown as
+  /// ServerError; the connection stays usable after one.
+  template <class... Arg>
+  Reply command(const Arg&... args) {
+    const std::string_view argv[] = {std::string_view(args)...};
+    return command_argv(detail::Args(argv, sizeof...(Arg)));
+  }
+  Reply command_argv(detail::Args argv) {
+    append_argv(argv);
+    read_reply().throw_if_error();
+    return take_last();
+  }
+
+  /// Queues a command without waiting (a pipeline); read its reply with
+  /// read_reply(). flush() sends what is queued without reading.
+  void append_argv(detail::Args argv);
+  template <class... Arg>
+  void append(const Arg&... args) {
+    const std::string_view argv[] = {std::string_view(args)...};
+    append_argv(detail::Args(argv, sizeof...(Arg)));
+  }
+  void flush();
+
+  /// Reads the reply to the oldest queued command. Error replies are returned,
+  /// not thrown, so a pipeline can look at each one.
+  const Reply& read_reply();
+  /// Moves the reply read last out of the connection.
+  Reply take_last() noexcept { return std::move(last_); }
+
+  /// Runs a script: EVALSHA, and on NOSCRIPT one EVAL (which also caches it).
+  Reply eval(const Script& script, detail::Args keys, detail::Args args);
+  /// Queues the EVALSHA of a script (the caller handles NOSCRIPT replies).
+  void append_evalsha(const Script& script, detail::Args keys, detail::Args args);
+
+  /// Changes the reply timeout of this connection (a no-op if unchanged).
+  void set_timeout(std::chrono::milliseconds timeout);
+  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+
+  /// Replies still owed by the server for appended commands.
+  std::size_t pending() const noexcept { return pending_; }
+
+  /// True if the server closed this idle connection (restart, CLIENT KILL,
+  /// idle timeout) or sent something unasked: it must not be reused. One
+  /// poll() with a zero timeout, cheap enough to run on every borrow.
+  bool stale() const noexcept {
+    if (broken_ || pending_ != 0) return true;
+    pollfd p{context_->fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) != 0;
+  }
+
+  /// The socket, for callers that wait on several connections with poll().
+  int fd() const noexcept { return context_->fd; }
+
+ private:
+  struct FreeContext {
+    void operator()(redisContext* c) const noexcept { redisFree(c); }
+  };
+
+  [[noreturn]] void fail(const char* during);
+  void append_script(std::string_view verb, std::string_view body, detail::Args keys,
+                     detail::Args args);
+
+  ConnectionOptions options_;
+  std::unique_ptr<redisContext, FreeContext> context_;
+  std::chrono::milliseconds timeout_{};
+  std::size_t pending_ = 0;
+  bool broken_ = false;
+  Reply last_{nullptr};
+};
+
+inline Connection::Connection(ConnectionOptions options) : options_(std::move(options)) {
+  options_.validate();
+  const timeval connect_tv = detail::to_timeval(options_.connect_timeout);
+  context_.reset(options_.unix_socket.empty()
+                     ? redisConnectWithTimeout(options_.host.c_str(), options_.port, connect_tv)
+                     : redisConnectUnixWithTimeout(options_.unix_socket.c_str(), connect_tv));
+  if (!context_) {
+    throw ConnectionError(Errc::connect_failed, options_.endpoint() + ": out of memory");
+  }
+  if (context_->err != 0) {
+    const std::string reason = context_->errstr;
+    const bool timed_out = reason.find("timed out") != std::string::npos;
+    broken_ = true;
+    if (timed_out)
+      throw TimeoutError(Errc::timed_out, options_.endpoint() + ": connect: " + reason);
+    throw ConnectionError(Errc::connect_failed, options_.endpoint() + ": connect: " + reason);
+  }
+  set_timeout(options_.command_timeout);
+  if (options_.keepalive && options_.unix_socket.empty()) redisEnableKeepAlive(context_.get());
+  if (!options_.password.empty()) {
+    if (options_.username.empty()) {
+      command("AUTH", options_.password);
+    } else {
+      command("AUTH", options_.username, options_.password);
+    }
+  }
+  if (options_.db != 0) command("SELECT", detail::Decimal(options_.db));
+}
+
+inline void Connection::append_argv(detail::Args argv) {
+  // Commands are short (the longest is a script call); the stack holds them.
+  constexpr std::size_t stack_args = 16;
+  const char* stack_ptrs[stack_args];
+  std::size_t stack_lens[stack_args];
+  std::vector<const char*> heap_ptrs;
+  std::vector<std::size_t> heap_lens;
+  const char** ptrs = stack_ptrs;
+  std::size_t* lens = stack_lens;
+  if (argv.size() > stack_args) {
+    heap_ptrs.resize(argv.size());
+    heap_lens.resize(argv.size());
+    ptrs = heap_ptrs.data();
+    lens = heap_lens.data();
+  }
+  std::size_t i = 0;
+  for (const std::string_view arg : argv) {
+    ptrs[i] = arg.data();
+    lens[i] = arg.size();
+    ++i;
+  }
+  if (redisAppendCommandArgv(context_.get(), static_cast<int>(argv.size()), ptrs, lens) !=
+      REDIS_OK) {
+    fail("append");
+  }
+  ++pending_;
+}
+
+inline void Connection::flush() {
+  int done = 0;
+  while (done == 0) {
+    if (redisBufferWrite(context_.get(), &done) != REDIS_OK) fail("write");
+  }
+}
+
+inline const Reply& Connection::read_reply() {
+  void* raw = nullptr;
+  if (redisGetReply(context_.get(), &raw) != REDIS_OK || raw == nullptr) fail("read");
+  --pending_;
+  last_ = Reply(static_cast<redisReply*>(raw));
+  return last_;
+}
+
+inline void Connection::append_script(std::string_view verb, std::string_view body,
+                                      detail::Args keys, detail::Args args) {
+  const detail::Decimal numkeys(static_cast<long long>(keys.size()));
+  constexpr std::size_t stack_args = 16;
+  const std::size_t argc = 3 + keys.size() + args.size();
+  if (argc <= stack_args) {
+    std::string_view argv[stack_args];
+    std::size_t i = 0;
+    argv[i++] = verb;
+    argv[i++] = body;
+    argv[i++] = numkeys;
+    for (const std::string_view key : keys) argv[i++] = key;
+    for (const std::string_view arg : args) argv[i++] = arg;
+    append_argv(detail::Args(argv, argc));
+    return;
+  }
+  std::vector<std::string_view> argv{verb, body, numkeys};
+  argv.reserve(argc);
+  argv.insert(argv.end(), keys.begin(), keys.end());
+  argv.insert(argv.end(), args.begin(), args.end());
+  append_argv(argv);
+}
+
+inline void Connection::append_evalsha(const Script& script, detail::Args keys, detail::Args args) {
+  append_script("EVALSHA", script.sha1, keys, args);
+}
+
+inline Reply Connection::eval(const Script& script, detail::Args keys, detail::Args args) {
+  append_evalsha(script, keys, args);
+  if (read_reply().is_error() && classify_server_error(last_.str()) == ServerErrorKind::noscript) {
+    // The server lost its script cache (restart, failover, SCRIPT FLUSH):
+    // EVAL runs the script and caches it for the next EVALSHA.
+    append_script("EVAL", script.source, keys, args);
+    read_reply();
+  }
+  last_.throw_if_error();
+  return take_last();
+}
+
+inline void Connection::set_timeout(std::chrono::milliseconds timeout) {
+  if (timeout == timeout_) return;
+  if (redisSetTimeout(context_.get(), detail::to_timeval(timeout)) != REDIS_OK) {
+    fail("set timeout");
+  }
+  timeout_ = timeout;
+}
+
+inline void Connection::fail(const char* during) {
+  const int saved_errno = errno;
+  broken_ = true;
+  const int code = context_->err;
+  const std::string reason = options_.endpoint() + ": " + during + ": " + context_->errstr;
+#ifdef REDIS_ERR_TIMEOUT
+  if (code == REDIS_ERR_TIMEOUT) throw TimeoutError(Errc::timed_out, reason);
+#endif
+  // hiredis 0.14 reports a socket timeout as an I/O error with EAGAIN.
+  if (code == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK ||
+                               std::strstr(context_->errstr, "temporarily unavailable"))) {
+    throw TimeoutError(Errc::timed_out, reason);
+  }
+  if (code == REDIS_ERR_PROTOCOL) throw ConnectionError(Errc::protocol_error, reason);
+  throw ConnectionError(Errc::io_error, reason);
+}
+
+}  // namespace distlock

@@ -1,0 +1,52 @@
+// Argument lists for Redis commands: Args (a borrowed span of string_views)
+// and Decimal (an integer formatted on the stack), so that commands can be
+// built without allocating.
+#pragma once
+
+#include <charconv>
+#include <cstddef>
+#include <initializer_list>
+#include <string_view>
+#include <vector>
+
+namespace distlock::detail {
+
+/// A borrowed, contiguous list of arguments; the caller keeps them alive.
+class Args {
+ public:
+  Args() noexcept = default;
+  // Meant for parameters: a braced list's array lives until the end of the
+  // full expression that calls the function, which outlives the call.
+  Args(std::initializer_list<std::string_view> args) noexcept {
+    data_ = args.begin();
+    size_ = args.size();
+  }
+  Args(const std::vector<std::string_view>& args) noexcept
+      : data_(args.data()), size_(args.size()) {}
+  Args(const std::string_view* data, std::size_t size) noexcept : data_(data), size_(size) {}
+
+  const std::string_view* begin() const noexcept { return data_; }
+  const std::string_view* end() const noexcept { return data_ + size_; }
+  std::size_t size() const noexcept { return size_; }
+
+ private:
+  const std::string_view* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+/// The decimal text of an integer, kept in the object itself.
+class Decimal {
+ public:
+  explicit Decimal(long long value) noexcept {
+    size_ = static_cast<std::size_t>(std::to_chars(buffer_, buffer_ + sizeof buffer_, value).ptr -
+                                     buffer_);
+  }
+  std::string_view view() const noexcept { return {buffer_, size_}; }
+  operator std::string_view() const noexcept { return view(); }
+
+ private:
+  char buffer_[24];
+  std::size_t size_;
+};
+
+}  // namespace distlock::detail

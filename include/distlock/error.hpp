@@ -1,0 +1,149 @@
+// The errors distlock reports, as an std::error_code category and a small
+// exception hierarchy rooted at distlock::Error.
+//
+// Losing a race is not an error (try_lock returns false); these are for what
+// the caller did wrong (InvalidArgument) or what the infrastructure did
+// (ConnectionError, TimeoutError, ServerError) and for lease trouble
+// (LockLostError). Messages never contain credentials or lock tokens.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+
+namespace distlock {
+
+/// Error codes of distlock's own category.
+enum class Errc {
+  connect_failed = 1,  ///< could not open a connection (refused, unreachable)
+  io_error,            ///< the connection broke while a command was in flight
+  timed_out,           ///< no connection or reply within the configured timeout
+  protocol_error,      ///< the reply could not be parsed
+  server_error,        ///< the server answered with an error reply
+  pool_exhausted,      ///< no pooled connection became free in time
+  invalid_argument,    ///< bad input: name, TTL, timeout, option
+  lock_lost,           ///< the lease expired or another owner holds the lock
+  not_held,            ///< an operation needs a lock this object does not hold
+};
+
+namespace detail {
+
+class ErrorCategory final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "distlock"; }
+  std::string message(int code) const override {
+    switch (static_cast<Errc>(code)) {
+      case Errc::connect_failed: return "could not connect to the server";
+      case Errc::io_error: return "connection broke during a command";
+      case Errc::timed_out: return "timed out";
+      case Errc::protocol_error: return "protocol error";
+      case Errc::server_error: return "server replied with an error";
+      case Errc::pool_exhausted: return "no free connection in the pool";
+      case Errc::invalid_argument: return "invalid argument";
+      case Errc::lock_lost: return "lock lost";
+      case Errc::not_held: return "lock not held";
+    }
+    return "unknown distlock error";
+  }
+};
+
+}  // namespace detail
+
+/// The category of every distlock::Errc.
+inline const std::error_category& error_category() noexcept {
+  static const detail::ErrorCategory category;
+  return category;
+}
+
+inline std::error_code make_error_code(Errc code) noexcept {
+  return {static_cast<int>(code), error_category()};
+}
+
+}  // namespace distlock
+
+template <>
+struct std::is_error_code_enum<distlock::Errc> : std::true_type {};
+
+namespace distlock {
+
+/// What kind of error reply the server sent, read from its first word.
+enum class ServerErrorKind {
+  wrongtype,   ///< the key holds another type (e.g. a hash where a string was expected)
+  noscript,    ///< EVALSHA of a script the server does not have
+  oom,         ///< maxmemory reached with a no-eviction policy
+  readonly,    ///< a write sent to a replica
+  loading,     ///< the server is still loading its dataset
+  busy,        ///< a script is running past lua-time-limit
+  noauth,      ///< authentication required
+  wrongpass,   ///< bad username or password
+  noperm,      ///< the ACL user may not run this command or touch this key
+  noreplicas,  ///< min-replicas-to-write not satisfied
+  other,       ///< anything else (ERR ...)
+};
+
+/// Classifies a server error reply by its prefix ("WRONGTYPE Operation ...").
+inline ServerErrorKind classify_server_error(std::string_view message) noexcept {
+  const std::string_view word = message.substr(0, message.find(' '));
+  if (word == "WRONGTYPE") return ServerErrorKind::wrongtype;
+  if (word == "NOSCRIPT") return ServerErrorKind::noscript;
+  if (word == "OOM") return ServerErrorKind::oom;
+  if (word == "READONLY") return ServerErrorKind::readonly;
+  if (word == "LOADING") return ServerErrorKind::loading;
+  if (word == "BUSY") return ServerErrorKind::busy;
+  if (word == "NOAUTH") return ServerErrorKind::noauth;
+  if (word == "WRONGPASS") return ServerErrorKind::wrongpass;
+  if (word == "NOPERM") return ServerErrorKind::noperm;
+  if (word == "NOREPLICAS") return ServerErrorKind::noreplicas;
+  return ServerErrorKind::other;
+}
+
+/// Root of every exception distlock throws; code() is in error_category().
+class Error : public std::system_error {
+ public:
+  Error(Errc code, const std::string& what) : std::system_error(code, what) {}
+};
+
+/// Bad input from the caller; nothing was sent to the server.
+class InvalidArgument : public Error {
+ public:
+  explicit InvalidArgument(const std::string& what) : Error(Errc::invalid_argument, what) {}
+};
+
+/// The connection could not be opened, broke, or spoke garbage.
+class ConnectionError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A connect, a reply or a pooled connection did not arrive in time. For a
+/// command, the server may still have applied it.
+class TimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// The server answered with an error reply; kind() tells which.
+class ServerError : public Error {
+ public:
+  explicit ServerError(std::string_view reply)
+      : Error(Errc::server_error, std::string(reply)), kind_(classify_server_error(reply)) {}
+  ServerErrorKind kind() const noexcept { return kind_; }
+
+ private:
+  ServerErrorKind kind_;
+};
+
+/// The lease is gone: it expired, or the key now holds someone else's token.
+class LockLostError : public Error {
+ public:
+  explicit LockLostError(const std::string& what) : Error(Errc::lock_lost, what) {}
+};
+
+/// The operation needs a lock that this object does not hold.
+class NotHeldError : public Error {
+ public:
+  explicit NotHeldError(const std::string& what) : Error(Errc::not_held, what) {}
+};
+
+}  // namespace distlock

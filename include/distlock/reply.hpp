@@ -1,0 +1,113 @@
+// Typed access to hiredis replies: ReplyView (borrowed) and Reply (owning).
+//
+// A Reply owns one redisReply tree and frees it with freeReplyObject; the
+// elements of an array are ReplyViews into it, valid as long as the Reply.
+// Error replies are values here; Connection decides when one becomes a throw.
+#pragma once
+
+#include <hiredis/hiredis.h>
+
+#include <cstddef>
+#include <memory>
+#include <string_view>
+
+#include "distlock/error.hpp"
+
+namespace distlock {
+
+/// The RESP2 reply types distlock deals with.
+enum class ReplyType { string, array, integer, nil, status, error, other };
+
+namespace detail {
+
+// The accessors shared by ReplyView and Reply; Derived supplies reply_ptr().
+template <class Derived>
+class ReplyAccess {
+ public:
+  ReplyType type() const noexcept {
+    switch (reply().type) {
+      case REDIS_REPLY_STRING: return ReplyType::string;
+      case REDIS_REPLY_ARRAY: return ReplyType::array;
+      case REDIS_REPLY_INTEGER: return ReplyType::integer;
+      case REDIS_REPLY_NIL: return ReplyType::nil;
+      case REDIS_REPLY_STATUS: return ReplyType::status;
+      case REDIS_REPLY_ERROR: return ReplyType::error;
+      default: return ReplyType::other;
+    }
+  }
+  bool is_nil() const noexcept { return type() == ReplyType::nil; }
+  bool is_error() const noexcept { return type() == ReplyType::error; }
+  bool is_integer() const noexcept { return type() == ReplyType::integer; }
+  bool is_array() const noexcept { return type() == ReplyType::array; }
+  /// True for a bulk string or a status reply ("OK").
+  bool is_string() const noexcept {
+    return type() == ReplyType::string || type() == ReplyType::status;
+  }
+  /// True for the status reply +OK.
+  bool is_ok() const noexcept { return type() == ReplyType::status && str() == "OK"; }
+
+  /// The bytes of a string, status or error reply (empty for other types).
+  std::string_view str() const noexcept {
+    const redisReply& r = reply();
+    const bool has_text =
+        r.type == REDIS_REPLY_STRING || r.type == REDIS_REPLY_STATUS || r.type == REDIS_REPLY_ERROR;
+    return has_text ? std::string_view(r.str, r.len) : std::string_view();
+  }
+  /// The value of an integer reply (0 for other types).
+  long long integer() const noexcept {
+    return reply().type == REDIS_REPLY_INTEGER ? reply().integer : 0;
+  }
+  /// The number of elements of an array reply (0 for other types).
+  std::size_t size() const noexcept {
+    return reply().type == REDIS_REPLY_ARRAY ? reply().elements : 0;
+  }
+
+  /// Throws ServerError if this is an error reply.
+  const Derived& throw_if_error() const {
+    if (is_error()) throw ServerError(str());
+    return static_cast<const Derived&>(*this);
+  }
+
+  const redisReply* raw() const noexcept { return &reply(); }
+
+ private:
+  const redisReply& reply() const noexcept {
+    return *static_cast<const Derived&>(*this).reply_ptr();
+  }
+};
+
+}  // namespace detail
+
+/// A borrowed view of one reply node; cheap to copy.
+class ReplyView : public detail::ReplyAccess<ReplyView> {
+ public:
+  explicit ReplyView(const redisReply* reply) noexcept : reply_(reply) {}
+
+  /// Element i of an array reply; i must be < size().
+  ReplyView operator[](std::size_t i) const noexcept { return ReplyView(reply_->element[i]); }
+
+ private:
+  friend class detail::ReplyAccess<ReplyView>;
+  const redisReply* reply_ptr() const noexcept { return reply_; }
+  const redisReply* reply_;
+};
+
+/// An owned reply tree. Move-only; never empty once handed out by Connection.
+class Reply : public detail::ReplyAccess<Reply> {
+ public:
+  explicit Reply(redisReply* reply) noexcept : reply_(reply) {}
+
+  ReplyView view() const noexcept { return ReplyView(reply_.get()); }
+  /// Element i of an array reply; i must be < size().
+  ReplyView operator[](std::size_t i) const noexcept { return view()[i]; }
+
+ private:
+  friend class detail::ReplyAccess<Reply>;
+  struct Free {
+    void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
+  };
+  const redisReply* reply_ptr() const noexcept { return reply_.get(); }
+  std::unique_ptr<redisReply, Free> reply_;
+};
+
+}  // namespace distlock

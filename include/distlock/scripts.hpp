@@ -1,0 +1,53 @@
+// Every Lua script distlock runs, and nothing else.
+//
+// Keys and tokens always arrive as KEYS/ARGV, never spliced into the source,
+// so the text (and with it the SHA-1 that EVALSHA names) never changes. The
+// sha1 fields are checked against the server's SCRIPT LOAD in the tests.
+#pragma once
+
+#include "distlock/connection.hpp"
+
+namespace distlock::scripts {
+
+/// Mutex release. KEYS[1] lock, KEYS[2] release channel; ARGV[1] token.
+/// Deletes the lock only if it still holds our token and announces the
+/// release in the same step, so no waiter can miss it.
+/// Returns 1 released, 0 no such key (expired), -1 another token holds it.
+inline constexpr Script release{
+    R"lua(local v = redis.call('get', KEYS[1])
+if v == ARGV[1] then
+  redis.call('del', KEYS[1])
+  redis.call('publish', KEYS[2], '0')
+  return 1
+end
+if v then return -1 end
+return 0
+)lua",
+    "2194da7e6892e21326ffa51065f407fbce6aad12"};
+
+/// Mutex extend. KEYS[1] lock; ARGV[1] token, ARGV[2] new TTL in ms.
+/// Returns 1 extended, 0 no such key (expired), -1 another token holds it.
+inline constexpr Script extend{
+    R"lua(local v = redis.call('get', KEYS[1])
+if v == ARGV[1] then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return 1
+end
+if v then return -1 end
+return 0
+)lua",
+    "d07edb4c63a214f280bcb15f68850135c7feae4a"};
+
+/// Mutex acquire with a fencing token. KEYS[1] lock, KEYS[2] fence counter;
+/// ARGV[1] token, ARGV[2] TTL in ms. The SET and the INCR happen together,
+/// so every holder's fence is higher than every earlier holder's.
+/// Returns {1, fence} when acquired, {0, pttl of the holder} otherwise.
+inline constexpr Script acquire_fenced{
+    R"lua(if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, redis.call('incr', KEYS[2])}
+end
+return {0, redis.call('pttl', KEYS[1])}
+)lua",
+    "42a5cb470a9a4ab445bee07a4e068eb569204203"};
+
+}  // namespace distlock::scripts

@@ -1,0 +1,158 @@
+// Tests for client.hpp: the connection pool and script calls.
+#include "distlock/client.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "support/fixture.hpp"
+#include "support/options.hpp"
+
+namespace distlock {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::client_options;
+using Clock = std::chrono::steady_clock;
+
+class ClientTest : public testing::RedisTest {};
+
+TEST_F(ClientTest, RunsCommandsFromManyThreadsOnABoundedPool) {
+  ClientOptions options = client_options(server());
+  options.pool_size = 3;
+  Client client(options);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) client.command("INCR", "counter");
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(client.command("GET", "counter").str(), "1600");
+  // connected_clients counts this INFO's own connection too.
+  const std::string info(client.command("INFO", "clients").str());
+  EXPECT_NE(info.find("connected_clients:"), std::string::npos);
+  int connected = std::stoi(info.substr(info.find("connected_clients:") + 18));
+  EXPECT_LE(connected, 3);
+}
+
+TEST_F(ClientTest, PoolExhaustionWaitsThenTimesOutClearly) {
+  ClientOptions options = client_options(server());
+  options.pool_size = 1;
+  options.pool_wait_timeout = 100ms;
+  Client client(options);
+  auto held = client.borrow();
+  const auto start = Clock::now();
+  try {
+    client.borrow();
+    FAIL() << "borrowed past the pool size";
+  } catch (const TimeoutError& error) {
+    EXPECT_EQ(error.code(), Errc::pool_exhausted);
+    EXPECT_NE(std::string(error.what()).find("pooled connections"), std::string::npos);
+  }
+  EXPECT_GE(Clock::now() - start, 100ms);
+  EXPECT_LT(Clock::now() - start, 1s);
+}
+
+TEST_F(ClientTest, WaitingBorrowerGetsTheReturnedConnection) {
+  ClientOptions options = client_options(server());
+  options.pool_size = 1;
+  options.pool_wait_timeout = 5000ms;
+  Client client(options);
+  std::atomic<bool> got{false};
+  std::thread waiter;
+  {
+    auto held = client.borrow();
+    waiter = std::thread([&] {
+      auto mine = client.borrow();
+      got = mine->command("PING").str() == "PONG";
+    });
+  }
+  waiter.join();
+  EXPECT_TRUE(got);
+}
+
+TEST_F(ClientTest, ReconnectsAfterServerRestart) {
+  Client client(client_options(server()));
+  client.command("SET", "k", "before");
+  server().restart();
+  // The idle pooled connection is found closed on borrow and replaced.
+  EXPECT_TRUE(client.command("GET", "k").is_nil());
+  client.command("SET", "k", "after");
+  EXPECT_EQ(client.command("GET", "k").str(), "after");
+}
+
+TEST_F(ClientTest, CallInFlightWhenServerDiesFailsAndTheNextReconnects) {
+  ClientOptions options = client_options(server());
+  options.command_timeout = 200ms;
+  Client client(options);
+  client.command("PING");
+  server().pause();
+  EXPECT_THROW(client.command("PING"), TimeoutError);
+  server().resume();
+  EXPECT_EQ(client.command("PING").str(), "PONG");
+}
+
+TEST_F(ClientTest, ConnectFailureDoesNotLeakPoolSlots) {
+  ClientOptions options = client_options(server());
+  options.pool_size = 1;
+  options.pool_wait_timeout = 50ms;
+  Client client(options);
+  server().kill();
+  for (int i = 0; i < 3; ++i) {
+    try {
+      client.command("PING");
+      ADD_FAILURE() << "dead server answered";
+    } catch (const ConnectionError& error) {
+      EXPECT_EQ(error.code(), Errc::connect_failed);  // never pool_exhausted
+    }
+  }
+  server().restart();
+  EXPECT_EQ(client.command("PING").str(), "PONG");
+}
+
+TEST_F(ClientTest, ClientIdsAreRandomPerInstance) {
+  Client a(client_options(server()));
+  Client b(client_options(server()));
+  EXPECT_EQ(a.id().size(), 32u);
+  EXPECT_NE(a.id(), b.id());
+}
+
+TEST_F(ClientTest, WriteToAConnectionTheServerClosedIsAnErrorNotSigpipe) {
+  Client client(client_options(server()));
+  auto connection = client.borrow();
+  connection->command("PING");
+  server().command({"CLIENT", "KILL", "TYPE", "normal"});
+  // The first write may still land in the socket buffer; the ones after the
+  // peer's reset would raise SIGPIPE, which must not end the process.
+  bool failed = false;
+  for (int i = 0; i < 5 && !failed; ++i) {
+    try {
+      connection->command("PING");
+    } catch (const ConnectionError&) {
+      failed = true;
+    }
+  }
+  EXPECT_TRUE(failed);
+}
+
+TEST(ClientOptionsTest, RejectsBadPoolSettings) {
+  ClientOptions options;
+  options.pool_size = 0;
+  EXPECT_THROW(Client{options}, InvalidArgument);
+  options = {};
+  options.pool_wait_timeout = -1ms;
+  EXPECT_THROW(Client{options}, InvalidArgument);
+}
+
+TEST(ClientOptionsTest, MakingAClientConnectsNothing) {
+  ClientOptions options;
+  options.port = 1;  // nothing listens there
+  EXPECT_NO_THROW(Client{options});
+}
+
+}  // namespace
+}  // namespace distlock
