@@ -29,10 +29,10 @@ namespace distlock {
 namespace detail {
 
 inline void ignore_default_sigpipe() noexcept {
-  struct sigaction current{};
+  struct sigaction current {};
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL &&
       (current.sa_flags & SA_SIGINFO) == 0) {
-    struct sigaction ignore{};
+    struct sigaction ignore {};
     ignore.sa_handler = SIG_IGN;
     ::sigaction(SIGPIPE, &ignore, nullptr);
   }
