@@ -4,6 +4,7 @@
 // Ratios use the median of --benchmark_repetitions when there are several,
 // else the single run's time per iteration.
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <map>
@@ -23,13 +24,18 @@ struct Ratio {
 
 // Every lock benchmark against its physical floor.
 const std::vector<Ratio> ratios = {
-    {"BM_Raw_SetNxPx_Del", "BM_Raw_Ping", 2.0},
-    {"BM_Raw_SetNxPx_EvalshaDel", "BM_Raw_Ping", 2.0},
+    {"BM_Mutex_LockUnlock", "BM_Raw_SetNxPx_EvalshaDel", 1.05},
+    {"BM_Mutex_LockGuard", "BM_Mutex_LockUnlock", 1.05},
+    {"BM_Mutex_LockUnlock_Fenced", "BM_Raw_SetNxPx_EvalshaDel", 1.15},
+    {"BM_SimpleMutex_LockUnlock", "BM_Raw_SetNxPx_Del", 1.8},
 };
 
 // Prints as the console reporter does, and remembers each benchmark's time.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
+  // Colour only on a terminal, so that logs and pipes stay plain text.
+  RatioReporter() : ConsoleReporter(::isatty(STDOUT_FILENO) ? OO_ColorTabular : OO_Tabular) {}
+
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
     for (const Run& run : runs) {

@@ -14,7 +14,7 @@ class ScriptsTest : public testing::RedisTest {};
 
 TEST_F(ScriptsTest, StoredShaMatchesScriptLoad) {
   Client client(testing::client_options(server()));
-  for (const Script* script : {&scripts::release, &scripts::extend, &scripts::acquire_fenced}) {
+  for (const Script* script : scripts::all) {
     EXPECT_EQ(client.command("SCRIPT", "LOAD", script->source).str(), script->sha1)
         << script->source;
   }

@@ -7,7 +7,9 @@
 
 #include <cstring>
 #include <string>
+#include <thread>
 #include <unordered_set>
+#include <vector>
 
 namespace distlock {
 namespace {
@@ -24,17 +26,23 @@ TEST(Token, DoesNotRepeat) {
 }
 
 TEST(Token, ForkedChildDoesNotRepeatItsParent) {
+  // The parent takes a token first, so its thread has random bytes buffered
+  // when it forks; the child must not hand out the same ones.
+  static_cast<void>(make_token());
   int pipe_fds[2];
   ASSERT_EQ(::pipe(pipe_fds), 0);
+  constexpr int per_side = 8;
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    const std::string token = make_token();
-    const ssize_t written = ::write(pipe_fds[1], token.data(), token.size());
-    ::_exit(written == static_cast<ssize_t>(token.size()) ? 0 : 1);
+    std::string tokens;
+    for (int i = 0; i < per_side; ++i) tokens += make_token();
+    const ssize_t written = ::write(pipe_fds[1], tokens.data(), tokens.size());
+    ::_exit(written == static_cast<ssize_t>(tokens.size()) ? 0 : 1);
   }
-  const std::string parent_token = make_token();
-  char buffer[32];
+  std::unordered_set<std::string> seen;
+  for (int i = 0; i < per_side; ++i) seen.insert(make_token());
+  char buffer[32 * per_side];
   std::size_t got = 0;
   while (got < sizeof buffer) {
     const ssize_t n = ::read(pipe_fds[0], buffer + got, sizeof buffer - got);
@@ -46,7 +54,26 @@ TEST(Token, ForkedChildDoesNotRepeatItsParent) {
   ::close(pipe_fds[0]);
   ::close(pipe_fds[1]);
   EXPECT_EQ(WEXITSTATUS(status), 0);
-  EXPECT_NE(std::string(buffer, sizeof buffer), parent_token);
+  for (int i = 0; i < per_side; ++i) {
+    EXPECT_TRUE(seen.insert(std::string(buffer + 32 * i, 32)).second) << "child repeated a token";
+  }
+}
+
+TEST(Token, ThreadsNeverShareTokens) {
+  constexpr int threads = 4;
+  constexpr int per_thread = 5000;
+  std::vector<std::vector<std::string>> made(threads);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&made, t] {
+      for (int i = 0; i < per_thread; ++i) made[t].push_back(make_token());
+    });
+  }
+  for (auto& worker : workers) worker.join();
+  std::unordered_set<std::string> seen;
+  for (const auto& list : made) {
+    for (const auto& token : list) ASSERT_TRUE(seen.insert(token).second);
+  }
 }
 
 }  // namespace

@@ -118,6 +118,13 @@ class Client {
  private:
   void give_back(std::unique_ptr<Connection> connection) noexcept;
 
+  // A connection back in the pool for less than this is lent again without
+  // asking the kernel whether the server closed it: that question is a
+  // system call, which costs as much as the rest of a lock's client-side work,
+  // and a server that went away within this window fails a command that was
+  // about to be sent anyway.
+  static constexpr std::chrono::milliseconds idle_check_after{10};
+
   const ClientOptions options_;
   const std::string id_;
   std::mutex mutex_;
@@ -151,7 +158,9 @@ inline Client::Borrowed Client::borrow() {
   while (!idle_.empty()) {
     std::unique_ptr<Connection> connection = std::move(idle_.back());
     idle_.pop_back();
-    if (!connection->stale()) return Borrowed(this, std::move(connection));
+    if (!connection->stale_after_idle(idle_check_after)) {
+      return Borrowed(this, std::move(connection));
+    }
     --open_;  // closed under us while idle: drop it and look again
   }
   // Connect outside the lock: other borrowers need not wait for our handshake.
@@ -177,7 +186,11 @@ inline void Client::give_back(std::unique_ptr<Connection> connection) noexcept {
       reusable = false;
     }
   }
-  if (!reusable) connection.reset();
+  if (reusable) {
+    connection->touch();
+  } else {
+    connection.reset();
+  }
   {
     std::lock_guard lock(mutex_);
     if (connection) {

@@ -197,12 +197,22 @@ class Connection {
 
   /// True if the server closed this idle connection (restart, CLIENT KILL,
   /// idle timeout) or sent something unasked: it must not be reused. One
-  /// poll() with a zero timeout, cheap enough to run on every borrow.
+  /// poll() with a zero timeout.
   bool stale() const noexcept {
     if (broken_ || pending_ != 0) return true;
     pollfd p{context_->fd, POLLIN, 0};
     return ::poll(&p, 1, 0) != 0;
   }
+
+  /// stale(), but only asks the kernel if the connection has been idle for
+  /// at least `idle`; a connection used moments ago is taken as live.
+  bool stale_after_idle(std::chrono::steady_clock::duration idle) const noexcept {
+    if (broken_ || pending_ != 0) return true;
+    return std::chrono::steady_clock::now() - last_used_ >= idle && stale();
+  }
+
+  /// Records that the connection was just used (Client does so on return).
+  void touch() noexcept { last_used_ = std::chrono::steady_clock::now(); }
 
   /// The socket, for callers that wait on several connections with poll().
   int fd() const noexcept { return context_->fd; }
@@ -221,6 +231,7 @@ class Connection {
   std::chrono::milliseconds timeout_{};
   std::size_t pending_ = 0;
   bool broken_ = false;
+  std::chrono::steady_clock::time_point last_used_{};
   Reply last_{nullptr};
 };
 

@@ -1,10 +1,15 @@
 // The whole of distlock in one include.
 #pragma once
 
+#include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
 #include "distlock/error.hpp"
+#include "distlock/lease.hpp"
+#include "distlock/lock_options.hpp"
+#include "distlock/mutex.hpp"
 #include "distlock/reply.hpp"
 #include "distlock/scripts.hpp"
+#include "distlock/simple_mutex.hpp"
 #include "distlock/token.hpp"
 #include "distlock/version.hpp"

@@ -40,14 +40,25 @@ return 0
 
 /// Mutex acquire with a fencing token. KEYS[1] lock, KEYS[2] fence counter;
 /// ARGV[1] token, ARGV[2] TTL in ms. The SET and the INCR happen together,
-/// so every holder's fence is higher than every earlier holder's.
+/// so every holder's fence is higher than every earlier holder's. Should the
+/// INCR fail (the counter is not a number) the SET is undone and the error
+/// returned: an error never leaves a lock behind. Under OOM the SET itself
+/// is refused, so nothing is written.
 /// Returns {1, fence} when acquired, {0, pttl of the holder} otherwise.
 inline constexpr Script acquire_fenced{
-    R"lua(if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('incr', KEYS[2])}
+    R"lua(if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {0, redis.call('pttl', KEYS[1])}
 end
-return {0, redis.call('pttl', KEYS[1])}
+local fence = redis.pcall('incr', KEYS[2])
+if type(fence) == 'table' then
+  redis.call('del', KEYS[1])
+  return fence
+end
+return {1, fence}
 )lua",
-    "42a5cb470a9a4ab445bee07a4e068eb569204203"};
+    "d37e35d1ac6d7840e1656ad11b8f054459872c07"};
+
+/// Every script above, for checks that cover them all.
+inline constexpr const Script* all[] = {&release, &extend, &acquire_fenced};
 
 }  // namespace distlock::scripts

@@ -3,14 +3,23 @@
 //
 // A token says "this acquisition", so it must never repeat: not across
 // threads, processes, machines, nor in a forked child. That rules out any
-// user-space generator (its state is copied by fork), so every token is a
-// fresh getrandom(2) call, with /dev/urandom where the call is missing.
+// user-space generator (its state is copied by fork): every token's bytes
+// come from getrandom(2), or /dev/urandom where the call is missing.
+//
+// A system call costs about as much as the rest of a lock's client-side work,
+// so each thread reads 256 random bytes at a time and hands out 16 of them
+// per token; bytes are never handed out twice. A fork() handler marks every
+// buffer stale in the child, so a child never hands out bytes its parent
+// also holds. (A process cloned without fork(), e.g. by a raw clone(2) or a
+// VM snapshot, is outside what this can see.)
 #pragma once
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -50,6 +59,42 @@ inline void os_random_bytes(unsigned char* out, std::size_t size) {
   }
 }
 
+/// Bumped in every forked child, so buffers filled before the fork are
+/// known to be shared with the parent.
+inline std::atomic<unsigned> fork_generation{0};
+
+inline void note_fork_in_child() noexcept {
+  fork_generation.fetch_add(1, std::memory_order_relaxed);
+}
+
+/// OS random bytes, read in blocks and handed out once each.
+class RandomBuffer {
+ public:
+  void take(unsigned char* out, std::size_t size) {
+    static const bool registered = (::pthread_atfork(nullptr, nullptr, note_fork_in_child), true);
+    static_cast<void>(registered);
+    const unsigned generation = fork_generation.load(std::memory_order_relaxed);
+    if (generation != generation_) {
+      used_ = sizeof bytes_;
+      generation_ = generation;
+    }
+    if (sizeof bytes_ - used_ < size) {
+      os_random_bytes(bytes_, sizeof bytes_);
+      used_ = 0;
+    }
+    for (std::size_t i = 0; i < size; ++i) {
+      out[i] = bytes_[used_ + i];
+      bytes_[used_ + i] = 0;
+    }
+    used_ += size;
+  }
+
+ private:
+  unsigned char bytes_[256];
+  std::size_t used_ = sizeof bytes_;
+  unsigned generation_ = 0;
+};
+
 }  // namespace detail
 
 /// Number of random bytes in a token (128 bits).
@@ -57,8 +102,9 @@ inline constexpr std::size_t token_bytes = 16;
 
 /// A fresh random token: 32 lower-case hex characters.
 inline std::string make_token() {
+  thread_local detail::RandomBuffer random;
   unsigned char bytes[token_bytes];
-  detail::os_random_bytes(bytes, sizeof bytes);
+  random.take(bytes, sizeof bytes);
   static constexpr char hex[] = "0123456789abcdef";
   std::string token(2 * token_bytes, '\0');
   for (std::size_t i = 0; i < token_bytes; ++i) {

@@ -13,7 +13,9 @@
 #include <cstdlib>
 #include <memory>
 
-#include "redis_server.hpp"
+#include "distlock/client.hpp"
+#include "support/options.hpp"
+#include "support/redis_server.hpp"
 
 namespace distlock {
 namespace testing {
@@ -67,6 +69,32 @@ class RedisTest : public ::testing::Test {
   virtual RedisServerOptions server_options() const { return {}; }
 
   std::unique_ptr<RedisServer> server_;
+};
+
+/// RedisTest plus a distlock Client connected to the server.
+class RedisClientTest : public RedisTest {
+ public:
+  Client& client() { return *client_; }
+
+  /// GET key, as "(nil)" when there is none.
+  std::string get(const std::string& key) {
+    const Reply value = client().command("GET", key);
+    return value.is_nil() ? "(nil)" : std::string(value.str());
+  }
+
+ protected:
+  void SetUp() override {
+    RedisTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    client_ = std::make_unique<Client>(client_options(server()));
+  }
+
+  void TearDown() override {
+    client_.reset();
+    RedisTest::TearDown();
+  }
+
+  std::unique_ptr<Client> client_;
 };
 
 }  // namespace testing

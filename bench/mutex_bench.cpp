@@ -1,0 +1,50 @@
+// Mutex and SimpleMutex on a free lock: one acquire and one release each,
+// to be read against BM_Raw_SetNxPx_EvalshaDel and BM_Raw_SetNxPx_Del.
+#include <benchmark/benchmark.h>
+
+#include <mutex>
+
+#include "bench_support.hpp"
+#include "distlock/mutex.hpp"
+#include "distlock/simple_mutex.hpp"
+
+namespace distlock::bench {
+namespace {
+
+template <class Lock>
+void lock_unlock(benchmark::State& state, const LockOptions& options) {
+  Client client(server_options());
+  Lock lock(client, "bench:lock", options);
+  for (auto _ : state) {
+    if (!lock.try_lock()) {
+      state.SkipWithError("lock was not free");
+      break;
+    }
+    lock.unlock();
+  }
+}
+
+void BM_Mutex_LockUnlock(benchmark::State& state) { lock_unlock<Mutex>(state, LockOptions{}); }
+BENCHMARK(BM_Mutex_LockUnlock)->UseRealTime();
+
+void BM_Mutex_LockUnlock_Fenced(benchmark::State& state) {
+  lock_unlock<Mutex>(state, LockOptions{}.fencing(true));
+}
+BENCHMARK(BM_Mutex_LockUnlock_Fenced)->UseRealTime();
+
+void BM_SimpleMutex_LockUnlock(benchmark::State& state) {
+  lock_unlock<SimpleMutex>(state, LockOptions{});
+}
+BENCHMARK(BM_SimpleMutex_LockUnlock)->UseRealTime();
+
+void BM_Mutex_LockGuard(benchmark::State& state) {
+  Client client(server_options());
+  Mutex lock(client, "bench:lock");
+  for (auto _ : state) {
+    std::lock_guard guard(lock);
+  }
+}
+BENCHMARK(BM_Mutex_LockGuard)->UseRealTime();
+
+}  // namespace
+}  // namespace distlock::bench

@@ -1,0 +1,96 @@
+// LockOptions: how a lock object behaves (lease length, fencing, key prefix),
+// and the documented limits on lock names and leases.
+//
+// Options are a plain value, set by chained calls:
+//   distlock::LockOptions{}.ttl(5s).fencing(true)
+// Every setter validates at once, so a bad value throws InvalidArgument where
+// it is written rather than on the first lock().
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "distlock/detail/time.hpp"
+#include "distlock/error.hpp"
+
+namespace distlock {
+
+/// Longest lock name, prefix included. Redis allows far longer keys; a name
+/// this long is almost surely a bug, and every command carries it.
+inline constexpr std::size_t max_name_size = 1024;
+
+/// Longest lease. Redis accepts PX values so large the key never expires
+/// (PX 9223372036854775 is taken), which would make a lock permanent.
+inline constexpr std::chrono::milliseconds max_ttl = std::chrono::hours(24 * 365);
+
+/// How a lock object behaves.
+class LockOptions {
+ public:
+  /// The lease: how long the lock stays held if its holder vanishes.
+  /// Must be in [1 ms, max_ttl]; default 30 s.
+  template <class Rep, class Period>
+  LockOptions& ttl(std::chrono::duration<Rep, Period> lease) {
+    ttl_ = detail::checked_milliseconds(lease, max_ttl, "lock ttl");
+    return *this;
+  }
+  std::chrono::milliseconds ttl() const noexcept { return ttl_; }
+
+  /// When on, every acquisition also yields a fencing token: a number that
+  /// rises with each acquisition of the name. Hand it to the storage you
+  /// protect and have the storage refuse writes with a lower one; that stops
+  /// a holder who was paused past its lease (GC, swap, VM migration) from
+  /// overwriting its successor's work. The lock alone cannot stop that.
+  LockOptions& fencing(bool on) noexcept {
+    fencing_ = on;
+    return *this;
+  }
+  bool fencing() const noexcept { return fencing_; }
+
+  /// Prepended to the name to form the key (e.g. "locks:").
+  LockOptions& key_prefix(std::string prefix) {
+    key_prefix_ = std::move(prefix);
+    return *this;
+  }
+  const std::string& key_prefix() const noexcept { return key_prefix_; }
+
+ private:
+  std::chrono::milliseconds ttl_{std::chrono::seconds(30)};
+  bool fencing_ = false;
+  std::string key_prefix_;
+};
+
+namespace detail {
+
+/// The key for a lock name, after checking the name.
+inline std::string lock_key(const LockOptions& options, std::string_view name) {
+  if (name.empty()) throw InvalidArgument("lock name must not be empty");
+  std::string key = options.key_prefix() + std::string(name);
+  if (key.size() > max_name_size) {
+    throw InvalidArgument("lock name (with prefix) is " + std::to_string(key.size()) +
+                          " bytes; the limit is " + std::to_string(max_name_size));
+  }
+  return key;
+}
+
+/// A key or channel that shares key's hash slot: "key:suffix" when key has a
+/// hash tag of its own, "{key}:suffix" otherwise. Redis Cluster hashes only
+/// the first non-empty {...} of a key.
+inline std::string companion_key(std::string_view key, std::string_view suffix) {
+  const auto open = key.find('{');
+  const bool tagged = open != std::string_view::npos &&
+                      key.find('}', open + 1) != std::string_view::npos &&
+                      key.find('}', open + 1) > open + 1;
+  std::string out;
+  out.reserve(key.size() + suffix.size() + 3);
+  if (!tagged) out += '{';
+  out += key;
+  if (!tagged) out += '}';
+  out += ':';
+  out += suffix;
+  return out;
+}
+
+}  // namespace detail
+}  // namespace distlock

@@ -1,0 +1,80 @@
+// distlock::Mutex: an exclusive lock on one Redis key, held as a lease.
+//
+// Acquire is one command, SET <key> <token> NX PX <ttl> (or, with fencing,
+// one script that also INCRs the fence counter), so a key never exists
+// without its expiry. Release and extend are Lua compare-and-delete and
+// compare-and-pexpire on the 128-bit random token, run by EVALSHA: only the
+// holder of this acquisition can end or lengthen it, and a release after the
+// lease ran out never deletes a successor's lock.
+//
+// The stored layout is exactly SET <key> <token> PX <ttl>, as redis-py's Lock,
+// node-redlock and redsync store it, so services in those languages exclude a
+// C++ service on the same key.
+//
+//   distlock::Mutex stock{redis, "stock:42", distlock::LockOptions{}.ttl(5s)};
+//   if (std::unique_lock lock{stock, 2s}) { ... }   // try_lock_for(2s)
+#pragma once
+
+#include <string>
+
+#include "distlock/acquire_policy.hpp"
+#include "distlock/client.hpp"
+#include "distlock/connection.hpp"
+#include "distlock/detail/args.hpp"
+#include "distlock/detail/lease_mutex.hpp"
+#include "distlock/scripts.hpp"
+
+namespace distlock {
+
+namespace detail {
+
+// Mutex's wire protocol: SET NX PX to acquire, scripts for the rest.
+struct ScriptedLease {
+  static Attempt acquire(Connection& connection, const LeaseKeys& keys, const std::string& token,
+                         const Decimal& ttl, bool fencing) {
+    if (fencing) {
+      const Reply reply =
+          connection.eval(scripts::acquire_fenced, {keys.key, keys.fence}, {token, ttl});
+      if (reply.size() != 2)
+        throw ConnectionError(Errc::protocol_error, "bad fenced acquire reply");
+      Attempt attempt;
+      attempt.acquired = reply[0].integer() == 1;
+      (attempt.acquired ? attempt.fence : attempt.holder_pttl) = reply[1].integer();
+      return attempt;
+    }
+    Attempt attempt;
+    attempt.acquired = connection.command("SET", keys.key, token, "NX", "PX", ttl).is_ok();
+    return attempt;
+  }
+
+  static TokenCheck release(Connection& connection, const LeaseKeys& keys,
+                            const std::string& token) {
+    return to_token_check(connection.eval(scripts::release, {keys.key, keys.channel}, {token}));
+  }
+
+  static TokenCheck extend(Connection& connection, const LeaseKeys& keys, const std::string& token,
+                           const Decimal& ttl) {
+    return to_token_check(connection.eval(scripts::extend, {keys.key}, {token, ttl}));
+  }
+
+  static TokenCheck to_token_check(const Reply& reply) {
+    switch (reply.integer()) {
+      case 1: return TokenCheck::done;
+      case 0: return TokenCheck::no_key;
+      default: return TokenCheck::other_token;
+    }
+  }
+};
+
+}  // namespace detail
+
+/// An exclusive lease lock over any Backend (a Client) and AcquirePolicy.
+/// Meets Lockable and TimedLockable; see detail::LeaseMutex for each member's
+/// contract.
+template <class Backend = Client, class Policy = DefaultPolicy>
+using BasicMutex = detail::LeaseMutex<detail::ScriptedLease, Backend, Policy>;
+
+/// The exclusive lock for ordinary use.
+using Mutex = BasicMutex<>;
+
+}  // namespace distlock

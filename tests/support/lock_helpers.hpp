@@ -1,0 +1,107 @@
+// Helpers for lock tests: a deliberately unsafe read-modify-write that only a
+// working lock keeps exact, child processes for cross-process exclusion, the
+// server's per-command call counts, and an out-of-memory check.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <exception>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "distlock/client.hpp"
+#include "distlock/error.hpp"
+
+namespace distlock::testing {
+
+/// GET, pause, SET counter+1: two holders at once lose an increment.
+inline void unsafe_increment(Client& client, const std::string& counter) {
+  const Reply value = client.command("GET", counter);
+  const long long current = value.is_nil() ? 0 : std::stoll(std::string(value.str()));
+  std::this_thread::sleep_for(std::chrono::microseconds(500));
+  client.command("SET", counter, std::to_string(current + 1));
+}
+
+/// Forks `count` children that each run body() and exit 0, or 1 if it threw.
+/// Call before this process starts threads of its own. Returns how many
+/// children failed.
+template <class Body>
+int run_in_children(int count, Body body) {
+  std::vector<pid_t> children;
+  for (int i = 0; i < count; ++i) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      int status = 0;
+      try {
+        body();
+      } catch (...) {
+        status = 1;
+      }
+      ::_exit(status);
+    }
+    if (pid > 0) children.push_back(pid);
+  }
+  int failed = count - static_cast<int>(children.size());
+  for (const pid_t pid : children) {
+    int status = 0;
+    if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      ++failed;
+    }
+  }
+  return failed;
+}
+
+/// INFO commandstats, parsed enough to count calls.
+struct CommandCalls {
+  std::string text;
+
+  /// Calls of one command ("set", "evalsha", "config|resetstat").
+  long long of(std::string_view command) const {
+    const std::string field = "cmdstat_" + std::string(command) + ":calls=";
+    const auto at = text.find(field);
+    return at == std::string::npos ? 0 : std::stoll(text.substr(at + field.size()));
+  }
+
+  /// Calls of every command but one (typically the INFO or CONFIG that
+  /// frames the measurement).
+  long long total_except(std::string_view command) const {
+    long long total = 0;
+    for (auto at = text.find("cmdstat_"); at != std::string::npos;
+         at = text.find("cmdstat_", at + 1)) {
+      const auto colon = text.find(':', at);
+      const std::string name = text.substr(at + 8, colon - at - 8);
+      if (name == command || name == "info") continue;
+      total += std::stoll(text.substr(text.find("calls=", colon) + 6));
+    }
+    return total;
+  }
+};
+
+inline CommandCalls command_calls(Client& client) {
+  return CommandCalls{std::string(client.command("INFO", "commandstats").str())};
+}
+
+// Puts the server out of memory (noeviction) and checks that acquire fails
+// with OOM and leaves nothing behind.
+template <class Lock>
+inline void expect_oom_refuses_acquire(Client& client) {
+  client.command("CONFIG", "SET", "maxmemory-policy", "noeviction");
+  client.command("CONFIG", "SET", "maxmemory", "1");
+  Lock other(client, "other");
+  try {
+    static_cast<void>(other.try_lock());
+    ADD_FAILURE() << "acquire under OOM did not throw";
+  } catch (const ServerError& error) {
+    EXPECT_EQ(error.kind(), ServerErrorKind::oom);
+  }
+  EXPECT_FALSE(other.owns_lock());
+  EXPECT_EQ(client.command("EXISTS", "other").integer(), 0);
+}
+
+}  // namespace distlock::testing
