@@ -61,6 +61,36 @@ bool RawCommand::run(redisContext* context, int expected_type, benchmark::State&
   return as_expected;
 }
 
+bool RawCommand::run(redisContext* context, int expected_type) const {
+  auto* reply = static_cast<redisReply*>(redisCommandArgv(context, static_cast<int>(argv_.size()),
+                                                          const_cast<const char**>(argv_.data()),
+                                                          lengths_.data()));
+  const bool as_expected = reply != nullptr && reply->type == expected_type;
+  if (reply != nullptr) freeReplyObject(reply);
+  return as_expected;
+}
+
+void RawCommand::append(redisContext* context) const {
+  redisAppendCommandArgv(context, static_cast<int>(argv_.size()),
+                         const_cast<const char**>(argv_.data()), lengths_.data());
+}
+
+bool read_replies(redisContext* context, int count, int expected_type, benchmark::State& state) {
+  bool all_expected = true;
+  for (int i = 0; i < count; ++i) {
+    void* raw = nullptr;
+    if (redisGetReply(context, &raw) != REDIS_OK) {
+      state.SkipWithError(context->errstr);
+      return false;
+    }
+    auto* reply = static_cast<redisReply*>(raw);
+    all_expected = all_expected && reply->type == expected_type;
+    freeReplyObject(reply);
+  }
+  if (!all_expected) state.SkipWithError("unexpected reply type in pipeline");
+  return all_expected;
+}
+
 std::string load_script(std::string_view source) {
   Connection connection(server_options());
   return std::string(connection.command("SCRIPT", "LOAD", source).str());

@@ -38,6 +38,10 @@ class RawCommand {
   /// Sends it, reads the reply and returns true if its type is expected;
   /// otherwise records the error on state.
   bool run(redisContext* context, int expected_type, benchmark::State& state) const;
+  /// The same, reporting nothing (for threads other than the benchmark's).
+  bool run(redisContext* context, int expected_type) const;
+  /// Queues it without waiting (a pipeline; see read_replies).
+  void append(redisContext* context) const;
 
  private:
   std::vector<std::string> storage_;
@@ -49,6 +53,14 @@ class RawCommand {
 inline constexpr std::string_view compare_and_delete_lua =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
     "else return 0 end";
+
+/// Reads `count` queued replies, checking each one's type.
+bool read_replies(redisContext* context, int count, int expected_type, benchmark::State& state);
+
+/// Compare-and-delete that also announces the release (KEYS[2] channel).
+inline constexpr std::string_view compare_delete_publish_lua =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) "
+    "redis.call('publish', KEYS[2], '0') return 1 end return 0";
 
 /// Loads a script on the benchmarks' server and returns its SHA-1.
 std::string load_script(std::string_view source);

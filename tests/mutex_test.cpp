@@ -319,17 +319,8 @@ TYPED_TEST(LeaseLockTest, ExcludesProcessesFromACriticalSection) {
 }
 
 TYPED_TEST(LeaseLockTest, FencesRiseStrictlyAcrossHoldersAndProcesses) {
-  TypeParam lock(this->client(), "fenced", LockOptions{}.fencing(true));
-  long long last = 0;
-  for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(lock.try_lock());
-    EXPECT_GT(lock.fence(), last);
-    last = lock.fence();
-    lock.unlock();
-  }
-  EXPECT_THROW(static_cast<void>(lock.fence()), NotHeldError);
-  // Children record the fences they were given; all must be distinct and
-  // each above what the parent saw.
+  // Children first (a process must not fork once its watchdog thread runs):
+  // each appends its fences inside the lock, so the list is in holder order.
   const ClientOptions where = client_options(this->server());
   const int failed_children = testing::run_in_children(3, [&] {
     Client own(where);
@@ -342,12 +333,21 @@ TYPED_TEST(LeaseLockTest, FencesRiseStrictlyAcrossHoldersAndProcesses) {
   EXPECT_EQ(failed_children, 0);
   const Reply fences = this->client().command("LRANGE", "fences", "0", "-1");
   ASSERT_EQ(fences.size(), 30u);
-  long long previous = last;
+  long long last = 0;
   for (std::size_t i = 0; i < fences.size(); ++i) {
     const long long fence = std::stoll(std::string(fences[i].str()));
-    EXPECT_GT(fence, previous);  // appended inside the lock, so in holder order
-    previous = fence;
+    EXPECT_GT(fence, last);
+    last = fence;
   }
+  // And this process's holders come after all of them.
+  TypeParam lock(this->client(), "fenced", LockOptions{}.fencing(true));
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(lock.try_lock());
+    EXPECT_GT(lock.fence(), last);
+    last = lock.fence();
+    lock.unlock();
+  }
+  EXPECT_THROW(static_cast<void>(lock.fence()), NotHeldError);
 }
 
 TYPED_TEST(LeaseLockTest, FenceCounterSharesTheLocksHashSlot) {

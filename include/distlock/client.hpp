@@ -4,7 +4,8 @@
 // It owns a bounded pool of Connections. A borrower gets one connection to
 // itself and gives it back when its Borrowed handle goes away; a connection
 // that broke is dropped then and a fresh one is opened by the next borrower,
-// so a server restart costs one failed call, not a dead Client.
+// so a server restart costs one failed call, not a dead Client. It also owns,
+// started on first use, the release Notifier and the lease Watchdog.
 #pragma once
 
 #include <signal.h>
@@ -21,8 +22,10 @@
 
 #include "distlock/connection.hpp"
 #include "distlock/error.hpp"
+#include "distlock/notifier.hpp"
 #include "distlock/reply.hpp"
 #include "distlock/token.hpp"
+#include "distlock/watchdog.hpp"
 
 namespace distlock {
 
@@ -50,6 +53,9 @@ struct ClientOptions : ConnectionOptions {
   /// a Client that finds SIGPIPE at its default sets it to ignored (a handler
   /// the application installed is left alone). Turn off to manage it yourself.
   bool ignore_sigpipe = true;
+  /// Most acquirers of this Client waiting for a release at once; past it an
+  /// acquire that would wait fails at once with Errc::too_many_waiters.
+  std::size_t max_waiters = 10000;
 
   ClientOptions() = default;
   ClientOptions(ConnectionOptions connection) : ConnectionOptions(std::move(connection)) {}
@@ -112,6 +118,11 @@ class Client {
 
   const ClientOptions& options() const noexcept { return options_; }
 
+  /// The release notifier, started (one thread, one connection) on first use.
+  Notifier& notifier();
+  /// The lease watchdog, started (one thread, one connection) on first use.
+  Watchdog& watchdog();
+
   /// A random id for this Client instance, used to name lock owners.
   const std::string& id() const noexcept { return id_; }
 
@@ -131,6 +142,12 @@ class Client {
   std::condition_variable returned_;
   std::vector<std::unique_ptr<Connection>> idle_;
   std::size_t open_ = 0;  // idle plus lent out
+
+  // Declared last so they stop first: their threads use the options above.
+  std::once_flag notifier_started_;
+  std::unique_ptr<Notifier> notifier_;
+  std::once_flag watchdog_started_;
+  std::unique_ptr<Watchdog> watchdog_;
 };
 
 inline Client::Client(ClientOptions options) : options_(std::move(options)), id_(make_token()) {
@@ -142,6 +159,18 @@ inline Client::Client(ClientOptions options) : options_(std::move(options)), id_
   // give_back() is noexcept, so its push_back must never need to allocate.
   idle_.reserve(options_.pool_size);
   if (options_.ignore_sigpipe) detail::ignore_default_sigpipe();
+}
+
+inline Notifier& Client::notifier() {
+  std::call_once(notifier_started_, [this] {
+    notifier_ = std::make_unique<Notifier>(options_, options_.max_waiters);
+  });
+  return *notifier_;
+}
+
+inline Watchdog& Client::watchdog() {
+  std::call_once(watchdog_started_, [this] { watchdog_ = std::make_unique<Watchdog>(options_); });
+  return *watchdog_;
 }
 
 inline Client::Borrowed Client::borrow() {

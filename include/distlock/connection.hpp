@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -180,6 +181,12 @@ class Connection {
   /// Reads the reply to the oldest queued command. Error replies are returned,
   /// not thrown, so a pipeline can look at each one.
   const Reply& read_reply();
+  /// For an event loop that waits on fd() itself (a subscriber): reads what
+  /// the socket has, without blocking if poll() said it is readable, and
+  /// returns the next complete reply, if there is one.
+  void read_available();
+  std::optional<Reply> next_buffered_reply();
+
   /// Moves the reply read last out of the connection.
   Reply take_last() noexcept { return std::move(last_); }
 
@@ -305,6 +312,18 @@ inline const Reply& Connection::read_reply() {
   --pending_;
   last_ = Reply(static_cast<redisReply*>(raw));
   return last_;
+}
+
+inline void Connection::read_available() {
+  if (redisBufferRead(context_.get()) != REDIS_OK) fail("read");
+}
+
+inline std::optional<Reply> Connection::next_buffered_reply() {
+  void* raw = nullptr;
+  if (redisGetReplyFromReader(context_.get(), &raw) != REDIS_OK) fail("parse");
+  if (raw == nullptr) return std::nullopt;
+  if (pending_ > 0) --pending_;
+  return Reply(static_cast<redisReply*>(raw));
 }
 
 inline void Connection::append_script(std::string_view verb, std::string_view body,

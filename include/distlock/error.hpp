@@ -25,6 +25,8 @@ enum class Errc {
   invalid_argument,    ///< bad input: name, TTL, timeout, option
   lock_lost,           ///< the lease expired or another owner holds the lock
   not_held,            ///< an operation needs a lock this object does not hold
+  too_many_waiters,    ///< the Client's bound on waiting acquirers was reached
+  cancelled,           ///< a wait was cancelled from another thread
 };
 
 namespace detail {
@@ -43,6 +45,8 @@ class ErrorCategory final : public std::error_category {
       case Errc::invalid_argument: return "invalid argument";
       case Errc::lock_lost: return "lock lost";
       case Errc::not_held: return "lock not held";
+      case Errc::too_many_waiters: return "too many waiters";
+      case Errc::cancelled: return "wait cancelled";
     }
     return "unknown distlock error";
   }

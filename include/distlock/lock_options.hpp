@@ -1,5 +1,6 @@
-// LockOptions: how a lock object behaves (lease length, fencing, key prefix),
-// and the documented limits on lock names and leases.
+// LockOptions: how a lock object behaves (lease length and renewal, fencing,
+// key prefix, waking on release, the lost-lease callback), and the
+// documented limits on lock names and leases.
 //
 // Options are a plain value, set by chained calls:
 //   distlock::LockOptions{}.ttl(5s).fencing(true)
@@ -11,9 +12,11 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
+#include "distlock/lease.hpp"
 
 namespace distlock {
 
@@ -33,9 +36,47 @@ class LockOptions {
   template <class Rep, class Period>
   LockOptions& ttl(std::chrono::duration<Rep, Period> lease) {
     ttl_ = detail::checked_milliseconds(lease, max_ttl, "lock ttl");
+    ttl_set_ = true;
     return *this;
   }
   std::chrono::milliseconds ttl() const noexcept { return ttl_; }
+
+  /// Whether the client's Watchdog renews the lease (about every ttl/3)
+  /// while it is held. Unless set, it does exactly when no ttl was given: a
+  /// lock taken with the default 30 s lease lives as long as its holder, a
+  /// lock given an explicit lease keeps that lease.
+  LockOptions& auto_renew(bool on) noexcept {
+    auto_renew_ = on ? 1 : 0;
+    return *this;
+  }
+  bool auto_renew() const noexcept { return auto_renew_ < 0 ? !ttl_set_ : auto_renew_ == 1; }
+
+  /// With auto-renewal: stop renewing once the lock has been held this long,
+  /// and let the lease run out (it is then reported lost). Unset: no cap.
+  template <class Rep, class Period>
+  LockOptions& max_hold(std::chrono::duration<Rep, Period> cap) {
+    max_hold_ = detail::checked_milliseconds(cap, max_ttl, "max_hold");
+    return *this;
+  }
+  std::chrono::milliseconds max_hold() const noexcept { return max_hold_; }
+
+  /// Called once, on the watchdog's thread, when a renewed lease is lost:
+  /// the token is gone from the key, or the lease ran out unrenewed. Runs
+  /// with no distlock lock held; exceptions from it are dropped. Also see
+  /// the lock's lost().
+  LockOptions& on_lost(LostCallback callback) {
+    on_lost_ = std::move(callback);
+    return *this;
+  }
+  const LostCallback& on_lost() const noexcept { return on_lost_; }
+
+  /// Whether a waiting acquirer is woken by the release notification (on by
+  /// default). Off, it only polls at its policy's pace.
+  LockOptions& wake_on_release(bool on) noexcept {
+    wake_on_release_ = on;
+    return *this;
+  }
+  bool wake_on_release() const noexcept { return wake_on_release_; }
 
   /// When on, every acquisition also yields a fencing token: a number that
   /// rises with each acquisition of the name. Hand it to the storage you
@@ -57,6 +98,11 @@ class LockOptions {
 
  private:
   std::chrono::milliseconds ttl_{std::chrono::seconds(30)};
+  bool ttl_set_ = false;
+  int auto_renew_ = -1;  // -1: follow ttl_set_
+  std::chrono::milliseconds max_hold_{0};
+  LostCallback on_lost_;
+  bool wake_on_release_ = true;
   bool fencing_ = false;
   std::string key_prefix_;
 };

@@ -58,7 +58,29 @@ return {1, fence}
 )lua",
     "d37e35d1ac6d7840e1656ad11b8f054459872c07"};
 
+/// Watchdog renewal of many Mutex leases in one call. KEYS[i] lock i;
+/// ARGV[2i-1] its token, ARGV[2i] its TTL in ms. Each lease is extended only
+/// if it still holds its token. A key of another type counts as taken
+/// rather than failing the whole batch.
+/// Returns, per key: 1 extended, 0 no such key, -1 another token or type.
+inline constexpr Script renew_batch{
+    R"lua(local results = {}
+for i, key in ipairs(KEYS) do
+  local v = redis.pcall('get', key)
+  if v == ARGV[2 * i - 1] then
+    redis.call('pexpire', key, ARGV[2 * i])
+    results[i] = 1
+  elseif v then
+    results[i] = -1
+  else
+    results[i] = 0
+  end
+end
+return results
+)lua",
+    "00becc6e084e084d94350436032df5f52bb86978"};
+
 /// Every script above, for checks that cover them all.
-inline constexpr const Script* all[] = {&release, &extend, &acquire_fenced};
+inline constexpr const Script* all[] = {&release, &extend, &acquire_fenced, &renew_batch};
 
 }  // namespace distlock::scripts

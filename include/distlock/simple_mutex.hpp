@@ -75,6 +75,14 @@ struct TransactionalLease {
                             [&] { connection.append("PEXPIRE", keys.key, ttl); });
   }
 
+  // No script, so no batch: the watchdog renews each lease by itself.
+  static Watchdog::RenewAlone renewer(const LeaseKeys& keys) {
+    return [keys](Connection& connection, const LeaseState& lease, std::string_view ttl) {
+      return check_and_change(connection, keys, lease.token,
+                              [&] { connection.append("PEXPIRE", keys.key, ttl); });
+    };
+  }
+
   // WATCH + GET; if the key holds our token, MULTI + change + EXEC. An
   // aborted EXEC means the key changed under us: look again.
   template <class QueueChange>

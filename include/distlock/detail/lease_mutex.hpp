@@ -1,16 +1,21 @@
 // LeaseMutex: the single-key lease lock that Mutex and SimpleMutex share.
 //
 // Everything but the wire protocol lives here: validation, the acquire loop
-// with its policy and deadline, the ambiguous-timeout cleanup, the local
-// record of the lease, and the Lockable / TimedLockable surface. The
-// Protocol parameter says how one attempt, one release and one extend are
-// sent (a Lua script for Mutex, WATCH/MULTI/EXEC for SimpleMutex); each of
-// them is a single atomic step on the server.
+// with its policy, deadline and release notifications, the ambiguous-timeout
+// cleanup, the local record of the lease and its registration with the
+// Watchdog, and the Lockable / TimedLockable surface. The Protocol parameter
+// says how one attempt, one release and one extend are sent (a Lua script for
+// Mutex, WATCH/MULTI/EXEC for SimpleMutex); each is one atomic server step.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -24,7 +29,9 @@
 #include "distlock/error.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
+#include "distlock/notifier.hpp"
 #include "distlock/token.hpp"
+#include "distlock/watchdog.hpp"
 
 namespace distlock::detail {
 
@@ -46,18 +53,6 @@ struct Attempt {
   long long holder_pttl = -3;  ///< when refused: the holder's PTTL, -3 if not asked
 };
 
-/// What the server said to a token-checked release or extend.
-enum class TokenCheck { done, no_key, other_token };
-
-inline Release to_release(TokenCheck check) noexcept {
-  switch (check) {
-    case TokenCheck::done: return Release::released;
-    case TokenCheck::no_key: return Release::expired;
-    case TokenCheck::other_token: return Release::not_owner;
-  }
-  return Release::not_owner;
-}
-
 template <class Protocol, class Backend, class Policy>
 class LeaseMutex {
  public:
@@ -76,28 +71,39 @@ class LeaseMutex {
   LeaseMutex(const LeaseMutex&) = delete;
   LeaseMutex& operator=(const LeaseMutex&) = delete;
 
-  /// Blocks until the lock is acquired, pausing between attempts as the
-  /// policy says (never before the first: a free lock costs one round trip).
-  /// Throws ConnectionError/TimeoutError/ServerError when Redis fails, and
+  /// Blocks until the lock is acquired. The first attempt is immediate (a
+  /// free lock costs one round trip); after that the caller sleeps until the
+  /// holder's release is announced, the policy's pause or the holder's
+  /// remaining lease, whichever is first, and tries again.
+  /// Throws ConnectionError/TimeoutError/ServerError when Redis fails,
+  /// Error(cancelled) after cancel_waits(), Error(too_many_waiters) when the
+  /// Client's waiter bound is reached, and
   /// std::system_error(resource_deadlock_would_occur) if the calling thread
   /// already holds the lock through this object.
-  void lock() { acquire(clock::time_point::max(), /*wait=*/true); }
+  void lock() {
+    if (acquire(clock::time_point::max(), /*wait=*/true) == Outcome::cancelled) {
+      throw Error(Errc::cancelled, "lock() of " + keys_.key + " was cancelled");
+    }
+  }
 
   /// One attempt; false if another owner holds the lock.
-  [[nodiscard]] bool try_lock() { return acquire(clock::now(), /*wait=*/false); }
+  [[nodiscard]] bool try_lock() {
+    return acquire(clock::now(), /*wait=*/false) == Outcome::acquired;
+  }
 
   /// Attempts until acquired or `timeout` has passed on the steady clock. A
-  /// zero or negative timeout makes exactly one attempt.
+  /// zero or negative timeout makes exactly one attempt. False when the time
+  /// ran out or cancel_waits() was called.
   template <class Rep, class Period>
   [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
-    return acquire(deadline_after(timeout), /*wait=*/true);
+    return acquire(deadline_after(timeout), /*wait=*/true) == Outcome::acquired;
   }
 
   /// Attempts until acquired or `deadline` (of any clock) has passed. A
   /// deadline already past makes exactly one attempt.
   template <class Clock, class Duration>
   [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline) {
-    return acquire(to_steady_deadline(deadline), /*wait=*/true);
+    return acquire(to_steady_deadline(deadline), /*wait=*/true) == Outcome::acquired;
   }
 
   /// Gives the lease back if held; does nothing otherwise. Never throws: a
@@ -111,54 +117,76 @@ class LeaseMutex {
     }
   }
 
-  /// Gives the lease back and says what the server found: released, expired
-  /// (the lease had run out) or not_owner (it ran out and another took it;
-  /// that lock is left alone). Throws NotHeldError if this object holds no
-  /// lease, and the connection errors if Redis cannot be asked; either way
-  /// the object no longer holds the lease afterwards.
+  /// Gives the lease back and says what happened: released, expired (the
+  /// lease had run out), not_owner (it ran out and another took it; that
+  /// lock is left alone) or lost (the watchdog had already reported it lost:
+  /// nothing is sent). Throws NotHeldError if this object holds no lease,
+  /// and the connection errors if Redis cannot be asked; either way the
+  /// object no longer holds the lease afterwards.
   Release release() {
-    const std::string token = take_lease();
+    auto [token, lease] = take_lease();
+    if (lease) {
+      backend_.watchdog().remove(*lease);  // no renewal of it is sent after this
+      if (lease->lost) return Release::lost;
+    }
     auto connection = backend_.borrow();
     return to_release(Protocol::release(*connection, keys_, token));
   }
 
-  /// Sets the lease's remaining time to `ttl` if it is still ours. Returns
-  /// false if the lease was already gone (the object then no longer holds
-  /// it). Throws NotHeldError if not held, InvalidArgument for a bad ttl.
+  /// Sets the lease's remaining time to `ttl` if it is still ours (with
+  /// auto-renewal, later renewals use `ttl` too). Returns false if the lease
+  /// was already gone or reported lost: the object then no longer holds it.
+  /// Throws NotHeldError if not held, InvalidArgument for a bad ttl.
   template <class Rep, class Period>
   [[nodiscard]] bool extend(const std::chrono::duration<Rep, Period>& ttl) {
-    const std::chrono::milliseconds lease = checked_milliseconds(ttl, max_ttl, "extend ttl");
-    const std::string token = current_token();
+    const std::chrono::milliseconds lease_ttl = checked_milliseconds(ttl, max_ttl, "extend ttl");
+    const auto [token, lease] = current_lease();
+    if (lease && lease->lost) {
+      forget(token);
+      return false;
+    }
     const clock::time_point sent = clock::now();
     TokenCheck result;
     {
       auto connection = backend_.borrow();
-      result = Protocol::extend(*connection, keys_, token, Decimal(lease.count()));
+      result = Protocol::extend(*connection, keys_, token, Decimal(lease_ttl.count()));
+    }
+    if (result != TokenCheck::done) {
+      forget(token);
+      return false;
     }
     std::lock_guard guard(state_mutex_);
     if (!held_ || token_ != token) return false;  // released meanwhile
-    if (result != TokenCheck::done) {
-      forget();
-      return false;
+    expires_ = sent + lease_ttl;
+    if (lease_) {
+      lease_->set_expires(expires_);
+      backend_.watchdog().extended(*lease_, lease_ttl, sent);
     }
-    expires_ = sent + lease;
     return true;
   }
 
-  /// Whether this object holds a lease, as far as it knows locally (a lease
-  /// can also run out on the server; see validity()).
+  /// Whether this object holds a lease, as far as it knows locally. A held
+  /// lease can still be lost(); owns_lock() stays true until unlock().
   bool owns_lock() const noexcept {
     std::lock_guard guard(state_mutex_);
     return held_;
   }
 
+  /// True once the watchdog found this auto-renewed lease gone or let it run
+  /// out; code working under the lock should stop. Always false without
+  /// auto-renewal (see validity()).
+  bool lost() const noexcept {
+    std::lock_guard guard(state_mutex_);
+    return lease_ && lease_->lost;
+  }
+
   /// Time left on the lease by the steady clock, counted from when the
-  /// acquire (or last extend) was sent; zero when not held.
+  /// acquire or the last (auto-)renewal was sent; zero when not held or lost.
   std::chrono::milliseconds validity() const noexcept {
     std::lock_guard guard(state_mutex_);
-    if (!held_) return std::chrono::milliseconds(0);
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(expires_ - clock::now());
+    if (!held_ || (lease_ && lease_->lost)) return std::chrono::milliseconds(0);
+    const clock::time_point expires = lease_ ? lease_->expires() : expires_;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(expires - clock::now());
     return std::max(left, std::chrono::milliseconds(0));
   }
 
@@ -177,28 +205,64 @@ class LeaseMutex {
     return fence_;
   }
 
+  /// Makes every acquire of this object that is waiting now give up:
+  /// try_lock_for/until return false, lock() throws Error(cancelled).
+  /// Callable from any thread; acquires that start later are unaffected.
+  void cancel_waits() {
+    {
+      std::lock_guard guard(state_mutex_);
+      ++cancel_generation_;
+    }
+    cancelled_.notify_all();
+    if (options_.wake_on_release()) backend_.notifier().wake(keys_.channel);
+  }
+
   /// The Redis key of the lock (prefix and name).
   const std::string& key() const noexcept { return keys_.key; }
   const LockOptions& options() const noexcept { return options_; }
 
  private:
-  bool acquire(clock::time_point deadline, bool wait) {
-    check_not_held_by_this_thread();
+  enum class Outcome { acquired, timed_out, cancelled };
+
+  Outcome acquire(clock::time_point deadline, bool wait) {
+    const std::uint64_t cancel_seen = check_not_held_by_this_thread();
     const std::string token = make_token();
     const Decimal ttl(options_.ttl().count());
+    std::optional<Notifier::Subscription> subscription;
     for (unsigned attempt = 1;; ++attempt) {
+      // Read before the attempt, so a release announced between a failed
+      // attempt and the sleep ends that sleep at once.
+      const std::uint64_t seen = subscription ? subscription->generation() : 0;
       const clock::time_point sent = clock::now();
       const bool last_chance = !wait || sent >= deadline;
       const Attempt result =
           attempt_once(token, ttl, last_chance ? clock::time_point::max() : deadline);
       if (result.acquired) {
         adopt(token, result.fence, sent);
-        return true;
+        return Outcome::acquired;
       }
-      if (last_chance) return false;
-      long long holder_pttl = result.holder_pttl;
-      if (holder_pttl == -3) holder_pttl = ask_pttl();
-      pause_before_retry(attempt, holder_pttl, deadline);
+      if (last_chance) return Outcome::timed_out;
+      if (cancelled_since(cancel_seen)) return Outcome::cancelled;
+      if (!subscription && options_.wake_on_release()) {
+        // Subscribed (and confirmed) before the next attempt: a release from
+        // now on cannot go unannounced to us.
+        subscription.emplace(backend_.notifier().subscribe(keys_.channel, deadline));
+        continue;
+      }
+      const long long holder_pttl =
+          result.holder_pttl == -3 ? ask_pttl(deadline) : result.holder_pttl;
+      // While the server confirms our subscription, the release announcement
+      // is what wakes us; the holder's lease bounds the wait in case it is
+      // lost. Otherwise we poll at the policy's pace.
+      const bool announced = subscription && subscription->active();
+      const clock::time_point until = next_attempt_at(attempt, holder_pttl, deadline, announced);
+      if (subscription) {
+        subscription->wait(seen, until);
+      } else {
+        std::unique_lock guard(state_mutex_);
+        cancelled_.wait_until(guard, until, [&] { return cancel_generation_ != cancel_seen; });
+      }
+      if (cancelled_since(cancel_seen)) return Outcome::cancelled;
     }
   }
 
@@ -238,67 +302,103 @@ class LeaseMutex {
     }
   }
 
-  // The reply timeout for an attempt with a deadline: no longer than the
-  // time left, no longer than the configured command timeout.
+  // The reply timeout for a call with a deadline: no longer than the time
+  // left, no longer than the configured command timeout.
   std::chrono::milliseconds reply_timeout(clock::time_point deadline) const {
+    if (deadline == clock::time_point::max()) return backend_.options().command_timeout;
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
     return std::clamp(left, std::chrono::milliseconds(1), backend_.options().command_timeout);
   }
 
-  long long ask_pttl() {
+  long long ask_pttl(clock::time_point deadline) {
     auto connection = backend_.borrow();
+    connection->set_timeout(reply_timeout(deadline));
     return connection->command("PTTL", keys_.key).integer();
   }
 
-  // Sleeps the policy's pause, cut short by the deadline and by the holder's
-  // remaining lease (after which the lock is free for the taking).
-  void pause_before_retry(unsigned attempt, long long holder_pttl, clock::time_point deadline) {
-    std::chrono::nanoseconds pause = policy_.pause(attempt, jitter_unit());
-    if (holder_pttl >= 0)
+  // When to try again: after the policy's pause (or, when a release will be
+  // announced, no pause of our own), but no later than the deadline nor the
+  // end of the holder's lease (the lock is free then). A PTTL of -1 (a key
+  // with no expiry, not ours) leaves the policy's pause.
+  clock::time_point next_attempt_at(unsigned attempt, long long holder_pttl,
+                                    clock::time_point deadline, bool announced) const {
+    std::chrono::nanoseconds pause = announced && holder_pttl >= 0
+                                         ? std::chrono::nanoseconds::max()
+                                         : policy_.pause(attempt, jitter_unit());
+    if (holder_pttl >= 0) {
       pause = std::min<std::chrono::nanoseconds>(pause, std::chrono::milliseconds(holder_pttl));
+    } else if (holder_pttl == -2) {
+      pause = std::chrono::nanoseconds(0);  // released since our attempt: go again now
+    }
     const clock::time_point now = clock::now();
-    if (deadline - now < pause) pause = deadline - now;
-    if (pause.count() > 0) std::this_thread::sleep_for(pause);
+    return deadline - now < pause ? deadline : now + pause;
   }
 
-  void check_not_held_by_this_thread() const {
+  // Returns the cancel generation an acquire starting now must watch.
+  std::uint64_t check_not_held_by_this_thread() const {
     std::lock_guard guard(state_mutex_);
     if (held_ && owner_ == std::this_thread::get_id()) {
       throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
                               keys_.key + " is already held by this thread");
     }
+    return cancel_generation_;
+  }
+
+  bool cancelled_since(std::uint64_t seen) const {
+    std::lock_guard guard(state_mutex_);
+    return cancel_generation_ != seen;
   }
 
   void adopt(const std::string& token, long long fence, clock::time_point sent) {
+    std::shared_ptr<LeaseState> lease;
+    if (options_.auto_renew()) {
+      lease =
+          std::make_shared<LeaseState>(keys_.key, token, options_.ttl(), sent, options_.on_lost());
+      const clock::time_point hold_until =
+          options_.max_hold().count() > 0 ? sent + options_.max_hold() : clock::time_point::max();
+      backend_.watchdog().add(lease, Protocol::renewer(keys_), hold_until);
+    }
     std::lock_guard guard(state_mutex_);
     held_ = true;
     token_ = token;
     fence_ = fence;
     expires_ = sent + options_.ttl();
     owner_ = std::this_thread::get_id();
+    lease_ = std::move(lease);
   }
 
-  // Marks the lease as given back and returns its token.
-  std::string take_lease() {
+  // Marks the lease as given back; returns its token and watchdog record.
+  std::pair<std::string, std::shared_ptr<LeaseState>> take_lease() {
     std::lock_guard guard(state_mutex_);
     if (!held_) throw NotHeldError(keys_.key + " is not held");
-    std::string token = std::move(token_);
-    forget();
-    return token;
+    return take_lease_locked();
   }
 
-  std::string current_token() const {
-    std::lock_guard guard(state_mutex_);
-    if (!held_) throw NotHeldError(keys_.key + " is not held");
-    return token_;
-  }
-
-  void forget() noexcept {
+  std::pair<std::string, std::shared_ptr<LeaseState>> take_lease_locked() {
+    std::pair<std::string, std::shared_ptr<LeaseState>> taken{std::move(token_), std::move(lease_)};
     held_ = false;
     token_.clear();
     fence_ = 0;
     owner_ = std::thread::id();
+    return taken;
+  }
+
+  std::pair<std::string, std::shared_ptr<LeaseState>> current_lease() const {
+    std::lock_guard guard(state_mutex_);
+    if (!held_) throw NotHeldError(keys_.key + " is not held");
+    return {token_, lease_};
+  }
+
+  // Drops the lease `token` locally (it is gone on the server).
+  void forget(const std::string& token) {
+    std::shared_ptr<LeaseState> lease;
+    {
+      std::lock_guard guard(state_mutex_);
+      if (!held_ || token_ != token) return;
+      lease = take_lease_locked().second;
+    }
+    if (lease) backend_.watchdog().remove(*lease);
   }
 
   Backend& backend_;
@@ -310,11 +410,14 @@ class LeaseMutex {
   // object, as they would a std::mutex, so this is guarded; Redis, not this
   // mutex, decides who holds the lock.
   mutable std::mutex state_mutex_;
+  std::condition_variable cancelled_;
   bool held_ = false;
   std::string token_;
   long long fence_ = 0;
   clock::time_point expires_{};
   std::thread::id owner_{};
+  std::shared_ptr<LeaseState> lease_;  // set while the watchdog renews it
+  std::uint64_t cancel_generation_ = 0;
 };
 
 }  // namespace distlock::detail

@@ -1,0 +1,205 @@
+// Waiting and leases: how fast a waiter gets a released lock (with the
+// notifier, with 50 ms polling, and the raw pub/sub floor), and what one
+// watchdog round over 1,000 leases costs against 1,000 pipelined PEXPIREs.
+#include <benchmark/benchmark.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_support.hpp"
+#include "distlock/mutex.hpp"
+
+namespace distlock::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A thread that, on each go(), calls lock() on its own lock object and
+// reports when it got it; then it unlocks before the next round.
+template <class Lock>
+class Waiter {
+ public:
+  explicit Waiter(Lock& lock) : lock_(lock), thread_([this] { run(); }) {}
+  ~Waiter() {
+    {
+      std::lock_guard guard(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+
+  // Starts a lock() and returns once the waiter has had time to find the
+  // lock held and go to sleep on it.
+  void go() {
+    {
+      std::lock_guard guard(mutex_);
+      ++round_;
+    }
+    changed_.notify_all();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+
+  // Waits for the round's lock() to return; its moment of return.
+  Clock::time_point acquired() {
+    std::unique_lock guard(mutex_);
+    changed_.wait(guard, [&] { return done_ == round_; });
+    return acquired_at_;
+  }
+
+ private:
+  void run() {
+    std::unique_lock guard(mutex_);
+    for (;;) {
+      changed_.wait(guard, [&] { return stop_ || round_ > done_; });
+      if (stop_) return;
+      guard.unlock();
+      lock_.lock();
+      const Clock::time_point at = Clock::now();
+      lock_.unlock();
+      guard.lock();
+      acquired_at_ = at;
+      ++done_;
+      changed_.notify_all();
+    }
+  }
+
+  Lock& lock_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  long round_ = 0;
+  long done_ = 0;
+  bool stop_ = false;
+  Clock::time_point acquired_at_{};
+  std::thread thread_;
+};
+
+// Handoff latency: from the holder's unlock() call to the waiter's return.
+template <class Lock>
+void handoff(benchmark::State& state, Lock& holder, Lock& waiting) {
+  Waiter<Lock> waiter(waiting);
+  for (auto _ : state) {
+    holder.lock();
+    waiter.go();
+    const Clock::time_point released = Clock::now();
+    holder.unlock();
+    const Clock::time_point acquired = waiter.acquired();
+    state.SetIterationTime(std::chrono::duration<double>(acquired - released).count());
+  }
+}
+
+void BM_Mutex_Handoff(benchmark::State& state) {
+  Client client(server_options());
+  const LockOptions options = LockOptions{}.ttl(std::chrono::seconds(30));
+  Mutex holder(client, "bench:handoff", options);
+  Mutex waiting(client, "bench:handoff", options);
+  handoff(state, holder, waiting);
+}
+BENCHMARK(BM_Mutex_Handoff)->UseManualTime()->Iterations(2000);
+
+void BM_Mutex_Handoff_Polling50ms(benchmark::State& state) {
+  using PollingMutex = BasicMutex<Client, FixedInterval>;
+  Client client(server_options());
+  const LockOptions options = LockOptions{}.ttl(std::chrono::seconds(30)).wake_on_release(false);
+  const FixedInterval every_50ms(std::chrono::milliseconds(50));
+  PollingMutex holder(client, "bench:handoff", options, every_50ms);
+  PollingMutex waiting(client, "bench:handoff", options, every_50ms);
+  handoff(state, holder, waiting);
+}
+BENCHMARK(BM_Mutex_Handoff_Polling50ms)->UseManualTime()->Iterations(20);
+
+// The floor: the holder releases with one EVALSHA that deletes and
+// publishes; a thread blocked reading its subscribed connection gets the
+// message and at once sends SET NX PX on its own connection. Measured from
+// the release call to that SET's OK.
+void BM_Raw_Handoff_PubSub(benchmark::State& state) {
+  const ClientOptions& where = server_options();
+  const RawConnection holder = raw_connect(where);
+  const RawConnection subscriber = raw_connect(where);
+  const RawConnection taker = raw_connect(where);
+  const std::string sha = load_script(compare_delete_publish_lua);
+  const RawCommand take{"SET", "bench:raw-handoff", "taker", "NX", "PX", "30000"};
+  const RawCommand give_back{"DEL", "bench:raw-handoff"};
+  const RawCommand hold{"SET", "bench:raw-handoff", "holder", "NX", "PX", "30000"};
+  const RawCommand release{"EVALSHA", sha, "2", "bench:raw-handoff", "bench:raw-channel", "holder"};
+  const RawCommand subscribe{"SUBSCRIBE", "bench:raw-channel"};
+  if (!subscribe.run(subscriber.get(), REDIS_REPLY_ARRAY, state)) return;
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  long round = 0;
+  long done = 0;
+  bool ok = true;
+  Clock::time_point taken_at{};
+  std::thread taker_thread([&] {
+    for (;;) {
+      void* message = nullptr;
+      if (redisGetReply(subscriber.get(), &message) != REDIS_OK) return;  // closed at the end
+      freeReplyObject(message);
+      const bool took = take.run(taker.get(), REDIS_REPLY_STATUS);
+      const Clock::time_point at = Clock::now();
+      std::lock_guard guard(mutex);
+      ok = ok && took;
+      taken_at = at;
+      ++done;
+      changed.notify_all();
+    }
+  });
+  for (auto _ : state) {
+    if (!hold.run(holder.get(), REDIS_REPLY_STATUS, state)) break;
+    ++round;
+    const Clock::time_point released = Clock::now();
+    if (!release.run(holder.get(), REDIS_REPLY_INTEGER, state)) break;
+    std::unique_lock guard(mutex);
+    changed.wait(guard, [&] { return done == round; });
+    if (!ok) break;
+    state.SetIterationTime(std::chrono::duration<double>(taken_at - released).count());
+    guard.unlock();
+    if (!give_back.run(holder.get(), REDIS_REPLY_INTEGER, state)) break;
+  }
+  ::shutdown(subscriber->fd, SHUT_RDWR);  // ends the taker's blocking read
+  taker_thread.join();
+}
+BENCHMARK(BM_Raw_Handoff_PubSub)->UseManualTime()->Iterations(2000);
+
+constexpr int leases = 1000;
+
+// One watchdog round over 1,000 held leases (batched renewal scripts).
+void BM_Watchdog_Renew1000(benchmark::State& state) {
+  Client client(server_options());
+  std::vector<std::unique_ptr<Mutex>> held;
+  for (int i = 0; i < leases; ++i) {
+    held.push_back(std::make_unique<Mutex>(client, "bench:lease:" + std::to_string(i)));
+    if (!held.back()->try_lock()) {
+      state.SkipWithError("lease was not free");
+      return;
+    }
+  }
+  for (auto _ : state) client.watchdog().renew_all_now();
+}
+BENCHMARK(BM_Watchdog_Renew1000)->UseRealTime();
+
+// Its floor: 1,000 plain PEXPIREs sent as one pipeline.
+void BM_Raw_Pexpire1000_Pipelined(benchmark::State& state) {
+  const RawConnection redis = raw_connect(server_options());
+  std::vector<RawCommand> pexpires;
+  for (int i = 0; i < leases; ++i) {
+    const std::string key = "bench:raw-lease:" + std::to_string(i);
+    RawCommand{"SET", key, "tok", "PX", "30000"}.run(redis.get(), REDIS_REPLY_STATUS, state);
+    pexpires.push_back(RawCommand{"PEXPIRE", key, "30000"});
+  }
+  for (auto _ : state) {
+    for (const RawCommand& pexpire : pexpires) pexpire.append(redis.get());
+    if (!read_replies(redis.get(), leases, REDIS_REPLY_INTEGER, state)) break;
+  }
+}
+BENCHMARK(BM_Raw_Pexpire1000_Pipelined)->UseRealTime();
+
+}  // namespace
+}  // namespace distlock::bench

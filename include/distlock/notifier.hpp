@@ -1,0 +1,348 @@
+// Notifier: wakes lock waiters when a lock is released, instead of letting
+// them poll.
+//
+// One per Client, started on first use: one dedicated subscriber connection
+// and one thread that owns it. Releases publish on the lock's channel in the
+// same script as the delete. A waiter subscribes (and waits for the server to
+// confirm) before its next attempt, so a release that happens after that
+// attempt failed cannot slip by unseen; it then sleeps until a message, its
+// own timer or its deadline. Subscriptions are counted per channel and the
+// channel is unsubscribed when its last waiter leaves.
+//
+// Pub/sub delivers at most once. A lost message (or a subscriber connection
+// that dropped) only delays a waiter until its timer, which the lock never
+// sets beyond the holder's remaining lease; after a reconnect every waiter is
+// woken to look again, since releases may have been missed meanwhile.
+#pragma once
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "distlock/connection.hpp"
+#include "distlock/error.hpp"
+
+namespace distlock {
+
+/// The release notifications of one Redis endpoint. Thread-safe.
+class Notifier {
+  struct Channel;
+
+ public:
+  using clock = std::chrono::steady_clock;
+
+  /// A waiter's registered interest in one channel; unsubscribes (when it
+  /// is the channel's last) on destruction.
+  class Subscription {
+   public:
+    Subscription(Subscription&& other) noexcept
+        : notifier_(std::exchange(other.notifier_, nullptr)), channel_(other.channel_) {}
+    Subscription& operator=(Subscription&&) = delete;
+    Subscription(const Subscription&) = delete;
+    Subscription& operator=(const Subscription&) = delete;
+    ~Subscription() {
+      if (notifier_ != nullptr) notifier_->leave(*channel_);
+    }
+
+    /// Counts the wake-ups of this channel (messages, reconnects, wake()).
+    std::uint64_t generation() const { return notifier_->generation_of(*channel_); }
+
+    /// Sleeps until generation() differs from `seen` or `until` passes.
+    /// Returns true if woken by a wake-up.
+    bool wait(std::uint64_t seen, clock::time_point until) {
+      return notifier_->wait_on(*channel_, seen, until);
+    }
+
+    /// True while the server has confirmed this channel's subscription on a
+    /// live connection: only then can a release be relied on to wake us.
+    bool active() const { return notifier_->is_active(*channel_); }
+
+   private:
+    friend class Notifier;
+    Subscription(Notifier* notifier, Channel* channel) noexcept
+        : notifier_(notifier), channel_(channel) {}
+    Notifier* notifier_;
+    Channel* channel_;
+  };
+
+  /// Connects lazily from its own thread; `max_waiters` bounds the
+  /// subscriptions held at once.
+  Notifier(ConnectionOptions options, std::size_t max_waiters);
+  ~Notifier();
+
+  Notifier(const Notifier&) = delete;
+  Notifier& operator=(const Notifier&) = delete;
+
+  /// Registers interest in `channel` and waits, until `deadline` or one
+  /// command timeout at the latest, for the server to confirm the
+  /// subscription. The Subscription is returned either way (check active()).
+  /// Throws Error(too_many_waiters) past max_waiters.
+  Subscription subscribe(const std::string& channel, clock::time_point deadline);
+
+  /// Wakes every waiter of `channel` (as a message would).
+  void wake(const std::string& channel);
+
+  /// Channels with at least one waiter (for tests and diagnostics).
+  std::size_t channel_count() const;
+  /// Subscriber connections made so far (the first, plus reconnects).
+  std::uint64_t connects() const;
+
+ private:
+  struct Channel {
+    std::string name;
+    std::size_t waiters = 0;
+    std::uint64_t generation = 0;
+    bool confirmed = false;  // the server said "subscribe" on the current connection
+    bool sent = false;       // SUBSCRIBE written on the current connection
+    std::condition_variable changed;
+  };
+
+  void run();
+  bool connect_once();
+  void sync_subscriptions();
+  void handle(const Reply& reply);
+  void drop_connection();
+  void leave(Channel& channel);
+  std::uint64_t generation_of(Channel& channel);
+  bool wait_on(Channel& channel, std::uint64_t seen, clock::time_point until);
+  bool is_active(Channel& channel);
+  void poke() noexcept;
+
+  const ConnectionOptions options_;
+  const std::size_t max_waiters_;
+  const int wake_fd_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable connected_;
+  std::unordered_map<std::string, std::unique_ptr<Channel>> channels_;
+  std::size_t waiters_ = 0;
+  bool up_ = false;
+  bool stopping_ = false;
+  std::uint64_t connects_ = 0;
+
+  // Touched by the notifier thread only.
+  std::unique_ptr<Connection> connection_;
+  std::thread thread_;
+};
+
+inline Notifier::Notifier(ConnectionOptions options, std::size_t max_waiters)
+    : options_(std::move(options)),
+      max_waiters_(max_waiters),
+      wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (wake_fd_ < 0) throw Error(Errc::io_error, "eventfd failed for the notifier");
+  thread_ = std::thread([this] { run(); });
+}
+
+inline Notifier::~Notifier() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  poke();
+  thread_.join();
+  ::close(wake_fd_);
+}
+
+inline Notifier::Subscription Notifier::subscribe(const std::string& channel,
+                                                  clock::time_point deadline) {
+  std::unique_lock lock(mutex_);
+  if (waiters_ >= max_waiters_) {
+    throw Error(Errc::too_many_waiters,
+                "more than " + std::to_string(max_waiters_) + " waiters on " + options_.endpoint());
+  }
+  auto& slot = channels_[channel];
+  if (!slot) {
+    slot = std::make_unique<Channel>();
+    slot->name = channel;
+  }
+  Channel& entry = *slot;
+  ++entry.waiters;
+  ++waiters_;
+  Subscription subscription(this, &entry);
+  if (!entry.sent) {
+    lock.unlock();
+    poke();
+    lock.lock();
+  }
+  // Never wait on a subscriber connection that cannot be made: without a
+  // confirmation the waiter falls back to its timer.
+  const clock::time_point give_up = std::min(deadline, clock::now() + options_.command_timeout);
+  entry.changed.wait_until(lock, give_up, [&] { return entry.confirmed || stopping_; });
+  return subscription;
+}
+
+inline void Notifier::leave(Channel& channel) {
+  {
+    std::lock_guard lock(mutex_);
+    --waiters_;
+    if (--channel.waiters > 0) return;
+  }
+  poke();  // the thread unsubscribes and forgets channels nobody waits on
+}
+
+inline std::uint64_t Notifier::generation_of(Channel& channel) {
+  std::lock_guard lock(mutex_);
+  return channel.generation;
+}
+
+inline bool Notifier::wait_on(Channel& channel, std::uint64_t seen, clock::time_point until) {
+  std::unique_lock lock(mutex_);
+  return channel.changed.wait_until(lock, until, [&] { return channel.generation != seen; });
+}
+
+inline bool Notifier::is_active(Channel& channel) {
+  std::lock_guard lock(mutex_);
+  return up_ && channel.confirmed;
+}
+
+inline void Notifier::wake(const std::string& channel) {
+  std::lock_guard lock(mutex_);
+  if (const auto it = channels_.find(channel); it != channels_.end()) {
+    ++it->second->generation;
+    it->second->changed.notify_all();
+  }
+}
+
+inline std::size_t Notifier::channel_count() const {
+  std::lock_guard lock(mutex_);
+  return channels_.size();
+}
+
+inline std::uint64_t Notifier::connects() const {
+  std::lock_guard lock(mutex_);
+  return connects_;
+}
+
+inline void Notifier::poke() noexcept {
+  const std::uint64_t one = 1;
+  static_cast<void>(::write(wake_fd_, &one, sizeof one));
+}
+
+inline void Notifier::run() {
+  auto retry_pause = std::chrono::milliseconds(10);
+  for (;;) {
+    {
+      std::unique_lock lock(mutex_);
+      if (stopping_) return;
+    }
+    if (!connection_ && !connect_once()) {
+      // Back off before reconnecting, but wake at once to stop.
+      pollfd wake{wake_fd_, POLLIN, 0};
+      ::poll(&wake, 1, static_cast<int>(retry_pause.count()));
+      std::uint64_t drained;
+      static_cast<void>(::read(wake_fd_, &drained, sizeof drained));
+      retry_pause = std::min(retry_pause * 2, std::chrono::milliseconds(1000));
+      continue;
+    }
+    retry_pause = std::chrono::milliseconds(10);
+    try {
+      sync_subscriptions();
+      pollfd fds[2] = {{connection_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) continue;
+      if (fds[1].revents != 0) {
+        std::uint64_t drained;
+        static_cast<void>(::read(wake_fd_, &drained, sizeof drained));
+      }
+      if (fds[0].revents != 0) {
+        connection_->read_available();
+        while (std::optional<Reply> reply = connection_->next_buffered_reply()) handle(*reply);
+      }
+    } catch (const Error&) {
+      drop_connection();
+    }
+  }
+}
+
+inline bool Notifier::connect_once() {
+  try {
+    connection_ = std::make_unique<Connection>(options_);
+  } catch (const Error&) {
+    return false;
+  }
+  std::lock_guard lock(mutex_);
+  up_ = true;
+  ++connects_;
+  // Releases may have gone unannounced while we were away: everyone looks again.
+  for (auto& [name, channel] : channels_) {
+    channel->sent = false;
+    channel->confirmed = false;
+    ++channel->generation;
+    channel->changed.notify_all();
+  }
+  return true;
+}
+
+// Sends SUBSCRIBE for new channels and UNSUBSCRIBE for abandoned ones, and
+// forgets channels whose unsubscribe the server has confirmed.
+inline void Notifier::sync_subscriptions() {
+  std::vector<std::string> subscribe;
+  std::vector<std::string> unsubscribe;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& [name, channel] : channels_) {
+      if (channel->waiters > 0 && !channel->sent) {
+        subscribe.push_back(name);
+        channel->sent = true;
+      } else if (channel->waiters == 0 && channel->sent) {
+        unsubscribe.push_back(name);
+      }
+    }
+    // Nobody holds a Subscription to these, so nothing points at them.
+    for (auto it = channels_.begin(); it != channels_.end();) {
+      it = it->second->waiters == 0 ? channels_.erase(it) : std::next(it);
+    }
+  }
+  auto send = [&](std::string_view verb, const std::vector<std::string>& names) {
+    if (names.empty()) return;
+    std::vector<std::string_view> argv{verb};
+    argv.insert(argv.end(), names.begin(), names.end());
+    connection_->append_argv(argv);
+  };
+  send("SUBSCRIBE", subscribe);
+  send("UNSUBSCRIBE", unsubscribe);
+  if (!subscribe.empty() || !unsubscribe.empty()) connection_->flush();
+}
+
+inline void Notifier::handle(const Reply& reply) {
+  if (!reply.is_array() || reply.size() < 3) return;
+  const std::string_view kind = reply[0].str();
+  const std::string name(reply[1].str());
+  std::lock_guard lock(mutex_);
+  const auto it = channels_.find(name);
+  if (it == channels_.end()) return;
+  Channel& channel = *it->second;
+  if (kind == "message") {
+    ++channel.generation;
+  } else if (kind == "subscribe") {
+    channel.confirmed = true;
+  } else {
+    return;  // "unsubscribe" of an abandoned name that came back before the reply
+  }
+  channel.changed.notify_all();
+}
+
+inline void Notifier::drop_connection() {
+  connection_.reset();
+  std::lock_guard lock(mutex_);
+  up_ = false;
+  for (auto& [name, channel] : channels_) {
+    channel->sent = false;
+    channel->confirmed = false;
+  }
+}
+
+}  // namespace distlock

@@ -1,0 +1,241 @@
+// Tests for notifier.hpp: waiters woken by release announcements, against
+// real redis-servers. Waiters here use a policy that would sleep for an hour
+// between attempts, so only a notification (or the holder's lease running
+// out) can let them in within the test's bounds.
+#include "distlock/notifier.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "distlock/mutex.hpp"
+#include "distlock/simple_mutex.hpp"
+#include "support/fixture.hpp"
+#include "support/options.hpp"
+
+namespace distlock {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using SleepyMutex = BasicMutex<Client, FixedInterval>;
+const FixedInterval an_hour{1h};
+
+class NotifierTest : public testing::RedisClientTest {
+ protected:
+  long long pubsub_channels() {
+    return static_cast<long long>(client().command("PUBSUB", "CHANNELS").size());
+  }
+  // Waits (boundedly) for the notifier to drop its subscriptions.
+  bool eventually_no_channels() {
+    const auto deadline = Clock::now() + 5s;
+    while (Clock::now() < deadline) {
+      if (pubsub_channels() == 0 && client().notifier().channel_count() == 0) return true;
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
+  }
+};
+
+TEST_F(NotifierTest, ReleaseWakesAWaiterThatWouldOtherwiseSleep) {
+  SleepyMutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  SleepyMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  ASSERT_TRUE(holder.try_lock());
+  auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
+  // Let the waiter fail once and subscribe before the release.
+  const auto subscribed_by = Clock::now() + 5s;
+  while (pubsub_channels() == 0 && Clock::now() < subscribed_by) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(pubsub_channels(), 1);
+  const auto released = Clock::now();
+  holder.unlock();
+  ASSERT_TRUE(waiting.get());
+  EXPECT_LT(Clock::now() - released, 5s);  // far below the hour and the 30 s lease
+  EXPECT_TRUE(eventually_no_channels());
+}
+
+TEST_F(NotifierTest, NoMissedWakeUpUnderTightReleaseWaitInterleaving) {
+  SleepyMutex a(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  SleepyMutex b(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  for (int round = 0; round < 100; ++round) {
+    ASSERT_TRUE(a.try_lock()) << round;
+    auto waiting = std::async(std::launch::async, [&] { return b.try_lock_for(10s); });
+    // Release at varying points of the waiter's attempt/subscribe/sleep cycle.
+    std::this_thread::sleep_for(std::chrono::microseconds(round * 37 % 500));
+    a.unlock();
+    ASSERT_TRUE(waiting.get()) << "waiter missed the release in round " << round;
+    b.unlock();
+  }
+  EXPECT_TRUE(eventually_no_channels());
+}
+
+TEST_F(NotifierTest, HandoffStillWorksWhenTheSubscriberConnectionIsKilled) {
+  SleepyMutex holder(client(), "k", LockOptions{}.ttl(1500ms), an_hour);
+  SleepyMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  ASSERT_TRUE(holder.try_lock());
+  auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
+  const auto subscribed_by = Clock::now() + 5s;
+  while (pubsub_channels() == 0 && Clock::now() < subscribed_by) std::this_thread::sleep_for(1ms);
+  client().command("CLIENT", "KILL", "TYPE", "pubsub");
+  holder.unlock();  // the announcement may be lost with the connection
+  const auto released = Clock::now();
+  ASSERT_TRUE(waiting.get());
+  // Lost or not, the waiter is bounded by the holder's remaining lease.
+  EXPECT_LT(Clock::now() - released, 1500ms + 500ms);
+  const auto reconnected_by = Clock::now() + 5s;
+  while (client().notifier().connects() < 2 && Clock::now() < reconnected_by) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_GE(client().notifier().connects(), 2u);
+}
+
+TEST_F(NotifierTest, WaitersKeepWorkingWhileTheSubscriberIsDown) {
+  // Kill the subscriber repeatedly while holders hand the lock around.
+  std::atomic<bool> stop{false};
+  std::thread killer([&] {
+    Client admin(testing::client_options(server()));
+    while (!stop) {
+      admin.command("CLIENT", "KILL", "TYPE", "pubsub");
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  std::atomic<int> entered{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 3; ++t) {
+    workers.emplace_back([&] {
+      Mutex lock(client(), "k", LockOptions{}.ttl(300ms));
+      for (int i = 0; i < 10; ++i) {
+        if (lock.try_lock_for(10s)) {
+          ++entered;
+          std::this_thread::sleep_for(2ms);
+          lock.unlock();
+        }
+      }
+    });
+  }
+  for (auto& worker : workers) worker.join();
+  stop = true;
+  killer.join();
+  EXPECT_EQ(entered, 30);
+}
+
+TEST_F(NotifierTest, ManyWaitersLeaveNoSubscriptionsOrKeysBehind) {
+  constexpr int waiters = 50;
+  Mutex holder(client(), "k", LockOptions{}.ttl(30s));
+  ASSERT_TRUE(holder.try_lock());
+  std::vector<std::future<bool>> waiting;
+  std::atomic<int> done{0};
+  for (int i = 0; i < waiters; ++i) {
+    waiting.push_back(std::async(std::launch::async, [&] {
+      Mutex lock(client(), "k", LockOptions{}.ttl(30s));
+      const bool got = lock.try_lock_for(20s);
+      ++done;
+      return got;
+    }));
+  }
+  std::this_thread::sleep_for(100ms);
+  holder.unlock();
+  for (auto& w : waiting) EXPECT_TRUE(w.get());  // each released on scope exit
+  EXPECT_TRUE(eventually_no_channels());
+  EXPECT_EQ(client().command("DBSIZE").integer(), 0);
+}
+
+TEST_F(NotifierTest, WaiterBoundFailsAcquiresAtOnceWithAClearError) {
+  ClientOptions options = testing::client_options(server());
+  options.max_waiters = 2;
+  Client bounded(options);
+  Mutex holder(bounded, "k", LockOptions{}.ttl(30s));
+  ASSERT_TRUE(holder.try_lock());
+  std::vector<std::future<bool>> waiting;
+  std::vector<std::unique_ptr<Mutex>> locks;
+  for (int i = 0; i < 2; ++i) {
+    locks.push_back(std::make_unique<Mutex>(bounded, "k", LockOptions{}.ttl(30s)));
+    Mutex* lock = locks.back().get();
+    waiting.push_back(std::async(std::launch::async, [lock] {
+      const bool got = lock->try_lock_for(20s);
+      if (got) lock->unlock();
+      return got;
+    }));
+  }
+  const auto both_waiting_by = Clock::now() + 5s;
+  while (client().command("PUBSUB", "NUMSUB", "{k}:released")[1].integer() == 0 &&
+         Clock::now() < both_waiting_by) {
+    std::this_thread::sleep_for(1ms);
+  }
+  std::this_thread::sleep_for(50ms);
+  Mutex third(bounded, "k");
+  const auto start = Clock::now();
+  try {
+    static_cast<void>(third.try_lock_for(10s));
+    ADD_FAILURE() << "third waiter was admitted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), Errc::too_many_waiters);
+  }
+  EXPECT_LT(Clock::now() - start, 1s);
+  holder.unlock();
+  for (auto& w : waiting) EXPECT_TRUE(w.get());
+}
+
+TEST_F(NotifierTest, AWaiterCanBeCancelledFromAnotherThread) {
+  SleepyMutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  SleepyMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  ASSERT_TRUE(holder.try_lock());
+  auto timed = std::async(std::launch::async, [&] { return waiter.try_lock_for(20s); });
+  auto blocking = std::async(std::launch::async, [&] {
+    try {
+      waiter.lock();
+      return false;
+    } catch (const Error& error) {
+      return error.code() == Errc::cancelled;
+    }
+  });
+  std::this_thread::sleep_for(100ms);
+  const auto start = Clock::now();
+  waiter.cancel_waits();
+  EXPECT_FALSE(timed.get());
+  EXPECT_TRUE(blocking.get());
+  EXPECT_LT(Clock::now() - start, 2s);
+  EXPECT_TRUE(holder.owns_lock());
+  ASSERT_TRUE(holder.extend(30s));  // the holder is untouched
+}
+
+TEST_F(NotifierTest, CancellingAPollingWaiterWorksToo) {
+  BasicMutex<Client, FixedInterval> waiter(client(), "k", LockOptions{}.wake_on_release(false),
+                                           an_hour);
+  Mutex holder(client(), "k");
+  ASSERT_TRUE(holder.try_lock());
+  auto timed = std::async(std::launch::async, [&] { return waiter.try_lock_for(20s); });
+  std::this_thread::sleep_for(50ms);
+  waiter.cancel_waits();
+  EXPECT_FALSE(timed.get());
+}
+
+TEST_F(NotifierTest, WithoutWakeOnReleaseWaitersPollAtThePolicysPace) {
+  BasicMutex<Client, FixedInterval> waiter(client(), "k", LockOptions{}.wake_on_release(false),
+                                           FixedInterval(20ms));
+  Mutex holder(client(), "k", LockOptions{}.ttl(30s));
+  ASSERT_TRUE(holder.try_lock());
+  auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
+  std::this_thread::sleep_for(100ms);
+  holder.unlock();
+  EXPECT_TRUE(waiting.get());
+  EXPECT_EQ(pubsub_channels(), 0);  // never subscribed
+}
+
+TEST_F(NotifierTest, SimpleMutexReleasesAreAnnouncedToo) {
+  BasicSimpleMutex<Client, FixedInterval> holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  BasicSimpleMutex<Client, FixedInterval> waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  ASSERT_TRUE(holder.try_lock());
+  auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
+  const auto subscribed_by = Clock::now() + 5s;
+  while (pubsub_channels() == 0 && Clock::now() < subscribed_by) std::this_thread::sleep_for(1ms);
+  holder.unlock();
+  EXPECT_TRUE(waiting.get());
+}
+
+}  // namespace
+}  // namespace distlock

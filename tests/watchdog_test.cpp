@@ -1,0 +1,279 @@
+// Tests for watchdog.hpp: renewal while held, batched rounds, the lost-lease
+// signal, and silence after unlock, against real redis-servers.
+#include "distlock/watchdog.hpp"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "distlock/mutex.hpp"
+#include "distlock/simple_mutex.hpp"
+#include "support/fixture.hpp"
+#include "support/lock_helpers.hpp"
+#include "support/options.hpp"
+
+namespace distlock {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using testing::command_calls;
+
+// Records the lost-lease callback's calls.
+struct LostLog {
+  std::mutex mutex;
+  std::vector<LeaseInfo> lost;
+  std::vector<Clock::time_point> when;
+  LostCallback callback() {
+    return [this](const LeaseInfo& info) {
+      std::lock_guard guard(mutex);
+      lost.push_back(info);
+      when.push_back(Clock::now());
+    };
+  }
+  std::size_t count() {
+    std::lock_guard guard(mutex);
+    return lost.size();
+  }
+  bool wait_for_one(std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    while (count() == 0 && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    return count() > 0;
+  }
+};
+
+class WatchdogTest : public testing::RedisClientTest {};
+
+TEST_F(WatchdogTest, DefaultLeaseIsRenewedAndAnExplicitOneIsNot) {
+  EXPECT_TRUE(LockOptions{}.auto_renew());
+  EXPECT_FALSE(LockOptions{}.ttl(5s).auto_renew());
+  EXPECT_TRUE(LockOptions{}.ttl(5s).auto_renew(true).auto_renew());
+  EXPECT_FALSE(LockOptions{}.auto_renew(false).auto_renew());
+  Mutex renewed(client(), "a");
+  Mutex plain(client(), "b", LockOptions{}.ttl(5s));
+  ASSERT_TRUE(renewed.try_lock());
+  ASSERT_TRUE(plain.try_lock());
+  EXPECT_EQ(client().watchdog().size(), 1u);
+  renewed.unlock();
+  EXPECT_EQ(client().watchdog().size(), 0u);
+}
+
+TEST_F(WatchdogTest, RenewedHolderKeepsTheLockForTenLeasesAgainstCompetitors) {
+  const auto ttl = 300ms;
+  Mutex holder(client(), "k", LockOptions{}.ttl(ttl).auto_renew(true));
+  ASSERT_TRUE(holder.try_lock());
+  std::atomic<bool> stop{false};
+  std::atomic<int> stolen{0};
+  std::vector<std::thread> competitors;
+  for (int i = 0; i < 3; ++i) {
+    competitors.emplace_back([&] {
+      Mutex competitor(client(), "k", LockOptions{}.ttl(ttl));
+      while (!stop) {
+        if (competitor.try_lock_for(100ms)) {
+          ++stolen;
+          competitor.unlock();
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(10 * ttl);
+  stop = true;
+  for (auto& c : competitors) c.join();
+  EXPECT_EQ(stolen, 0);
+  EXPECT_FALSE(holder.lost());
+  EXPECT_GT(holder.validity(), 0ms);
+  EXPECT_EQ(holder.release(), Release::released);
+}
+
+TEST_F(WatchdogTest, ARoundOfManyLeasesIsBatchedNotOneCallPerLease) {
+  constexpr int leases = 1000;
+  std::vector<std::unique_ptr<Mutex>> locks;
+  for (int i = 0; i < leases; ++i) {
+    locks.push_back(std::make_unique<Mutex>(client(), "lease:" + std::to_string(i)));
+    ASSERT_TRUE(locks.back()->try_lock());
+  }
+  client().command("PEXPIRE", "lease:0", "5000");  // shortened: a renewal must restore it
+  client().command("CONFIG", "RESETSTAT");
+  client().watchdog().renew_all_now();
+  const testing::CommandCalls calls = command_calls(client());
+  EXPECT_LE(calls.of("evalsha") + calls.of("eval"),
+            static_cast<long long>((leases + Watchdog::batch_size - 1) / Watchdog::batch_size))
+      << calls.text;
+  EXPECT_GT(client().command("PTTL", "lease:0").integer(), 25000);
+  locks.clear();  // releases all
+  EXPECT_EQ(client().command("DBSIZE").integer(), 0);
+  EXPECT_EQ(client().watchdog().size(), 0u);
+}
+
+TEST_F(WatchdogTest, NoRenewalIsEverSentForAReleasedLease) {
+  Mutex lock(client(), "k", LockOptions{}.ttl(300ms).auto_renew(true));
+  ASSERT_TRUE(lock.try_lock());  // warm-up: the server caches the release script
+  lock.unlock();
+  client().command("CONFIG", "RESETSTAT");
+  constexpr int cycles = 10000;
+  for (int i = 0; i < cycles; ++i) {
+    ASSERT_TRUE(lock.try_lock());
+    lock.unlock();
+  }
+  std::this_thread::sleep_for(400ms);  // longer than a renewal period
+  const testing::CommandCalls calls = command_calls(client());
+  EXPECT_EQ(calls.of("set"), cycles);
+  EXPECT_EQ(calls.of("evalsha"), cycles) << "only the releases";  // no renewals
+  EXPECT_EQ(calls.of("eval"), 0);
+}
+
+TEST_F(WatchdogTest, LeaseTakenByAnotherTokenIsReportedLostAndLeftAlone) {
+  LostLog log;
+  Mutex lock(client(), "k", LockOptions{}.ttl(300ms).auto_renew(true).on_lost(log.callback()));
+  ASSERT_TRUE(lock.try_lock());
+  client().command("SET", "k", "somebody-else");
+  ASSERT_TRUE(log.wait_for_one(2s));
+  EXPECT_EQ(log.lost[0].reason, LostReason::taken);
+  EXPECT_EQ(log.lost[0].name(), "k");
+  EXPECT_EQ(log.lost[0].token, lock.token());
+  EXPECT_TRUE(lock.lost());
+  EXPECT_EQ(lock.validity(), 0ms);
+  EXPECT_FALSE(lock.extend(10s));  // never silently re-acquired
+  EXPECT_EQ(get("k"), "somebody-else");
+  EXPECT_FALSE(lock.owns_lock());
+}
+
+TEST_F(WatchdogTest, ReleaseOfALostLeaseReportsLostAndDeletesNothing) {
+  Mutex lock(client(), "k", LockOptions{}.ttl(300ms).auto_renew(true));
+  ASSERT_TRUE(lock.try_lock());
+  client().command("SET", "k", "somebody-else");
+  const auto deadline = Clock::now() + 2s;
+  while (!lock.lost() && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(lock.lost());
+  client().command("CONFIG", "RESETSTAT");
+  EXPECT_EQ(lock.release(), Release::lost);
+  EXPECT_EQ(command_calls(client()).of("evalsha"), 0);
+  EXPECT_EQ(get("k"), "somebody-else");
+}
+
+TEST_F(WatchdogTest, ClientPauseLongerThanTheLeaseIsReportedByItsExpiry) {
+  LostLog log;
+  const auto ttl = 600ms;
+  Mutex lock(client(), "k", LockOptions{}.ttl(ttl).auto_renew(true).on_lost(log.callback()));
+  ASSERT_TRUE(lock.try_lock());
+  std::this_thread::sleep_for(50ms);
+  const auto paused = Clock::now();
+  client().command("CLIENT", "PAUSE", "2000", "WRITE");
+  ASSERT_TRUE(log.wait_for_one(3s));
+  // The last confirmed renewal was sent before the pause, so the lease ends
+  // no later than pause + ttl; the report must come by then (plus the
+  // watchdog's wake-up slack).
+  EXPECT_LE(log.when[0] - paused, ttl + 50ms);
+  EXPECT_EQ(log.lost[0].reason, LostReason::expired);
+  EXPECT_TRUE(lock.lost());
+  EXPECT_EQ(lock.release(), Release::lost);
+  client().command("CLIENT", "UNPAUSE");
+}
+
+TEST_F(WatchdogTest, UnreachableServerIsReportedByTheLeasesExpiry) {
+  LostLog log;
+  const auto ttl = 500ms;
+  Mutex lock(client(), "k", LockOptions{}.ttl(ttl).auto_renew(true).on_lost(log.callback()));
+  ASSERT_TRUE(lock.try_lock());
+  const auto stopped = Clock::now();
+  server().pause();
+  const bool reported = log.wait_for_one(3s);
+  server().resume();
+  ASSERT_TRUE(reported);
+  EXPECT_LE(log.when[0] - stopped, ttl + 50ms);
+  EXPECT_TRUE(lock.lost());
+}
+
+TEST_F(WatchdogTest, RenewalCapLetsTheLeaseRunOut) {
+  LostLog log;
+  Mutex lock(client(), "k",
+             LockOptions{}.ttl(200ms).auto_renew(true).max_hold(500ms).on_lost(log.callback()));
+  ASSERT_TRUE(lock.try_lock());
+  const auto start = Clock::now();
+  ASSERT_TRUE(log.wait_for_one(3s));
+  EXPECT_GE(log.when[0] - start, 500ms);
+  EXPECT_LE(log.when[0] - start, 500ms + 200ms + 100ms);
+  EXPECT_EQ(log.lost[0].reason, LostReason::expired);
+  const auto gone_by = Clock::now() + 2s;
+  while (client().command("EXISTS", "k").integer() == 1 && Clock::now() < gone_by) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(client().command("EXISTS", "k").integer(), 0);
+}
+
+TEST_F(WatchdogTest, ACallbackThatThrowsDoesNotStopTheWatchdog) {
+  Mutex thrower(client(), "a",
+                LockOptions{}.ttl(300ms).auto_renew(true).on_lost(
+                    [](const LeaseInfo&) { throw std::runtime_error("boom"); }));
+  Mutex keeper(client(), "b", LockOptions{}.ttl(300ms).auto_renew(true));
+  ASSERT_TRUE(thrower.try_lock());
+  ASSERT_TRUE(keeper.try_lock());
+  client().command("SET", "a", "other");
+  std::this_thread::sleep_for(1s);
+  EXPECT_TRUE(thrower.lost());
+  EXPECT_FALSE(keeper.lost());
+  EXPECT_EQ(get("b"), keeper.token());
+}
+
+TEST_F(WatchdogTest, SimpleMutexLeasesAreRenewedWithoutScripts) {
+  SimpleMutex lock(client(), "k", LockOptions{}.ttl(300ms).auto_renew(true));
+  ASSERT_TRUE(lock.try_lock());
+  client().command("CONFIG", "RESETSTAT");
+  std::this_thread::sleep_for(1s);
+  EXPECT_FALSE(lock.lost());
+  EXPECT_EQ(get("k"), lock.token());
+  const testing::CommandCalls calls = command_calls(client());
+  EXPECT_GE(calls.of("pexpire"), 2);
+  EXPECT_EQ(calls.of("evalsha"), 0);
+  EXPECT_EQ(lock.release(), Release::released);
+}
+
+TEST_F(WatchdogTest, ExtendChangesTheLeaseTheWatchdogKeeps) {
+  Mutex lock(client(), "k", LockOptions{}.ttl(300ms).auto_renew(true));
+  ASSERT_TRUE(lock.try_lock());
+  ASSERT_TRUE(lock.extend(20s));
+  client().watchdog().renew_all_now();
+  EXPECT_GT(client().command("PTTL", "k").integer(), 15000);
+}
+
+TEST_F(WatchdogTest, KilledHolderProcessFreesTheLockWithinItsLease) {
+  const auto ttl = 1s;
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const ClientOptions where = testing::client_options(server());
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    Client own(where);
+    Mutex lock(own, "k", LockOptions{}.ttl(ttl).auto_renew(true));
+    lock.lock();
+    const char byte = 1;
+    static_cast<void>(::write(ready[1], &byte, 1));
+    for (;;) ::pause();  // renewed by the watchdog until killed
+  }
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  std::this_thread::sleep_for(2 * ttl);  // held past its lease: renewals work
+  ASSERT_EQ(client().command("EXISTS", "k").integer(), 1);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  const auto killed = Clock::now();
+  Mutex waiter(client(), "k", LockOptions{}.ttl(5s));
+  ASSERT_TRUE(waiter.try_lock_for(5s));
+  EXPECT_LE(Clock::now() - killed, ttl + ttl / 3 + 200ms);
+}
+
+}  // namespace
+}  // namespace distlock
