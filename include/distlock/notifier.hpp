@@ -6,8 +6,10 @@
 // same script as the delete. A waiter subscribes (and waits for the server to
 // confirm) before its next attempt, so a release that happens after that
 // attempt failed cannot slip by unseen; it then sleeps until a message, its
-// own timer or its deadline. Subscriptions are counted per channel and the
-// channel is unsubscribed when its last waiter leaves.
+// own timer or its deadline. Subscriptions are counted per channel; a channel
+// whose last waiter left stays subscribed for `linger` (so a lock that is
+// waited on again and again does not pay a SUBSCRIBE round trip each time)
+// and is then unsubscribed.
 //
 // Pub/sub delivers at most once. A lost message (or a subscriber connection
 // that dropped) only delays a waiter until its timer, which the lock never
@@ -106,14 +108,18 @@ class Notifier {
     std::string name;
     std::size_t waiters = 0;
     std::uint64_t generation = 0;
-    bool confirmed = false;  // the server said "subscribe" on the current connection
-    bool sent = false;       // SUBSCRIBE written on the current connection
+    bool confirmed = false;         // the server said "subscribe" on the current connection
+    bool sent = false;              // SUBSCRIBE written on the current connection
+    clock::time_point abandoned{};  // when waiters last dropped to zero
     std::condition_variable changed;
   };
 
+  /// How long a channel nobody waits on stays subscribed.
+  static constexpr std::chrono::milliseconds linger{50};
+
   void run();
   bool connect_once();
-  void sync_subscriptions();
+  int sync_subscriptions();
   void handle(const Reply& reply);
   void drop_connection();
   void leave(Channel& channel);
@@ -186,12 +192,11 @@ inline Notifier::Subscription Notifier::subscribe(const std::string& channel,
 }
 
 inline void Notifier::leave(Channel& channel) {
-  {
-    std::lock_guard lock(mutex_);
-    --waiters_;
-    if (--channel.waiters > 0) return;
-  }
-  poke();  // the thread unsubscribes and forgets channels nobody waits on
+  std::lock_guard lock(mutex_);
+  --waiters_;
+  // No wake-up for the thread: it unsubscribes lingering channels on its own
+  // timer, and a waiter's return is not delayed by it.
+  if (--channel.waiters == 0) channel.abandoned = clock::now();
 }
 
 inline std::uint64_t Notifier::generation_of(Channel& channel) {
@@ -250,9 +255,9 @@ inline void Notifier::run() {
     }
     retry_pause = std::chrono::milliseconds(10);
     try {
-      sync_subscriptions();
+      const int timeout_ms = sync_subscriptions();
       pollfd fds[2] = {{connection_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-      if (::poll(fds, 2, -1) < 0) continue;
+      if (::poll(fds, 2, timeout_ms) < 0) continue;
       if (fds[1].revents != 0) {
         std::uint64_t drained;
         static_cast<void>(::read(wake_fd_, &drained, sizeof drained));
@@ -286,24 +291,33 @@ inline bool Notifier::connect_once() {
   return true;
 }
 
-// Sends SUBSCRIBE for new channels and UNSUBSCRIBE for abandoned ones, and
-// forgets channels whose unsubscribe the server has confirmed.
-inline void Notifier::sync_subscriptions() {
+// Sends SUBSCRIBE for new channels and UNSUBSCRIBE for channels abandoned
+// longer than `linger`, which it then forgets. Returns the poll timeout (ms)
+// until the next look, or -1 when there are no channels at all.
+inline int Notifier::sync_subscriptions() {
   std::vector<std::string> subscribe;
   std::vector<std::string> unsubscribe;
+  clock::time_point next_due = clock::time_point::max();
   {
     std::lock_guard lock(mutex_);
-    for (auto& [name, channel] : channels_) {
-      if (channel->waiters > 0 && !channel->sent) {
-        subscribe.push_back(name);
-        channel->sent = true;
-      } else if (channel->waiters == 0 && channel->sent) {
-        unsubscribe.push_back(name);
-      }
-    }
-    // Nobody holds a Subscription to these, so nothing points at them.
+    const clock::time_point now = clock::now();
+    // leave() does not wake this thread, so while any channel is known the
+    // thread looks again at least every `linger`.
+    if (!channels_.empty()) next_due = now + linger;
     for (auto it = channels_.begin(); it != channels_.end();) {
-      it = it->second->waiters == 0 ? channels_.erase(it) : std::next(it);
+      Channel& channel = *it->second;
+      if (channel.waiters > 0) {
+        if (!channel.sent) subscribe.push_back(it->first);
+        channel.sent = true;
+      } else if (now - channel.abandoned < linger) {
+        next_due = std::min(next_due, channel.abandoned + linger);
+      } else {
+        // Nobody holds a Subscription to it, so nothing points at it.
+        if (channel.sent) unsubscribe.push_back(it->first);
+        it = channels_.erase(it);
+        continue;
+      }
+      ++it;
     }
   }
   auto send = [&](std::string_view verb, const std::vector<std::string>& names) {
@@ -315,6 +329,9 @@ inline void Notifier::sync_subscriptions() {
   send("SUBSCRIBE", subscribe);
   send("UNSUBSCRIBE", unsubscribe);
   if (!subscribe.empty() || !unsubscribe.empty()) connection_->flush();
+  if (next_due == clock::time_point::max()) return -1;
+  const auto wait = std::chrono::ceil<std::chrono::milliseconds>(next_due - clock::now());
+  return static_cast<int>(std::max<std::chrono::milliseconds::rep>(wait.count(), 0));
 }
 
 inline void Notifier::handle(const Reply& reply) {

@@ -60,25 +60,22 @@ return {1, fence}
 
 /// Watchdog renewal of many Mutex leases in one call. KEYS[i] lock i;
 /// ARGV[2i-1] its token, ARGV[2i] its TTL in ms. Each lease is extended only
-/// if it still holds its token. A key of another type counts as taken
-/// rather than failing the whole batch.
-/// Returns, per key: 1 extended, 0 no such key, -1 another token or type.
+/// if it still holds its token; a key of another type counts as gone rather
+/// than failing the whole batch (hence pcall).
+/// Returns the positions i of the leases found gone (usually none).
 inline constexpr Script renew_batch{
-    R"lua(local results = {}
-for i, key in ipairs(KEYS) do
-  local v = redis.pcall('get', key)
-  if v == ARGV[2 * i - 1] then
+    R"lua(local gone = {}
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  if redis.pcall('get', key) == ARGV[2 * i - 1] then
     redis.call('pexpire', key, ARGV[2 * i])
-    results[i] = 1
-  elseif v then
-    results[i] = -1
   else
-    results[i] = 0
+    gone[#gone + 1] = i
   end
 end
-return results
+return gone
 )lua",
-    "00becc6e084e084d94350436032df5f52bb86978"};
+    "e357e45b63bac6d9d361b28344acb348a782f8fa"};
 
 /// Every script above, for checks that cover them all.
 inline constexpr const Script* all[] = {&release, &extend, &acquire_fenced, &renew_batch};

@@ -80,15 +80,15 @@ class Watchdog {
   struct Entry {
     std::shared_ptr<detail::LeaseState> lease;
     RenewAlone renew_alone;
+    std::string ttl;  // lease->ttl in ms, as sent
     clock::time_point next_renewal;
     clock::time_point hold_until;
     bool in_flight = false;
   };
-  // One lease's part in a round, copied out so the round runs unlocked.
+  // One lease's part in a round. The round runs unlocked; an entry in
+  // flight is never erased (remove() waits), so the pointer stays valid.
   struct Work {
-    std::shared_ptr<detail::LeaseState> lease;
-    RenewAlone renew_alone;
-    std::string ttl;
+    Entry* entry;
     enum class Outcome { unknown, renewed, gone } outcome = Outcome::unknown;
   };
 
@@ -135,6 +135,7 @@ inline void Watchdog::add(std::shared_ptr<detail::LeaseState> lease, RenewAlone 
     entry.next_renewal = renewal_after(lease->acquired, lease->ttl);
     entry.hold_until = hold_until;
     entry.renew_alone = std::move(renew_alone);
+    entry.ttl = std::to_string(lease->ttl.count());
     const detail::LeaseState* key = lease.get();
     entry.lease = std::move(lease);
     entries_[key] = std::move(entry);
@@ -158,6 +159,7 @@ inline void Watchdog::extended(const detail::LeaseState& lease, std::chrono::mil
     const auto it = entries_.find(&lease);
     if (it == entries_.end()) return;
     it->second.lease->ttl = ttl;
+    it->second.ttl = std::to_string(ttl.count());
     it->second.next_renewal = renewal_after(sent, ttl);
     ++changes_;
   }
@@ -206,8 +208,7 @@ inline void Watchdog::run() {
       if (entry.lease->lost || (!all && entry.next_renewal > now)) continue;
       entry.in_flight = true;
       earliest_expiry = std::min(earliest_expiry, entry.lease->expires());
-      work.push_back(
-          Work{entry.lease, entry.renew_alone, std::to_string(entry.lease->ttl.count())});
+      work.push_back(Work{&entry});
     }
 
     const clock::time_point sent = clock::now();
@@ -221,9 +222,7 @@ inline void Watchdog::run() {
     std::vector<LostReason> reasons;
     const clock::time_point after = clock::now();
     for (Work& done : work) {
-      const auto it = entries_.find(done.lease.get());
-      if (it == entries_.end()) continue;
-      Entry& entry = it->second;
+      Entry& entry = *done.entry;
       entry.in_flight = false;
       if (done.outcome == Work::Outcome::renewed) {
         entry.lease->set_expires(sent + entry.lease->ttl);
@@ -290,8 +289,9 @@ inline void Watchdog::renew(std::vector<Work>& work, clock::time_point earliest_
     connection_->set_timeout(budget);
     std::vector<Work*> batched;
     for (Work& w : work) {
-      if (w.renew_alone) {
-        const detail::TokenCheck result = w.renew_alone(*connection_, *w.lease, w.ttl);
+      if (w.entry->renew_alone) {
+        const detail::TokenCheck result =
+            w.entry->renew_alone(*connection_, *w.entry->lease, w.entry->ttl);
         w.outcome =
             result == detail::TokenCheck::done ? Work::Outcome::renewed : Work::Outcome::gone;
       } else {
@@ -305,7 +305,7 @@ inline void Watchdog::renew(std::vector<Work>& work, clock::time_point earliest_
 }
 
 inline void Watchdog::renew_batches(std::vector<Work*>& batched) {
-  std::vector<std::vector<std::string_view>> calls;
+  std::vector<std::vector<std::string_view>> calls;  // keys, args, keys, args, ...
   for (std::size_t first = 0; first < batched.size(); first += batch_size) {
     const std::size_t count = std::min(batch_size, batched.size() - first);
     std::vector<std::string_view> keys;
@@ -313,9 +313,10 @@ inline void Watchdog::renew_batches(std::vector<Work*>& batched) {
     keys.reserve(count);
     args.reserve(2 * count);
     for (std::size_t i = first; i < first + count; ++i) {
-      keys.push_back(batched[i]->lease->key);
-      args.push_back(batched[i]->lease->token);
-      args.push_back(batched[i]->ttl);
+      const Entry& entry = *batched[i]->entry;
+      keys.push_back(entry.lease->key);
+      args.push_back(entry.lease->token);
+      args.push_back(entry.ttl);
     }
     connection_->append_evalsha(scripts::renew_batch, keys, args);
     calls.push_back(std::move(keys));
@@ -323,24 +324,31 @@ inline void Watchdog::renew_batches(std::vector<Work*>& batched) {
   }
   if (calls.empty()) return;
   connection_->flush();
+  // The script returns the (1-based) positions of the leases it found gone.
+  const auto settle = [&](std::size_t batch, const ReplyView& gone_positions) {
+    const std::size_t first = batch * batch_size;
+    const std::size_t count = std::min(batch_size, batched.size() - first);
+    for (std::size_t i = 0; i < count; ++i) batched[first + i]->outcome = Work::Outcome::renewed;
+    for (std::size_t g = 0; g < gone_positions.size(); ++g) {
+      const auto position = static_cast<std::size_t>(gone_positions[g].integer());
+      if (position >= 1 && position <= count) {
+        batched[first + position - 1]->outcome = Work::Outcome::gone;
+      }
+    }
+  };
   std::vector<std::size_t> unloaded;  // batches that met NOSCRIPT
-  for (std::size_t b = 0; b * batch_size < batched.size(); ++b) {
+  const std::size_t batches = calls.size() / 2;
+  for (std::size_t b = 0; b < batches; ++b) {
     const Reply& reply = connection_->read_reply();
     if (reply.is_error()) {
       if (classify_server_error(reply.str()) == ServerErrorKind::noscript) unloaded.push_back(b);
       continue;  // other errors: unknown, retried soon
     }
-    for (std::size_t i = 0; i < reply.size(); ++i) {
-      batched[b * batch_size + i]->outcome =
-          reply[i].integer() == 1 ? Work::Outcome::renewed : Work::Outcome::gone;
-    }
+    settle(b, reply.view());
   }
   for (const std::size_t b : unloaded) {
     const Reply reply = connection_->eval(scripts::renew_batch, calls[2 * b], calls[2 * b + 1]);
-    for (std::size_t i = 0; i < reply.size(); ++i) {
-      batched[b * batch_size + i]->outcome =
-          reply[i].integer() == 1 ? Work::Outcome::renewed : Work::Outcome::gone;
-    }
+    settle(b, reply.view());
   }
 }
 
