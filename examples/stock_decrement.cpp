@@ -32,6 +32,7 @@ long long run(const distlock::ClientOptions& where, int workers, int sales, bool
     distlock::Client redis(where);
     redis.command("SET", "stock", std::to_string(workers * sales));
   }
+  std::fflush(stdout);  // or the children would print it again
   std::vector<pid_t> children;
   for (int w = 0; w < workers; ++w) {
     const pid_t pid = ::fork();
