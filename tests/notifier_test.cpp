@@ -144,6 +144,24 @@ TEST_F(NotifierTest, ManyWaitersLeaveNoSubscriptionsOrKeysBehind) {
   EXPECT_EQ(client().command("DBSIZE").integer(), 0);
 }
 
+TEST_F(NotifierTest, ThousandsOfHoldersAndWaitersLeaveNothingBehind) {
+  constexpr int locks = 1000;
+  std::vector<std::unique_ptr<Mutex>> holders;
+  for (int i = 0; i < locks; ++i) {
+    holders.push_back(std::make_unique<Mutex>(client(), "many:" + std::to_string(i)));
+    ASSERT_TRUE(holders.back()->try_lock());  // renewed by the watchdog
+  }
+  // One waiter per lock: each fails, subscribes, waits briefly and gives up.
+  for (int i = 0; i < locks; ++i) {
+    Mutex waiter(client(), "many:" + std::to_string(i));
+    ASSERT_FALSE(waiter.try_lock_for(2ms));
+  }
+  holders.clear();
+  EXPECT_TRUE(eventually_no_channels());
+  EXPECT_EQ(client().command("DBSIZE").integer(), 0);
+  EXPECT_EQ(client().watchdog().size(), 0u);
+}
+
 TEST_F(NotifierTest, WaiterBoundFailsAcquiresAtOnceWithAClearError) {
   ClientOptions options = testing::client_options(server());
   options.max_waiters = 2;

@@ -93,7 +93,10 @@ class LeaseMutex {
 
   /// Attempts until acquired or `timeout` has passed on the steady clock. A
   /// zero or negative timeout makes exactly one attempt. False when the time
-  /// ran out or cancel_waits() was called.
+  /// ran out or cancel_waits() was called. No call waits on Redis past the
+  /// deadline: a reply that misses it counts as the time running out (the
+  /// attempt's key is removed if it landed); only a reply that misses the
+  /// command timeout, inside the deadline, throws TimeoutError.
   template <class Rep, class Period>
   [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
     return acquire(deadline_after(timeout), /*wait=*/true) == Outcome::acquired;
@@ -235,8 +238,10 @@ class LeaseMutex {
       const std::uint64_t seen = subscription ? subscription->generation() : 0;
       const clock::time_point sent = clock::now();
       const bool last_chance = !wait || sent >= deadline;
-      const Attempt result =
+      const std::optional<Attempt> answered =
           attempt_once(token, ttl, last_chance ? clock::time_point::max() : deadline);
+      if (!answered) return Outcome::timed_out;
+      const Attempt& result = *answered;
       if (result.acquired) {
         adopt(token, result.fence, sent);
         return Outcome::acquired;
@@ -249,13 +254,14 @@ class LeaseMutex {
         subscription.emplace(backend_.notifier().subscribe(keys_.channel, deadline));
         continue;
       }
-      const long long holder_pttl =
-          result.holder_pttl == -3 ? ask_pttl(deadline) : result.holder_pttl;
+      std::optional<long long> holder_pttl = result.holder_pttl;
+      if (result.holder_pttl == -3) holder_pttl = ask_pttl(deadline);
+      if (!holder_pttl) return Outcome::timed_out;
       // While the server confirms our subscription, the release announcement
       // is what wakes us; the holder's lease bounds the wait in case it is
       // lost. Otherwise we poll at the policy's pace.
       const bool announced = subscription && subscription->active();
-      const clock::time_point until = next_attempt_at(attempt, holder_pttl, deadline, announced);
+      const clock::time_point until = next_attempt_at(attempt, *holder_pttl, deadline, announced);
       if (subscription) {
         subscription->wait(seen, until);
       } else {
@@ -269,17 +275,23 @@ class LeaseMutex {
   // One attempt. A reply that never came is ambiguous (the server may have
   // set our key), so before the error reaches the caller we delete the key
   // if it holds our token: no lock is left that the caller thinks it lacks.
-  Attempt attempt_once(const std::string& token, const Decimal& ttl, clock::time_point deadline) {
+  // Returns nullopt when the reply did not come before the caller's own
+  // deadline (shorter than the command timeout): that is the caller's
+  // timeout, not a failure of Redis.
+  std::optional<Attempt> attempt_once(const std::string& token, const Decimal& ttl,
+                                      clock::time_point deadline) {
     auto connection = backend_.borrow();
-    if (deadline != clock::time_point::max()) {
-      connection->set_timeout(reply_timeout(deadline));
-    }
+    const std::chrono::milliseconds timeout = reply_timeout(deadline);
+    connection->set_timeout(timeout);
     try {
       return Protocol::acquire(*connection, keys_, token, ttl, options_.fencing());
     } catch (const Error& error) {
       const std::error_code code = error.code();
       if (code == Errc::timed_out || code == Errc::io_error || code == Errc::protocol_error) {
         clean_up_after_ambiguous_attempt(token, deadline);
+      }
+      if (code == Errc::timed_out && timeout < backend_.options().command_timeout) {
+        return std::nullopt;
       }
       throw;
     }
@@ -311,10 +323,18 @@ class LeaseMutex {
     return std::clamp(left, std::chrono::milliseconds(1), backend_.options().command_timeout);
   }
 
-  long long ask_pttl(clock::time_point deadline) {
+  // The holder's remaining lease; nullopt if the reply missed the caller's
+  // deadline (as for attempt_once).
+  std::optional<long long> ask_pttl(clock::time_point deadline) {
     auto connection = backend_.borrow();
-    connection->set_timeout(reply_timeout(deadline));
-    return connection->command("PTTL", keys_.key).integer();
+    const std::chrono::milliseconds timeout = reply_timeout(deadline);
+    connection->set_timeout(timeout);
+    try {
+      return connection->command("PTTL", keys_.key).integer();
+    } catch (const TimeoutError&) {
+      if (timeout < backend_.options().command_timeout) return std::nullopt;
+      throw;
+    }
   }
 
   // When to try again: after the policy's pause (or, when a release will be
