@@ -73,8 +73,10 @@ class LeaseMutex {
 
   /// Blocks until the lock is acquired. The first attempt is immediate (a
   /// free lock costs one round trip); after that the caller sleeps until the
-  /// holder's release is announced, the policy's pause or the holder's
-  /// remaining lease, whichever is first, and tries again.
+  /// holder's release is announced or the holder's lease ends, whichever is
+  /// first, and tries again (polling at the policy's pace instead while no
+  /// announcement can be relied on: subscription unconfirmed, or
+  /// wake_on_release(false)).
   /// Throws ConnectionError/TimeoutError/ServerError when Redis fails,
   /// Error(cancelled) after cancel_waits(), Error(too_many_waiters) when the
   /// Client's waiter bound is reached, and
