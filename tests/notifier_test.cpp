@@ -31,6 +31,12 @@ class NotifierTest : public testing::RedisClientTest {
   long long pubsub_channels() {
     return static_cast<long long>(client().command("PUBSUB", "CHANNELS").size());
   }
+  // Waits (boundedly) until a waiter has subscribed to a channel.
+  void wait_for_a_subscriber() {
+    const auto deadline = Clock::now() + 5s;
+    while (pubsub_channels() == 0 && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    ASSERT_GT(pubsub_channels(), 0) << "the waiter never subscribed";
+  }
   // Waits (boundedly) for the notifier to drop its subscriptions.
   bool eventually_no_channels() {
     const auto deadline = Clock::now() + 5s;
@@ -48,8 +54,7 @@ TEST_F(NotifierTest, ReleaseWakesAWaiterThatWouldOtherwiseSleep) {
   ASSERT_TRUE(holder.try_lock());
   auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
   // Let the waiter fail once and subscribe before the release.
-  const auto subscribed_by = Clock::now() + 5s;
-  while (pubsub_channels() == 0 && Clock::now() < subscribed_by) std::this_thread::sleep_for(1ms);
+  wait_for_a_subscriber();
   ASSERT_EQ(pubsub_channels(), 1);
   const auto released = Clock::now();
   holder.unlock();
@@ -78,8 +83,7 @@ TEST_F(NotifierTest, HandoffStillWorksWhenTheSubscriberConnectionIsKilled) {
   SleepyMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
   ASSERT_TRUE(holder.try_lock());
   auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
-  const auto subscribed_by = Clock::now() + 5s;
-  while (pubsub_channels() == 0 && Clock::now() < subscribed_by) std::this_thread::sleep_for(1ms);
+  wait_for_a_subscriber();
   client().command("CLIENT", "KILL", "TYPE", "pubsub");
   holder.unlock();  // the announcement may be lost with the connection
   const auto released = Clock::now();
@@ -249,8 +253,7 @@ TEST_F(NotifierTest, SimpleMutexReleasesAreAnnouncedToo) {
   BasicSimpleMutex<Client, FixedInterval> waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
   ASSERT_TRUE(holder.try_lock());
   auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
-  const auto subscribed_by = Clock::now() + 5s;
-  while (pubsub_channels() == 0 && Clock::now() < subscribed_by) std::this_thread::sleep_for(1ms);
+  wait_for_a_subscriber();
   holder.unlock();
   EXPECT_TRUE(waiting.get());
 }

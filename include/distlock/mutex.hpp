@@ -42,9 +42,7 @@ struct ScriptedLease {
       (attempt.acquired ? attempt.fence : attempt.holder_pttl) = reply[1].integer();
       return attempt;
     }
-    Attempt attempt;
-    attempt.acquired = connection.command("SET", keys.key, token, "NX", "PX", ttl).is_ok();
-    return attempt;
+    return set_if_absent(connection, keys, token, ttl);
   }
 
   static TokenCheck release(Connection& connection, const LeaseKeys& keys,

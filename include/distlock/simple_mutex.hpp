@@ -37,11 +37,8 @@ namespace detail {
 struct TransactionalLease {
   static Attempt acquire(Connection& connection, const LeaseKeys& keys, const std::string& token,
                          const Decimal& ttl, bool fencing) {
+    if (!fencing) return set_if_absent(connection, keys, token, ttl);
     Attempt attempt;
-    if (!fencing) {
-      attempt.acquired = connection.command("SET", keys.key, token, "NX", "PX", ttl).is_ok();
-      return attempt;
-    }
     connection.append("MULTI");
     connection.append("SET", keys.key, token, "NX", "PX", ttl);
     connection.append("INCR", keys.fence);

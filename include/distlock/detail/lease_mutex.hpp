@@ -53,6 +53,14 @@ struct Attempt {
   long long holder_pttl = -3;  ///< when refused: the holder's PTTL, -3 if not asked
 };
 
+/// The plain acquire both protocols share: SET NX PX, one atomic step.
+inline Attempt set_if_absent(Connection& connection, const LeaseKeys& keys,
+                             const std::string& token, const Decimal& ttl) {
+  Attempt attempt;
+  attempt.acquired = connection.command("SET", keys.key, token, "NX", "PX", ttl).is_ok();
+  return attempt;
+}
+
 template <class Protocol, class Backend, class Policy>
 class LeaseMutex {
  public:
