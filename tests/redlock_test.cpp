@@ -437,6 +437,20 @@ TEST_F(RedlockTest, RejectsWhatCannotBeARedlock) {
     EXPECT_NE(std::string(error.what()).find("fencing"), std::string::npos) << error.what();
   }
   EXPECT_THROW(Redlock(masters(), "k", RedlockOptions{}.fencing(true)), InvalidArgument);
+  // Nothing renews a Redlock or reports it lost; asking for it is an error.
+  try {
+    Redlock lock(masters(), "k", LockOptions{}.ttl(5s).auto_renew(true));
+    ADD_FAILURE() << "accepted auto_renew";
+  } catch (const InvalidArgument& error) {
+    EXPECT_NE(std::string(error.what()).find("extend()"), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(Redlock(masters(), "k", LockOptions{}.auto_renew(true)), InvalidArgument);
+  EXPECT_THROW(Redlock(masters(), "k", LockOptions{}.max_hold(1min)), InvalidArgument);
+  EXPECT_THROW(Redlock(masters(), "k", LockOptions{}.on_lost([](const LeaseInfo&) {})),
+               InvalidArgument);
+  EXPECT_NO_THROW(Redlock(masters(), "k", LockOptions{}.auto_renew(false)));
+  EXPECT_NO_THROW(Redlock(masters(), "k", LockOptions{}.wake_on_release(false)));
+  EXPECT_EQ(Redlock(masters(), "k").options().ttl(), 30s);  // the default lease, unrenewed
   EXPECT_THROW(Redlock(masters(), ""), InvalidArgument);
   EXPECT_THROW(Redlock(masters(), std::string(max_name_size + 1, 'x')), InvalidArgument);
   // A lease no longer than its drift allowance could never be held.

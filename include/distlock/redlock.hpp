@@ -44,6 +44,13 @@
 // What Redlock does not give:
 // - No fencing token. Counters kept on independent masters do not form one
 //   rising sequence, so LockOptions::fencing(true) is refused.
+// - No renewal behind the holder's back. Nothing renews a Redlock's lease
+//   but extend(), and nothing reports it lost: the Client's Watchdog and
+//   Notifier serve single-server locks. A Redlock given no ttl keeps the
+//   30 s default lease, unrenewed. LockOptions' auto_renew(true), max_hold
+//   and on_lost are refused rather than silently not honoured;
+//   wake_on_release does not apply (a waiter retries at its policy's pace),
+//   and release() never answers Release::lost.
 // - Safety rests on bounded clock drift and on masters that keep the keys
 //   they acknowledged: a master restarted without persistence forgets its
 //   locks, so keep a restarted master out for the longest TTL before it
@@ -213,6 +220,19 @@ class RedlockOptions : public LockOptions {
     return *this;
   }
 
+  // Renewal and wake-ups do not apply to a Redlock (see the top of this
+  // file). Deleted here, not inherited, because the inherited setters would
+  // return LockOptions and quietly drop the node timeout from the chain.
+  using LockOptions::auto_renew;
+  using LockOptions::max_hold;
+  using LockOptions::on_lost;
+  using LockOptions::wake_on_release;
+  RedlockOptions& auto_renew(bool) = delete;
+  template <class Rep, class Period>
+  RedlockOptions& max_hold(std::chrono::duration<Rep, Period>) = delete;
+  RedlockOptions& on_lost(LostCallback) = delete;
+  RedlockOptions& wake_on_release(bool) = delete;
+
   /// The longest a step waits for any one master; all masters are waited
   /// for at once, so a step takes at most about this long. Unset (zero),
   /// it is min(command_timeout of the masters, max(1 ms, ttl / 10)): short
@@ -241,8 +261,9 @@ class BasicRedlock {
 
   /// One Backend per master; they must outlive the lock. Validates at once
   /// and contacts no server. Throws InvalidArgument for no masters, a null
-  /// one, two with the same endpoint, a bad name, fencing(true), or a TTL
-  /// no longer than its drift allowance (under 3 ms).
+  /// one, two with the same endpoint, a bad name, a TTL no longer than its
+  /// drift allowance (under 3 ms), or options a Redlock cannot honour:
+  /// fencing(true), auto_renew(true), max_hold, on_lost.
   BasicRedlock(std::vector<Backend*> masters, std::string_view name, RedlockOptions options = {},
                Policy policy = {})
       : masters_(checked_masters(std::move(masters))),
@@ -306,7 +327,7 @@ class BasicRedlock {
   /// Releases on every master and says what they found: released when a
   /// quorum deleted our key (masters down in a minority do not matter; see
   /// last_attempt()); otherwise not_owner if any master holds another token
-  /// (ours ran out and someone took it), else expired. Throws NoQuorumError
+  /// (ours ran out and someone took it), else expired. Never lost. Throws NoQuorumError
   /// when fewer than a quorum of masters answered at all, and NotHeldError
   /// if this object holds nothing. Either way the object no longer holds
   /// the lock afterwards.
@@ -434,6 +455,16 @@ class BasicRedlock {
       throw InvalidArgument(
           "Redlock offers no fencing token: counters kept on independent masters do not form "
           "one rising sequence");
+    }
+    // auto_renew() also answers true by default when no ttl was set; with
+    // the ttl set (to what it already is) it answers true only if renewal
+    // was asked for.
+    LockOptions asked = options;
+    asked.ttl(options.ttl());
+    if (asked.auto_renew() || options.max_hold().count() > 0 || options.on_lost()) {
+      throw InvalidArgument(
+          "Redlock does not renew its lease on its own or report it lost: auto_renew(true), "
+          "max_hold and on_lost do not apply (extend() renews a Redlock)");
     }
     static_cast<void>(checked_lease(options.ttl(), "Redlock ttl"));
     return options;
