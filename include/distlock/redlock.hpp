@@ -233,8 +233,8 @@ class RedlockOptions : public LockOptions {
   RedlockOptions& on_lost(LostCallback) = delete;
   RedlockOptions& wake_on_release(bool) = delete;
 
-  /// The longest a step waits for any one master; all masters are waited
-  /// for at once, so a step takes at most about this long. Unset (zero),
+  /// The longest a step waits for any one master; the masters share one
+  /// deadline, so a step takes at most about this long. Unset (zero),
   /// it is min(command_timeout of the masters, max(1 ms, ttl / 10)): short
   /// enough that a dead master costs a small part of the lease. A longer
   /// one lets a slow master eat the validity: past the TTL, every attempt
