@@ -217,16 +217,17 @@ class FanOut {
     return true;
   }
 
-  // Called once poll() said the socket is readable. A reply of a few bytes,
-  // written by the server in one go, arrives whole, so the read does not
-  // block; a reply split in flight would wait at most the connection's own
-  // timeout for its rest.
+  // Called once poll() said the socket is readable: one read, which then
+  // does not block. A reply split in flight stays waited for, against the
+  // same deadline, until its rest arrives.
   void read_reply(Node& node) {
     Connection& connection = **node.connection;
     try {
-      const Reply& reply = connection.read_reply();
-      if (script_ != nullptr && !node.sent_eval && reply.is_error() &&
-          classify_server_error(reply.str()) == ServerErrorKind::noscript) {
+      connection.read_available();
+      std::optional<Reply> reply = connection.next_buffered_reply();
+      if (!reply) return;
+      if (script_ != nullptr && !node.sent_eval && reply->is_error() &&
+          classify_server_error(reply->str()) == ServerErrorKind::noscript) {
         // The server lost its script cache (restart, failover, SCRIPT
         // FLUSH): EVAL runs the script and caches it for next time.
         node.sent_eval = true;
@@ -234,7 +235,7 @@ class FanOut {
         connection.flush();
         return;
       }
-      node.reply = connection.take_last();
+      node.reply = std::move(*reply);
       node.state = State::replied;
     } catch (const Error& error) {
       fail(node, error.code() == Errc::timed_out ? State::timed_out : State::broken, error);
