@@ -592,7 +592,9 @@ TEST_F(RedlockTest, WorksWithStandardGuards) {
 }
 
 TEST_F(RedlockTest, ReleaseAfterExpiryLeavesTheSuccessorsLockAlone) {
-  Redlock first(masters(), "k", LockOptions{}.ttl(100ms));
+  // A short lease gets a short default node timeout (a tenth of it); these
+  // tests want the lease short, not the patience.
+  Redlock first(masters(), "k", RedlockOptions{}.ttl(300ms).node_timeout(250ms));
   Redlock second(masters(), "k", LockOptions{}.ttl(10s));
   ASSERT_TRUE(first.try_lock());
   const auto deadline = Clock::now() + 5s;
@@ -625,7 +627,7 @@ TEST_F(RedlockTest, ReleaseAfterLosingTheMajorityTakesOnlyItsOwnKeys) {
 }
 
 TEST_F(RedlockTest, ReleaseAfterExpiryWithNoSuccessorSaysExpired) {
-  Redlock lock(masters(), "k", LockOptions{}.ttl(50ms));
+  Redlock lock(masters(), "k", RedlockOptions{}.ttl(300ms).node_timeout(250ms));
   ASSERT_TRUE(lock.try_lock());
   const auto deadline = Clock::now() + 5s;
   for (std::size_t i = 0; i < count; ++i) {
