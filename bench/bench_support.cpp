@@ -75,6 +75,17 @@ void RawCommand::append(redisContext* context) const {
                          const_cast<const char**>(argv_.data()), lengths_.data());
 }
 
+bool flush(redisContext* context, benchmark::State& state) {
+  int done = 0;
+  while (done == 0) {
+    if (redisBufferWrite(context, &done) != REDIS_OK) {
+      state.SkipWithError(context->errstr);
+      return false;
+    }
+  }
+  return true;
+}
+
 bool read_replies(redisContext* context, int count, int expected_type, benchmark::State& state) {
   bool all_expected = true;
   for (int i = 0; i < count; ++i) {

@@ -49,6 +49,11 @@ class RawCommand {
   std::vector<std::size_t> lengths_;
 };
 
+/// Writes everything queued on context without reading a reply, so that
+/// commands to several servers are all on their way before any reply is
+/// awaited; false (and the error recorded on state) if the write failed.
+bool flush(redisContext* context, benchmark::State& state);
+
 /// The classic compare-and-delete, the cheapest safe release there is.
 inline constexpr std::string_view compare_and_delete_lua =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "

@@ -5,6 +5,8 @@
 // the caller did wrong (InvalidArgument) or what the infrastructure did
 // (ConnectionError, TimeoutError, ServerError) and for lease trouble
 // (LockLostError). Messages never contain credentials or lock tokens.
+// Redlock's NoQuorumError (Errc::no_quorum) lives in redlock.hpp, next to
+// the per-master results it carries.
 #pragma once
 
 #include <string>
@@ -27,6 +29,7 @@ enum class Errc {
   not_held,            ///< an operation needs a lock this object does not hold
   too_many_waiters,    ///< the Client's bound on waiting acquirers was reached
   cancelled,           ///< a wait was cancelled from another thread
+  no_quorum,           ///< too few of a Redlock's masters answered to decide
 };
 
 namespace detail {
@@ -47,6 +50,7 @@ class ErrorCategory final : public std::error_category {
       case Errc::not_held: return "lock not held";
       case Errc::too_many_waiters: return "too many waiters";
       case Errc::cancelled: return "wait cancelled";
+      case Errc::no_quorum: return "no quorum of masters answered";
     }
     return "unknown distlock error";
   }
