@@ -9,6 +9,7 @@
 #include "distlock/lock_options.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/notifier.hpp"
+#include "distlock/reentrant_mutex.hpp"
 #include "distlock/reply.hpp"
 #include "distlock/scripts.hpp"
 #include "distlock/simple_mutex.hpp"

@@ -77,7 +77,96 @@ return gone
 )lua",
     "e357e45b63bac6d9d361b28344acb348a782f8fa"};
 
+// ReentrantMutex and SharedMutex keep Redisson's layout (see their headers):
+// a hash at the lock's key whose fields are owner ids "<client>:<thread>"
+// with hold counts. Scripts that only read or release return 0 when the
+// hash is gone (expired) and -1 when it exists without our field (another
+// owner has it now).
+
+/// ReentrantMutex acquire: Redisson's RLock tryLock, step for step. KEYS[1]
+/// hash; ARGV[1] TTL in ms, ARGV[2] owner. Free, or already ours: count one
+/// more hold and (re)start the lease. Returns nil when acquired, else the
+/// holder's PTTL.
+inline constexpr Script reentrant_acquire{
+    R"lua(if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+return redis.call('pttl', KEYS[1])
+)lua",
+    "457424f39c0e88d00ed7fb050ed70f982d3d0db0"};
+
+/// ReentrantMutex acquire with a fencing token. KEYS[1] hash, KEYS[2] fence
+/// counter; ARGV as reentrant_acquire. The counter rises when the hash is
+/// created, before anything is written, so an INCR that fails (the counter
+/// is not a number) leaves nothing behind; an owner that already holds the
+/// lock gets the current fence. Returns {1, fence} when acquired, {0, pttl
+/// of the holder} otherwise.
+inline constexpr Script reentrant_acquire_fenced{
+    R"lua(local fence
+if redis.call('exists', KEYS[1]) == 0 then
+  fence = redis.pcall('incr', KEYS[2])
+  if type(fence) == 'table' then return fence end
+elseif redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  fence = tonumber(redis.call('get', KEYS[2])) or 0
+else
+  return {0, redis.call('pttl', KEYS[1])}
+end
+redis.call('hincrby', KEYS[1], ARGV[2], 1)
+redis.call('pexpire', KEYS[1], ARGV[1])
+return {1, fence}
+)lua",
+    "c093058ed827d5d27da927ebd14b77dd401c9a41"};
+
+/// ReentrantMutex release. KEYS[1] hash, KEYS[2] channel; ARGV[1] owner,
+/// ARGV[2] TTL in ms. One hold fewer; the last one deletes the hash and
+/// publishes "0", as Redisson's unlock does. Returns 1 released, 2 released
+/// but the owner still holds it (another lock object of the same thread),
+/// 0 no hash, -1 another owner's hash.
+inline constexpr Script reentrant_release{
+    R"lua(local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
+if not holds then return -redis.call('exists', KEYS[1]) end
+if holds > 1 then
+  redis.call('hincrby', KEYS[1], ARGV[1], -1)
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return 2
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], '0')
+return 1
+)lua",
+    "68bf5ec141ecbc4054053d93753c841f052f85cb"};
+
+/// ReentrantMutex extend. KEYS[1] hash; ARGV[1] owner, ARGV[2] TTL in ms.
+/// Returns 1 extended, 0 no hash, -1 another owner's hash.
+inline constexpr Script hash_field_extend{
+    R"lua(if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return 1
+end
+return -redis.call('exists', KEYS[1])
+)lua",
+    "feaca4b9523bdf43142ae1ed22979f971d1aad44"};
+
+/// Watchdog renewal of a ReentrantMutex hold or a SharedMutex write hold
+/// (ARGV[1] is then "<owner>:write"). KEYS[1] hash; ARGV[1] field, ARGV[2]
+/// TTL in ms. A key of another type counts as gone (pcall), as in
+/// renew_batch. Returns 1 renewed, 0 gone.
+inline constexpr Script hash_field_renew{
+    R"lua(if redis.pcall('hexists', KEYS[1], ARGV[1]) == 1 then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+)lua",
+    "eabfea41f54f30b7870fa094446ba8d0886a73f5"};
+
 /// Every script above, for checks that cover them all.
-inline constexpr const Script* all[] = {&release, &extend, &acquire_fenced, &renew_batch};
+inline constexpr const Script* all[] = {&release,           &extend,
+                                        &acquire_fenced,    &renew_batch,
+                                        &reentrant_acquire, &reentrant_acquire_fenced,
+                                        &reentrant_release, &hash_field_extend,
+                                        &hash_field_renew};
 
 }  // namespace distlock::scripts
