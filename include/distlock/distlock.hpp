@@ -12,6 +12,7 @@
 #include "distlock/reentrant_mutex.hpp"
 #include "distlock/reply.hpp"
 #include "distlock/scripts.hpp"
+#include "distlock/shared_mutex.hpp"
 #include "distlock/simple_mutex.hpp"
 #include "distlock/token.hpp"
 #include "distlock/version.hpp"
