@@ -31,6 +31,10 @@ const std::vector<Ratio> ratios = {
     {"BM_Mutex_Handoff", "BM_Raw_Handoff_PubSub", 1.5},
     {"BM_Mutex_Handoff", "BM_Mutex_Handoff_Polling50ms", 0.02},
     {"BM_Watchdog_Renew1000", "BM_Raw_Pexpire1000_Pipelined", 2.5},
+    {"BM_ReentrantMutex_LockUnlock", "BM_Raw_SetNxPx_EvalshaDel", 1.35},
+    {"BM_ReentrantMutex_Reenter", "BM_ReentrantMutex_LockUnlock", 0.05},
+    {"BM_SharedMutex_LockUnlockShared", "BM_Raw_SetNxPx_EvalshaDel", 1.6},
+    {"BM_SharedMutex_LockUnlock", "BM_Raw_SetNxPx_EvalshaDel", 1.6},
     {"BM_Redlock5_LockUnlock", "BM_Raw5_Parallel_SetNxPx_EvalshaDel", 1.3},
     {"BM_Redlock5_LockUnlock", "BM_Raw5_Sequential_SetNxPx_EvalshaDel", 0.6},
 };

@@ -1,6 +1,7 @@
 // Helpers for lock tests: a deliberately unsafe read-modify-write that only a
 // working lock keeps exact, child processes for cross-process exclusion, the
-// server's per-command call counts, and an out-of-memory check.
+// server's per-command call counts, an out-of-memory check, and a raw
+// subscriber that sees what a lock publishes.
 #pragma once
 
 #include <sys/wait.h>
@@ -8,6 +9,7 @@
 
 #include <chrono>
 #include <exception>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -16,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "distlock/client.hpp"
+#include "distlock/connection.hpp"
 #include "distlock/error.hpp"
 
 namespace distlock::testing {
@@ -103,5 +106,33 @@ inline void expect_oom_refuses_acquire(Client& client) {
   EXPECT_FALSE(other.owns_lock());
   EXPECT_EQ(client.command("EXISTS", "other").integer(), 0);
 }
+
+/// A connection subscribed to one channel, as another language's client
+/// would be: the payloads published there, in order.
+class RawSubscriber {
+ public:
+  RawSubscriber(const ConnectionOptions& where, const std::string& channel) : connection_(where) {
+    connection_.append("SUBSCRIBE", channel);
+    connection_.flush();
+    connection_.read_reply().throw_if_error();  // the server's confirmation
+  }
+
+  /// The next message's payload. Throws TimeoutError if none arrives within
+  /// the connection's command timeout (the subscriber is unusable then).
+  std::string next() {
+    for (;;) {
+      if (std::optional<Reply> reply = connection_.next_buffered_reply()) {
+        if (reply->size() == 3 && (*reply)[0].str() == "message") {
+          return std::string((*reply)[2].str());
+        }
+        continue;
+      }
+      connection_.read_available();
+    }
+  }
+
+ private:
+  Connection connection_;
+};
 
 }  // namespace distlock::testing

@@ -1,21 +1,17 @@
 // LeaseMutex: the single-key lease lock that Mutex and SimpleMutex share.
 //
-// Everything but the wire protocol lives here: validation, the acquire loop
-// with its policy, deadline and release notifications, the ambiguous-timeout
-// cleanup, the local record of the lease and its registration with the
-// Watchdog, and the Lockable / TimedLockable surface. The Protocol parameter
-// says how one attempt, one release and one extend are sent (a Lua script for
-// Mutex, WATCH/MULTI/EXEC for SimpleMutex); each is one atomic server step.
+// Everything but the wire protocol lives here: validation, the local record
+// of the lease, and the Lockable / TimedLockable surface over the acquire
+// loop, ambiguous-timeout cleanup and Watchdog registration that every lock
+// type shares (detail/acquire.hpp). The Protocol parameter says how one
+// attempt, one release and one extend are sent (a Lua script for Mutex,
+// WATCH/MULTI/EXEC for SimpleMutex); each is one atomic server step.
 #pragma once
 
-#include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -24,12 +20,12 @@
 
 #include "distlock/acquire_policy.hpp"
 #include "distlock/connection.hpp"
+#include "distlock/detail/acquire.hpp"
 #include "distlock/detail/args.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
-#include "distlock/notifier.hpp"
 #include "distlock/token.hpp"
 #include "distlock/watchdog.hpp"
 
@@ -44,13 +40,6 @@ struct LeaseKeys {
   std::string key;      ///< holds the token, with the lease as its PTTL
   std::string fence;    ///< fencing counter (INCR per acquisition)
   std::string channel;  ///< release announcements
-};
-
-/// What one acquire attempt found.
-struct Attempt {
-  bool acquired = false;
-  long long fence = 0;         ///< with fencing, when acquired
-  long long holder_pttl = -3;  ///< when refused: the holder's PTTL, -3 if not asked
 };
 
 /// The plain acquire both protocols share: SET NX PX, one atomic step.
@@ -197,10 +186,7 @@ class LeaseMutex {
   /// acquire or the last (auto-)renewal was sent; zero when not held or lost.
   std::chrono::milliseconds validity() const noexcept {
     std::lock_guard guard(state_mutex_);
-    if (!held_ || (lease_ && lease_->lost)) return std::chrono::milliseconds(0);
-    const clock::time_point expires = lease_ ? lease_->expires() : expires_;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(expires - clock::now());
-    return std::max(left, std::chrono::milliseconds(0));
+    return held_ ? time_left(lease_, expires_) : std::chrono::milliseconds(0);
   }
 
   /// The token of the current lease; empty when not held.
@@ -222,11 +208,7 @@ class LeaseMutex {
   /// try_lock_for/until return false, lock() throws Error(cancelled).
   /// Callable from any thread; acquires that start later are unaffected.
   void cancel_waits() {
-    {
-      std::lock_guard guard(state_mutex_);
-      ++cancel_generation_;
-    }
-    cancelled_.notify_all();
+    cancellation_.cancel();
     if (options_.wake_on_release()) backend_.notifier().wake(keys_.channel);
   }
 
@@ -235,160 +217,48 @@ class LeaseMutex {
   const LockOptions& options() const noexcept { return options_; }
 
  private:
-  enum class Outcome { acquired, timed_out, cancelled };
-
   Outcome acquire(clock::time_point deadline, bool wait) {
     const std::uint64_t cancel_seen = check_not_held_by_this_thread();
     const std::string token = make_token();
     const Decimal ttl(options_.ttl().count());
-    std::optional<Notifier::Subscription> subscription;
-    for (unsigned attempt = 1;; ++attempt) {
-      // Read before the attempt, so a release announced between a failed
-      // attempt and the sleep ends that sleep at once.
-      const std::uint64_t seen = subscription ? subscription->generation() : 0;
-      const clock::time_point sent = clock::now();
-      const bool last_chance = !wait || sent >= deadline;
-      const std::optional<Attempt> answered =
-          attempt_once(token, ttl, last_chance ? clock::time_point::max() : deadline);
-      if (!answered) return Outcome::timed_out;
-      const Attempt& result = *answered;
-      if (result.acquired) {
-        adopt(token, result.fence, sent);
-        return Outcome::acquired;
-      }
-      if (last_chance) return Outcome::timed_out;
-      if (cancelled_since(cancel_seen)) return Outcome::cancelled;
-      if (!subscription && options_.wake_on_release()) {
-        // Subscribed (and confirmed) before the next attempt: a release from
-        // now on cannot go unannounced to us.
-        subscription.emplace(backend_.notifier().subscribe(keys_.channel, deadline));
-        continue;
-      }
-      std::optional<long long> holder_pttl = result.holder_pttl;
-      if (result.holder_pttl == -3) holder_pttl = ask_pttl(deadline);
-      if (!holder_pttl) return Outcome::timed_out;
-      // While the server confirms our subscription, the release announcement
-      // is what wakes us; the holder's lease bounds the wait in case it is
-      // lost. Otherwise we poll at the policy's pace.
-      const bool announced = subscription && subscription->active();
-      const clock::time_point until = next_attempt_at(attempt, *holder_pttl, deadline, announced);
-      if (subscription) {
-        subscription->wait(seen, until);
-      } else {
-        std::unique_lock guard(state_mutex_);
-        cancelled_.wait_until(guard, until, [&] { return cancel_generation_ != cancel_seen; });
-      }
-      if (cancelled_since(cancel_seen)) return Outcome::cancelled;
-    }
+    return acquire_loop(
+        backend_, options_, policy_, keys_.key, keys_.channel, cancellation_, cancel_seen, deadline,
+        wait, [&](clock::time_point sent, clock::time_point reply_deadline) {
+          const std::optional<Attempt> result = attempt_once(token, ttl, reply_deadline);
+          if (result && result->acquired) adopt(token, result->fence, sent);
+          return result;
+        });
   }
 
-  // One attempt. A reply that never came is ambiguous (the server may have
-  // set our key), so before the error reaches the caller we delete the key
-  // if it holds our token: no lock is left that the caller thinks it lacks.
-  // Returns nullopt when the reply did not come before the caller's own
-  // deadline (shorter than the command timeout): that is the caller's
-  // timeout, not a failure of Redis.
+  // One attempt; if its reply never came, the key is deleted if it holds
+  // our token.
   std::optional<Attempt> attempt_once(const std::string& token, const Decimal& ttl,
                                       clock::time_point deadline) {
-    auto connection = backend_.borrow();
-    const std::chrono::milliseconds timeout = reply_timeout(deadline);
-    connection->set_timeout(timeout);
-    try {
-      return Protocol::acquire(*connection, keys_, token, ttl, options_.fencing());
-    } catch (const Error& error) {
-      const std::error_code code = error.code();
-      if (code == Errc::timed_out || code == Errc::io_error || code == Errc::protocol_error) {
-        clean_up_after_ambiguous_attempt(token, deadline);
-      }
-      if (code == Errc::timed_out && timeout < backend_.options().command_timeout) {
-        return std::nullopt;
-      }
-      throw;
-    }
-  }
-
-  void clean_up_after_ambiguous_attempt(const std::string& token,
-                                        clock::time_point deadline) noexcept {
-    try {
-      auto connection = backend_.borrow();
-      // A little past the caller's deadline is better than a lock left behind
-      // for a whole lease; a server that cannot answer in this budget gets the
-      // lease's expiry instead.
-      constexpr std::chrono::milliseconds cleanup_floor(10);
-      if (deadline != clock::time_point::max()) {
-        connection->set_timeout(std::max(reply_timeout(deadline), cleanup_floor));
-      }
-      static_cast<void>(Protocol::release(*connection, keys_, token));
-    } catch (...) {
-      // Best effort: if Redis cannot be reached now, the lease expires.
-    }
-  }
-
-  // The reply timeout for a call with a deadline: no longer than the time
-  // left, no longer than the configured command timeout.
-  std::chrono::milliseconds reply_timeout(clock::time_point deadline) const {
-    if (deadline == clock::time_point::max()) return backend_.options().command_timeout;
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
-    return std::clamp(left, std::chrono::milliseconds(1), backend_.options().command_timeout);
-  }
-
-  // The holder's remaining lease; nullopt if the reply missed the caller's
-  // deadline (as for attempt_once).
-  std::optional<long long> ask_pttl(clock::time_point deadline) {
-    auto connection = backend_.borrow();
-    const std::chrono::milliseconds timeout = reply_timeout(deadline);
-    connection->set_timeout(timeout);
-    try {
-      return connection->command("PTTL", keys_.key).integer();
-    } catch (const TimeoutError&) {
-      if (timeout < backend_.options().command_timeout) return std::nullopt;
-      throw;
-    }
-  }
-
-  // When to try again: after the policy's pause (or, when a release will be
-  // announced, no pause of our own), but no later than the deadline nor the
-  // end of the holder's lease (the lock is free then). A PTTL of -1 (a key
-  // with no expiry, not ours) leaves the policy's pause.
-  clock::time_point next_attempt_at(unsigned attempt, long long holder_pttl,
-                                    clock::time_point deadline, bool announced) const {
-    std::chrono::nanoseconds pause = announced && holder_pttl >= 0
-                                         ? std::chrono::nanoseconds::max()
-                                         : policy_.pause(attempt, jitter_unit());
-    if (holder_pttl >= 0) {
-      pause = std::min<std::chrono::nanoseconds>(pause, std::chrono::milliseconds(holder_pttl));
-    } else if (holder_pttl == -2) {
-      pause = std::chrono::nanoseconds(0);  // released since our attempt: go again now
-    }
-    const clock::time_point now = clock::now();
-    return deadline - now < pause ? deadline : now + pause;
+    return attempt_or_undo(
+        backend_, deadline,
+        [&](Connection& connection) {
+          return Protocol::acquire(connection, keys_, token, ttl, options_.fencing());
+        },
+        [&](Connection& connection) {
+          static_cast<void>(Protocol::release(connection, keys_, token));
+        });
   }
 
   // Returns the cancel generation an acquire starting now must watch.
   std::uint64_t check_not_held_by_this_thread() const {
-    std::lock_guard guard(state_mutex_);
-    if (held_ && owner_ == std::this_thread::get_id()) {
-      throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
-                              keys_.key + " is already held by this thread");
+    {
+      std::lock_guard guard(state_mutex_);
+      if (held_ && owner_ == std::this_thread::get_id()) {
+        throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
+                                keys_.key + " is already held by this thread");
+      }
     }
-    return cancel_generation_;
-  }
-
-  bool cancelled_since(std::uint64_t seen) const {
-    std::lock_guard guard(state_mutex_);
-    return cancel_generation_ != seen;
+    return cancellation_.generation();
   }
 
   void adopt(const std::string& token, long long fence, clock::time_point sent) {
-    std::shared_ptr<LeaseState> lease;
-    if (options_.auto_renew()) {
-      lease =
-          std::make_shared<LeaseState>(keys_.key, token, options_.ttl(), sent, options_.on_lost());
-      const clock::time_point hold_until =
-          options_.max_hold().count() > 0 ? sent + options_.max_hold() : clock::time_point::max();
-      backend_.watchdog().add(lease, Protocol::renewer(keys_), hold_until);
-    }
+    std::shared_ptr<LeaseState> lease =
+        watch_lease(backend_, options_, keys_.key, token, sent, Protocol::renewer(keys_));
     std::lock_guard guard(state_mutex_);
     held_ = true;
     token_ = token;
@@ -440,14 +310,13 @@ class LeaseMutex {
   // object, as they would a std::mutex, so this is guarded; Redis, not this
   // mutex, decides who holds the lock.
   mutable std::mutex state_mutex_;
-  std::condition_variable cancelled_;
   bool held_ = false;
   std::string token_;
   long long fence_ = 0;
   clock::time_point expires_{};
   std::thread::id owner_{};
   std::shared_ptr<LeaseState> lease_;  // set while the watchdog renews it
-  std::uint64_t cancel_generation_ = 0;
+  Cancellation cancellation_;
 };
 
 }  // namespace distlock::detail
