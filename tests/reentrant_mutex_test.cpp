@@ -98,6 +98,9 @@ TEST_F(ReentrantMutexTest, CompanionNamesKeepTheNamesHashTag) {
   EXPECT_EQ(tagged.channel(), "redisson_lock__channel:{user:7}:tree");
   ASSERT_TRUE(tagged.try_lock());
   EXPECT_EQ(get("{user:7}:tree:fence"), std::to_string(tagged.fence()));
+  // Redisson looks for any '{', not for a hash tag; a Java client names
+  // the channel of "odd{name" without braces, so we must too.
+  EXPECT_EQ(ReentrantMutex(client(), "odd{name").channel(), "redisson_lock__channel:odd{name");
   ReentrantMutex plain(client(), "tree", LockOptions{}.key_prefix("locks:").fencing(true));
   EXPECT_EQ(plain.channel(), "redisson_lock__channel:{locks:tree}");
   ASSERT_TRUE(plain.try_lock());

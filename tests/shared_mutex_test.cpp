@@ -152,6 +152,10 @@ TEST_F(SharedMutexTest, CompanionNamesKeepTheNamesHashTag) {
   EXPECT_EQ(lock.channel(), "redisson_rwlock:{cat}:x");
   ASSERT_TRUE(lock.try_lock_shared());
   EXPECT_EQ(get("{cat}:x:" + lock.owner_id() + ":rwlock_timeout:1"), "1");
+  SharedMutex odd(client(), "odd{name");  // any '{' counts, as in Redisson
+  EXPECT_EQ(odd.channel(), "redisson_rwlock:odd{name");
+  ASSERT_TRUE(odd.try_lock_shared());
+  EXPECT_EQ(get("odd{name:" + odd.owner_id() + ":rwlock_timeout:1"), "1");
   SharedMutex prefixed(client(), "x", LockOptions{}.key_prefix("locks:"));
   EXPECT_EQ(prefixed.channel(), "redisson_rwlock:{locks:x}");
   ASSERT_TRUE(prefixed.try_lock_shared());
