@@ -419,6 +419,48 @@ TEST_F(RedlockTest, ExtendWithAMajorityDownThrowsAndKeepsTheLease) {
   EXPECT_EQ(lock.last_attempt().step, RedlockStep::extend);
 }
 
+TEST_F(RedlockTest, WatchdogRenewalKeepsTheLeaseWhileAMajorityLives) {
+  std::atomic<int> lost_calls{0};
+  const auto ttl = 600ms;
+  Redlock lock(
+      masters(), "renewed",
+      RedlockOptions{}.ttl(ttl).auto_renew(true).on_lost([&](const LeaseInfo&) { ++lost_calls; }));
+  ASSERT_TRUE(lock.try_lock());
+  std::this_thread::sleep_for(ttl);
+  server(4).kill();  // a master dies mid-hold
+  std::this_thread::sleep_for(3 * ttl);
+  EXPECT_FALSE(lock.lost());
+  EXPECT_EQ(lost_calls, 0);
+  EXPECT_GT(lock.validity(), 0ms);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(on(i, {"GET", "renewed"}), lock.token()) << i;
+  // With a majority gone no renewal can reach a quorum: the loss is
+  // reported by the end of the validity.
+  server(3).kill();
+  server(2).kill();
+  const auto majority_gone = Clock::now();
+  while (!lock.lost() && Clock::now() - majority_gone < 3 * ttl) std::this_thread::sleep_for(5ms);
+  EXPECT_TRUE(lock.lost());
+  EXPECT_LE(Clock::now() - majority_gone, ttl + 100ms);
+  EXPECT_EQ(lost_calls, 1);
+  EXPECT_EQ(lock.release(), Release::lost);
+}
+
+TEST_F(RedlockTest, WatchdogRenewalLosesTheLeaseWhenAMajorityLostTheKey) {
+  std::atomic<int> lost_calls{0};
+  Redlock lock(masters(), "renewed",
+               RedlockOptions{}.ttl(600ms).auto_renew(true).on_lost([&](const LeaseInfo& info) {
+                 if (info.reason == LostReason::taken) ++lost_calls;
+               }));
+  ASSERT_TRUE(lock.try_lock());
+  for (std::size_t i = 0; i < 3; ++i) on(i, {"SET", "renewed", "someone-else"});
+  const auto deadline = Clock::now() + 2s;
+  while (!lock.lost() && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  EXPECT_TRUE(lock.lost());
+  EXPECT_EQ(lost_calls, 1);
+  EXPECT_FALSE(lock.extend(10s));  // never revived
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(on(i, {"GET", "renewed"}), "someone-else");
+}
+
 TEST_F(RedlockTest, RejectsWhatCannotBeARedlock) {
   EXPECT_THROW(Redlock(std::vector<Client*>{}, "k"), InvalidArgument);
   EXPECT_THROW(Redlock({&client(0), nullptr, &client(1)}, "k"), InvalidArgument);
@@ -437,14 +479,8 @@ TEST_F(RedlockTest, RejectsWhatCannotBeARedlock) {
     EXPECT_NE(std::string(error.what()).find("fencing"), std::string::npos) << error.what();
   }
   EXPECT_THROW(Redlock(masters(), "k", RedlockOptions{}.fencing(true)), InvalidArgument);
-  // Nothing renews a Redlock or reports it lost; asking for it is an error.
-  try {
-    Redlock lock(masters(), "k", LockOptions{}.ttl(5s).auto_renew(true));
-    ADD_FAILURE() << "accepted auto_renew";
-  } catch (const InvalidArgument& error) {
-    EXPECT_NE(std::string(error.what()).find("extend()"), std::string::npos) << error.what();
-  }
-  EXPECT_THROW(Redlock(masters(), "k", LockOptions{}.auto_renew(true)), InvalidArgument);
+  // Renewal is opt-in; its cap and callback mean nothing without it.
+  EXPECT_NO_THROW(Redlock(masters(), "k", LockOptions{}.ttl(5s).auto_renew(true)));
   EXPECT_THROW(Redlock(masters(), "k", LockOptions{}.max_hold(1min)), InvalidArgument);
   EXPECT_THROW(Redlock(masters(), "k", LockOptions{}.on_lost([](const LeaseInfo&) {})),
                InvalidArgument);

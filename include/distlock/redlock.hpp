@@ -44,13 +44,17 @@
 // What Redlock does not give:
 // - No fencing token. Counters kept on independent masters do not form one
 //   rising sequence, so LockOptions::fencing(true) is refused.
-// - No renewal behind the holder's back. Nothing renews a Redlock's lease
-//   but extend(), and nothing reports it lost: the Client's Watchdog and
-//   Notifier serve single-server locks. A Redlock given no ttl keeps the
-//   30 s default lease, unrenewed. LockOptions' auto_renew(true), max_hold
-//   and on_lost are refused rather than silently not honoured;
-//   wake_on_release does not apply (a waiter retries at its policy's pace),
-//   and release() never answers Release::lost.
+// - No renewal unless asked. A Redlock keeps its lease (the 30 s default
+//   when no ttl is given) unless it is given auto_renew(true): then the
+//   Watchdog of the first master's Client renews it about every ttl/3 with
+//   an extend on every master, which needs a quorum like extend() does. A
+//   renewal a majority refuses (key gone or taken) loses the lease; one too
+//   few masters answer is tried again until the validity (ttl minus the
+//   drift allowance, from the last quorum renewal) runs out, and then the
+//   lease is lost; either way lost() turns true, on_lost is called and
+//   release() answers Release::lost, sending nothing. max_hold and on_lost
+//   need auto_renew(true). wake_on_release does not apply (a waiter retries
+//   at its policy's pace).
 // - Safety rests on bounded clock drift and on masters that keep the keys
 //   they acknowledged: a master restarted without persistence forgets its
 //   locks, so keep a restarted master out for the longest TTL before it
@@ -73,6 +77,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <functional>
@@ -220,17 +225,26 @@ class RedlockOptions : public LockOptions {
     return *this;
   }
 
-  // Renewal and wake-ups do not apply to a Redlock (see the top of this
-  // file). Deleted here, not inherited, because the inherited setters would
-  // return LockOptions and quietly drop the node timeout from the chain.
+  // Renewal is opt-in for a Redlock (see the top of this file); wake-ups do
+  // not apply. Redeclared, not inherited, because the inherited setters
+  // would return LockOptions and quietly drop the node timeout from the chain.
   using LockOptions::auto_renew;
   using LockOptions::max_hold;
   using LockOptions::on_lost;
   using LockOptions::wake_on_release;
-  RedlockOptions& auto_renew(bool) = delete;
+  RedlockOptions& auto_renew(bool on) noexcept {
+    LockOptions::auto_renew(on);
+    return *this;
+  }
   template <class Rep, class Period>
-  RedlockOptions& max_hold(std::chrono::duration<Rep, Period>) = delete;
-  RedlockOptions& on_lost(LostCallback) = delete;
+  RedlockOptions& max_hold(std::chrono::duration<Rep, Period> cap) {
+    LockOptions::max_hold(cap);
+    return *this;
+  }
+  RedlockOptions& on_lost(LostCallback callback) {
+    LockOptions::on_lost(std::move(callback));
+    return *this;
+  }
   RedlockOptions& wake_on_release(bool) = delete;
 
   /// The longest a step waits for any one master; the masters share one
@@ -274,7 +288,8 @@ class BasicRedlock {
         node_timeout_(options_.node_timeout().count() > 0
                           ? options_.node_timeout()
                           : default_node_timeout(masters_, options_.ttl())),
-        quorum_(masters_.size() / 2 + 1) {}
+        quorum_(masters_.size() / 2 + 1),
+        renews_(renews(options_)) {}
 
   /// The same, for masters given as references: Redlock lock({a, b, c}, "k").
   BasicRedlock(std::initializer_list<std::reference_wrapper<Backend>> masters,
@@ -332,7 +347,11 @@ class BasicRedlock {
   /// if this object holds nothing. Either way the object no longer holds
   /// the lock afterwards.
   Release release() {
-    const std::string token = take_lease();
+    const auto [token, lease] = take_lease();
+    if (lease) {
+      masters_.front()->watchdog().remove(*lease);  // waits out a renewal in flight
+      if (lease->lost) return Release::lost;
+    }
     Fan fan(masters_);
     const std::string_view keys[] = {key_, channel_};
     const std::string_view args[] = {token};
@@ -360,6 +379,10 @@ class BasicRedlock {
   [[nodiscard]] bool extend(const std::chrono::duration<Rep, Period>& ttl) {
     const std::chrono::milliseconds lease = checked_lease(ttl, "extend ttl");
     const std::string token = current_token();
+    if (lost()) {
+      static_cast<void>(release());  // sends nothing: a lost lease is not revived
+      return false;
+    }
     Fan fan(masters_);
     const detail::Decimal lease_text(lease.count());
     const std::string_view keys[] = {key_};
@@ -369,19 +392,38 @@ class BasicRedlock {
     result.succeeded = result.ok() >= quorum_ && result.validity > clock::duration::zero();
     if (!result.succeeded && result.answered() < quorum_) throw no_quorum(std::move(result));
     const bool succeeded = result.succeeded;
-    const clock::time_point expires = result.started + lease - redlock_drift(lease);
+    const clock::time_point started = result.started;
+    const clock::time_point expires = started + lease - redlock_drift(lease);
+    std::shared_ptr<detail::LeaseState> watched;
     {
       std::lock_guard guard(state_mutex_);
       last_attempt_ = std::move(result);
       if (!held_ || token_ != token) return false;  // released meanwhile
       if (succeeded) {
         expires_ = expires;
+        if (lease_) {
+          renew_ttl_ms_ = lease.count();
+          lease_->set_expires(expires);
+          masters_.front()->watchdog().extended(
+              *lease_, std::chrono::floor<std::chrono::milliseconds>(expires - started), started);
+        }
         return true;
       }
+      watched = std::move(lease_);
       forget();
     }
+    if (watched) masters_.front()->watchdog().remove(*watched);
     clean_up(fan, token, node_timeout_);
     return false;
+  }
+
+  /// True once the watchdog could not renew this auto-renewed lock on a
+  /// quorum (a majority said the key is gone or taken, or the validity ran
+  /// out with no quorum answering); work under the lock should stop.
+  /// Always false without auto_renew(true).
+  bool lost() const noexcept {
+    std::lock_guard guard(state_mutex_);
+    return lease_ && lease_->lost;
   }
 
   /// Whether this object holds the lock, as far as it knows locally (the
@@ -396,7 +438,7 @@ class BasicRedlock {
   /// held.
   std::chrono::milliseconds validity() const noexcept {
     std::lock_guard guard(state_mutex_);
-    if (!held_) return std::chrono::milliseconds(0);
+    if (!held_ || (lease_ && lease_->lost)) return std::chrono::milliseconds(0);
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(expires_ - clock::now());
     return std::max(left, std::chrono::milliseconds(0));
@@ -456,18 +498,21 @@ class BasicRedlock {
           "Redlock offers no fencing token: counters kept on independent masters do not form "
           "one rising sequence");
     }
-    // auto_renew() also answers true by default when no ttl was set; with
-    // the ttl set (to what it already is) it answers true only if renewal
-    // was asked for.
-    LockOptions asked = options;
-    asked.ttl(options.ttl());
-    if (asked.auto_renew() || options.max_hold().count() > 0 || options.on_lost()) {
+    if (!renews(options) && (options.max_hold().count() > 0 || options.on_lost())) {
       throw InvalidArgument(
-          "Redlock does not renew its lease on its own or report it lost: auto_renew(true), "
-          "max_hold and on_lost do not apply (extend() renews a Redlock)");
+          "max_hold and on_lost apply to a renewed lease: give the Redlock auto_renew(true)");
     }
     static_cast<void>(checked_lease(options.ttl(), "Redlock ttl"));
     return options;
+  }
+
+  // Whether the watchdog renews this lock: only when asked for. LockOptions'
+  // auto_renew() answers true by default when no ttl was set; with the ttl
+  // set (to what it already is) it answers true only if renewal was asked for.
+  static bool renews(const RedlockOptions& options) {
+    LockOptions asked = options;
+    asked.ttl(options.ttl());
+    return asked.auto_renew();
   }
 
   template <class Rep, class Period>
@@ -662,12 +707,57 @@ class BasicRedlock {
   }
 
   void adopt(const std::string& token, RedlockAttempt result) {
+    const clock::time_point started = result.started;
+    std::shared_ptr<detail::LeaseState> lease;
+    if (renews_) {
+      // The watchdog of the first master's Client keeps the time; the
+      // renewal itself goes to every master and needs a quorum. Its record
+      // counts the drift allowance out of the lease, so the loss is
+      // reported by the validity, not by the masters' longer TTL.
+      renew_ttl_ms_ = options_.ttl().count();
+      lease = std::make_shared<detail::LeaseState>(
+          key_, token,
+          options_.ttl() -
+              std::chrono::ceil<std::chrono::milliseconds>(redlock_drift(options_.ttl())),
+          started, options_.on_lost());
+      const clock::time_point hold_until = options_.max_hold().count() > 0
+                                               ? started + options_.max_hold()
+                                               : clock::time_point::max();
+      masters_.front()->watchdog().add(
+          lease,
+          [this, token](Connection&, const detail::LeaseState&, std::string_view) {
+            return renew_on_quorum(token);
+          },
+          hold_until);
+    }
     std::lock_guard guard(state_mutex_);
     held_ = true;
     token_ = token;
-    expires_ = result.started + options_.ttl() - redlock_drift(options_.ttl());
+    expires_ = started + options_.ttl() - redlock_drift(options_.ttl());
     owner_ = std::this_thread::get_id();
     last_attempt_ = std::move(result);
+    lease_ = std::move(lease);
+  }
+
+  // The watchdog's renewal: extend on every master. Too few answers throws
+  // (the watchdog tries again until the validity runs out); a majority that
+  // no longer holds our token, or a step that outlasted the lease, loses it.
+  detail::TokenCheck renew_on_quorum(const std::string& token) {
+    const std::chrono::milliseconds lease(renew_ttl_ms_.load());
+    Fan fan(masters_);
+    const detail::Decimal lease_text(lease.count());
+    const std::string_view keys[] = {key_};
+    const std::string_view args[] = {token, lease_text};
+    RedlockAttempt result = run_script(fan, RedlockStep::extend, scripts::extend,
+                                       detail::Args(keys, 1), detail::Args(args, 2), lease);
+    result.succeeded = result.ok() >= quorum_ && result.validity > clock::duration::zero();
+    if (!result.succeeded && result.answered() < quorum_) throw no_quorum(std::move(result));
+    const bool succeeded = result.succeeded;
+    const clock::time_point expires = result.started + lease - redlock_drift(lease);
+    std::lock_guard guard(state_mutex_);
+    if (succeeded && held_ && token_ == token) expires_ = expires;
+    last_attempt_ = std::move(result);
+    return succeeded ? detail::TokenCheck::done : detail::TokenCheck::other_token;
   }
 
   void remember(RedlockAttempt result) {
@@ -675,13 +765,14 @@ class BasicRedlock {
     last_attempt_ = std::move(result);
   }
 
-  // Marks the lock as given back and returns its token.
-  std::string take_lease() {
+  // Marks the lock as given back; returns its token and watchdog record.
+  std::pair<std::string, std::shared_ptr<detail::LeaseState>> take_lease() {
     std::lock_guard guard(state_mutex_);
     if (!held_) throw NotHeldError(key_ + " is not held");
-    std::string token = std::move(token_);
+    std::pair<std::string, std::shared_ptr<detail::LeaseState>> taken{std::move(token_),
+                                                                      std::move(lease_)};
     forget();
-    return token;
+    return taken;
   }
 
   std::string current_token() const {
@@ -703,6 +794,7 @@ class BasicRedlock {
   const std::string channel_;  // the release script announces on it, as Mutex's does
   const std::chrono::milliseconds node_timeout_;
   const std::size_t quorum_;
+  const bool renews_;
 
   // The lock as this object knows it; guarded because threads may share
   // one object. The masters, not this mutex, decide who holds the lock.
@@ -710,6 +802,8 @@ class BasicRedlock {
   bool held_ = false;
   std::string token_;
   clock::time_point expires_{};
+  std::shared_ptr<detail::LeaseState> lease_;  // set while the watchdog renews it
+  std::atomic<long long> renew_ttl_ms_{0};     // the lease a renewal asks for
   std::thread::id owner_{};
   RedlockAttempt last_attempt_;
 };

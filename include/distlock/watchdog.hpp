@@ -290,10 +290,16 @@ inline void Watchdog::renew(std::vector<Work>& work, clock::time_point earliest_
     std::vector<Work*> batched;
     for (Work& w : work) {
       if (w.entry->renew_alone) {
-        const detail::TokenCheck result =
-            w.entry->renew_alone(*connection_, *w.entry->lease, w.entry->ttl);
-        w.outcome =
-            result == detail::TokenCheck::done ? Work::Outcome::renewed : Work::Outcome::gone;
+        try {
+          const detail::TokenCheck result =
+              w.entry->renew_alone(*connection_, *w.entry->lease, w.entry->ttl);
+          w.outcome =
+              result == detail::TokenCheck::done ? Work::Outcome::renewed : Work::Outcome::gone;
+        } catch (const Error&) {
+          // This lease stays unconfirmed (tried again soon); the others go on
+          // unless the error broke the connection they share.
+          if (connection_->broken() || connection_->pending() != 0) throw;
+        }
       } else {
         batched.push_back(&w);
       }
