@@ -50,6 +50,8 @@ class Watchdog {
 
   /// Leases renewed by one script call.
   static constexpr std::size_t batch_size = 100;
+  /// The longest the thread sleeps without looking at its leases.
+  static constexpr std::chrono::seconds idle_look{1};
 
   explicit Watchdog(ConnectionOptions options);
   ~Watchdog();
@@ -105,8 +107,9 @@ class Watchdog {
   std::condition_variable changed_;     // wakes the thread
   std::condition_variable round_done_;  // wakes remove() and renew_all_now()
   std::unordered_map<const detail::LeaseState*, Entry> entries_;
-  std::uint64_t changes_ = 0;        // leases added or rescheduled: recompute the wake-up
-  std::uint64_t forced_rounds_ = 0;  // rounds run for renew_all_now()
+  std::uint64_t changes_ = 0;         // leases added or rescheduled: recompute the wake-up
+  clock::time_point planned_wake_{};  // when the thread wakes next, unless notified
+  std::uint64_t forced_rounds_ = 0;   // rounds run for renew_all_now()
   bool force_round_ = false;
   bool stopping_ = false;
 
@@ -129,6 +132,7 @@ inline Watchdog::~Watchdog() {
 
 inline void Watchdog::add(std::shared_ptr<detail::LeaseState> lease, RenewAlone renew_alone,
                           clock::time_point hold_until) {
+  bool sooner;
   {
     std::lock_guard lock(mutex_);
     Entry entry;
@@ -136,12 +140,16 @@ inline void Watchdog::add(std::shared_ptr<detail::LeaseState> lease, RenewAlone 
     entry.hold_until = hold_until;
     entry.renew_alone = std::move(renew_alone);
     entry.ttl = std::to_string(lease->ttl.count());
+    // Waking the thread costs a system call and a context switch, as much as
+    // the rest of a lock's client-side work: only when it would otherwise
+    // sleep past this lease's first renewal.
+    sooner = entry.next_renewal < planned_wake_;
     const detail::LeaseState* key = lease.get();
     entry.lease = std::move(lease);
     entries_[key] = std::move(entry);
-    ++changes_;
+    if (sooner) ++changes_;
   }
-  changed_.notify_all();
+  if (sooner) changed_.notify_all();
 }
 
 inline void Watchdog::remove(const detail::LeaseState& lease) noexcept {
@@ -187,13 +195,13 @@ inline void Watchdog::run() {
     for (const auto& [key, entry] : entries_) {
       wake = std::min({wake, entry.next_renewal, entry.lease->expires()});
     }
+    // With nothing due it still looks once a second, so a lease added with
+    // a long TTL need not wake it (see add()).
+    wake = std::min(wake, clock::now() + idle_look);
+    planned_wake_ = wake;
     const std::uint64_t seen = changes_;
     const auto woken = [&] { return stopping_ || force_round_ || changes_ != seen; };
-    if (wake == clock::time_point::max()) {
-      changed_.wait(lock, woken);
-    } else {
-      changed_.wait_until(lock, wake, woken);
-    }
+    changed_.wait_until(lock, wake, woken);
     if (stopping_) break;
 
     const clock::time_point now = clock::now();
