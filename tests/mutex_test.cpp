@@ -302,6 +302,28 @@ TYPED_TEST(LeaseLockTest, ThreadsMayShareOneLockObject) {
   EXPECT_EQ(this->get("counter"), "60");
 }
 
+TYPED_TEST(LeaseLockTest, ASharedObjectWaitsForItsHolderEvenAfterTheLeaseRanOut) {
+  // Thread A's lease runs out in Redis while A still holds the object. B,
+  // locking through the same object, waits for A's unlock as with a shared
+  // std::mutex, so A's unlock cannot release B's lock.
+  TypeParam lock(this->client(), "k", LockOptions{}.ttl(50ms));
+  ASSERT_TRUE(lock.try_lock());
+  const std::string a_token = lock.token();
+  while (this->client().command("EXISTS", "k").integer() == 1) std::this_thread::sleep_for(5ms);
+  std::atomic<bool> b_got{false};
+  std::thread b([&] {
+    if (lock.try_lock_for(5s)) b_got = true;
+  });
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(b_got);  // the key is free in Redis, but A still holds the object
+  EXPECT_EQ(lock.token(), a_token);
+  lock.unlock();  // A's
+  b.join();
+  EXPECT_TRUE(b_got);
+  EXPECT_EQ(this->get("k"), lock.token());  // B's lease, untouched by A's unlock
+  EXPECT_NE(lock.token(), a_token);
+}
+
 TYPED_TEST(LeaseLockTest, ExcludesProcessesFromACriticalSection) {
   constexpr int processes = 3;
   constexpr int rounds = 20;

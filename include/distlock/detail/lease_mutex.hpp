@@ -223,9 +223,19 @@ class LeaseMutex {
     const Decimal ttl(options_.ttl().count());
     return acquire_loop(
         backend_, options_, policy_, keys_.key, keys_.channel, cancellation_, cancel_seen, deadline,
-        wait, [&](clock::time_point sent, clock::time_point reply_deadline) {
-          const std::optional<Attempt> result = attempt_once(token, ttl, reply_deadline);
-          if (result && result->acquired) adopt(token, result->fence, sent);
+        wait,
+        [&](clock::time_point sent, clock::time_point reply_deadline) -> std::optional<Attempt> {
+          // Another thread holds the lease through this object: as with a
+          // shared std::mutex, wait for its unlock rather than race it in
+          // Redis. Should its lease have run out there, taking the key
+          // would overwrite its record here, and its unlock() would then
+          // release our lock. (-1: no PTTL to go by; retry at the policy's pace.)
+          if (owns_lock()) return Attempt{false, 0, -1};
+          std::optional<Attempt> result = attempt_once(token, ttl, reply_deadline);
+          if (result && result->acquired && !adopt(token, result->fence, sent)) {
+            result->acquired = false;
+            result->holder_pttl = -1;
+          }
           return result;
         });
   }
@@ -256,7 +266,18 @@ class LeaseMutex {
     return cancellation_.generation();
   }
 
-  void adopt(const std::string& token, long long fence, clock::time_point sent) {
+  // Records the lease just taken. False, after giving it back, if another
+  // thread of this object recorded one meanwhile (see acquire()).
+  bool adopt(const std::string& token, long long fence, clock::time_point sent) {
+    if (owns_lock()) {
+      try {
+        auto connection = backend_.borrow();
+        static_cast<void>(Protocol::release(*connection, keys_, token));
+      } catch (...) {
+        // Best effort: if Redis cannot be reached now, the lease expires.
+      }
+      return false;
+    }
     std::shared_ptr<LeaseState> lease =
         watch_lease(backend_, options_, keys_.key, token, sent, Protocol::renewer(keys_));
     std::lock_guard guard(state_mutex_);
@@ -266,6 +287,7 @@ class LeaseMutex {
     expires_ = sent + options_.ttl();
     owner_ = std::this_thread::get_id();
     lease_ = std::move(lease);
+    return true;
   }
 
   // Marks the lease as given back; returns its token and watchdog record.
