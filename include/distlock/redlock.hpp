@@ -384,13 +384,7 @@ class BasicRedlock {
       return false;
     }
     Fan fan(masters_);
-    const detail::Decimal lease_text(lease.count());
-    const std::string_view keys[] = {key_};
-    const std::string_view args[] = {token, lease_text};
-    RedlockAttempt result = run_script(fan, RedlockStep::extend, scripts::extend,
-                                       detail::Args(keys, 1), detail::Args(args, 2), lease);
-    result.succeeded = result.ok() >= quorum_ && result.validity > clock::duration::zero();
-    if (!result.succeeded && result.answered() < quorum_) throw no_quorum(std::move(result));
+    RedlockAttempt result = extend_on_masters(fan, token, lease);
     const bool succeeded = result.succeeded;
     const clock::time_point started = result.started;
     const clock::time_point expires = started + lease - redlock_drift(lease);
@@ -739,12 +733,11 @@ class BasicRedlock {
     lease_ = std::move(lease);
   }
 
-  // The watchdog's renewal: extend on every master. Too few answers throws
-  // (the watchdog tries again until the validity runs out); a majority that
-  // no longer holds our token, or a step that outlasted the lease, loses it.
-  detail::TokenCheck renew_on_quorum(const std::string& token) {
-    const std::chrono::milliseconds lease(renew_ttl_ms_.load());
-    Fan fan(masters_);
+  // Sets the lease to `lease` on every master at once. Succeeded when a
+  // quorum did and the new validity is positive; throws NoQuorumError when
+  // fewer than a quorum answered at all.
+  RedlockAttempt extend_on_masters(Fan& fan, const std::string& token,
+                                   std::chrono::milliseconds lease) {
     const detail::Decimal lease_text(lease.count());
     const std::string_view keys[] = {key_};
     const std::string_view args[] = {token, lease_text};
@@ -752,6 +745,16 @@ class BasicRedlock {
                                        detail::Args(keys, 1), detail::Args(args, 2), lease);
     result.succeeded = result.ok() >= quorum_ && result.validity > clock::duration::zero();
     if (!result.succeeded && result.answered() < quorum_) throw no_quorum(std::move(result));
+    return result;
+  }
+
+  // The watchdog's renewal: extend on every master. Too few answers throws
+  // (the watchdog tries again until the validity runs out); a majority that
+  // no longer holds our token, or a step that outlasted the lease, loses it.
+  detail::TokenCheck renew_on_quorum(const std::string& token) {
+    const std::chrono::milliseconds lease(renew_ttl_ms_.load());
+    Fan fan(masters_);
+    RedlockAttempt result = extend_on_masters(fan, token, lease);
     const bool succeeded = result.succeeded;
     const clock::time_point expires = result.started + lease - redlock_drift(lease);
     std::lock_guard guard(state_mutex_);
