@@ -30,6 +30,7 @@ enum class Errc {
   too_many_waiters,    ///< the Client's bound on waiting acquirers was reached
   cancelled,           ///< a wait was cancelled from another thread
   no_quorum,           ///< too few of a Redlock's masters answered to decide
+  forked,              ///< a Client made before fork() was used in the child
 };
 
 namespace detail {
@@ -51,6 +52,7 @@ class ErrorCategory final : public std::error_category {
       case Errc::too_many_waiters: return "too many waiters";
       case Errc::cancelled: return "wait cancelled";
       case Errc::no_quorum: return "no quorum of masters answered";
+      case Errc::forked: return "Client used in a child process after fork()";
     }
     return "unknown distlock error";
   }
