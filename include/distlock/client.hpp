@@ -1,15 +1,25 @@
-// Client: everything distlock needs to talk to one Redis endpoint, shared by
-// any number of lock objects and threads.
+// Client: the transport to one Redis endpoint, shared by any number of lock
+// objects and threads.
 //
-// It owns a bounded pool of Connections. A borrower gets one connection to
-// itself and gives it back when its Borrowed handle goes away; a connection
-// that broke is dropped then and a fresh one is opened by the next borrower,
-// so a server restart costs one failed call, not a dead Client. It also owns,
-// started on first use, the release Notifier and the lease Watchdog.
+// A Client is a handle. Copies share one Endpoint: a bounded pool of
+// Connections and, beside it, the Runtime (release Notifier and lease
+// Watchdog, runtime.hpp). Lock objects keep a copy, so a lock that outlives
+// the Client it was made from still releases its lease. A borrower gets one
+// connection to itself and gives it back when its Borrowed handle goes away;
+// a connection that broke is dropped then and a fresh one is opened by the
+// next borrower, so a server restart costs one failed call, not a dead Client.
+//
+// After fork() the child shares the parent's sockets, owner id and leases,
+// but not its threads. A Client made before the fork therefore refuses every
+// call in the child with Errc::forked (make a new Client there), and a lock
+// object inherited by the child releases nothing: the parent's locks stay
+// the parent's.
 #pragma once
 
 #include <signal.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -21,11 +31,11 @@
 #include <vector>
 
 #include "distlock/connection.hpp"
+#include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
-#include "distlock/notifier.hpp"
 #include "distlock/reply.hpp"
+#include "distlock/runtime.hpp"
 #include "distlock/token.hpp"
-#include "distlock/watchdog.hpp"
 
 namespace distlock {
 
@@ -65,21 +75,77 @@ struct ClientOptions : ConnectionOptions {
   }
 };
 
+namespace detail {
+
+/// What every copy of a Client shares: the options, the pool, the owner id
+/// and the Runtime. Lives as long as its last Client or lock object.
+class Endpoint {
+ public:
+  explicit Endpoint(ClientOptions options);
+  ~Endpoint();
+
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  /// Throws Error(forked) when called in a child forked after this was made.
+  void check_process() const {
+    if (forked()) {
+      throw Error(Errc::forked, options_.endpoint() +
+                                    ": this Client was made before fork(); make a new Client in "
+                                    "the child");
+    }
+  }
+  bool forked() const noexcept {
+    return fork_generation.load(std::memory_order_relaxed) != generation_;
+  }
+
+  std::unique_ptr<Connection> take(SteadyClock::time_point deadline);
+  void give_back(std::unique_ptr<Connection> connection) noexcept;
+
+  const ClientOptions& options() const noexcept { return options_; }
+  const std::string& id() const noexcept { return id_; }
+  Runtime& runtime() {
+    check_process();
+    return runtime_;
+  }
+
+ private:
+  // A connection back in the pool for less than this is lent again without
+  // asking the kernel whether the server closed it: that question is a
+  // system call, which costs as much as the rest of a lock's client-side work,
+  // and a server that went away within this window fails a command that was
+  // about to be sent anyway.
+  static constexpr std::chrono::milliseconds idle_check_after{10};
+
+  const ClientOptions options_;
+  const std::string id_;
+  const unsigned generation_;
+  std::mutex mutex_;
+  std::condition_variable returned_;
+  std::vector<std::unique_ptr<Connection>> idle_;
+  std::size_t open_ = 0;  // idle plus lent out
+
+  // Declared last so it stops first: its threads use the options above.
+  Runtime runtime_;
+};
+
+}  // namespace detail
+
 /// A thread-safe handle to one Redis endpoint. Connections open lazily: a
-/// Client can be made before its server is up.
+/// Client can be made before its server is up. Copies share everything.
 class Client {
  public:
   /// A connection lent to one borrower; returned to the pool on destruction.
   class Borrowed {
    public:
     Borrowed(Borrowed&& other) noexcept
-        : client_(std::exchange(other.client_, nullptr)),
+        : endpoint_(std::exchange(other.endpoint_, nullptr)),
           connection_(std::move(other.connection_)) {}
     Borrowed& operator=(Borrowed&&) = delete;
     Borrowed(const Borrowed&) = delete;
     Borrowed& operator=(const Borrowed&) = delete;
     ~Borrowed() {
-      if (client_ != nullptr) client_->give_back(std::move(connection_));
+      if (endpoint_ != nullptr) endpoint_->give_back(std::move(connection_));
     }
 
     Connection& operator*() const noexcept { return *connection_; }
@@ -87,23 +153,27 @@ class Client {
 
    private:
     friend class Client;
-    Borrowed(Client* client, std::unique_ptr<Connection> connection) noexcept
-        : client_(client), connection_(std::move(connection)) {}
-    Client* client_;
+    Borrowed(detail::Endpoint* endpoint, std::unique_ptr<Connection> connection) noexcept
+        : endpoint_(endpoint), connection_(std::move(connection)) {}
+    detail::Endpoint* endpoint_;  // kept alive by the Client handle that lent it
     std::unique_ptr<Connection> connection_;
   };
 
   /// Throws InvalidArgument if the options are out of range; connects nothing.
-  explicit Client(ClientOptions options = {});
+  explicit Client(ClientOptions options = {})
+      : endpoint_(std::make_shared<detail::Endpoint>(std::move(options))) {}
   explicit Client(std::string_view uri) : Client(ClientOptions::from_uri(uri)) {}
 
-  Client(const Client&) = delete;
-  Client& operator=(const Client&) = delete;
-
-  /// Lends a connection, opening one if the pool has room. Waits up to
-  /// pool_wait_timeout for one to come back, then throws TimeoutError
-  /// (Errc::pool_exhausted); a failed connect throws as Connection does.
-  Borrowed borrow();
+  /// Lends a connection, opening one if the pool has room. Waits for one
+  /// to come back up to pool_wait_timeout or `deadline`, whichever is
+  /// first, then throws TimeoutError (Errc::pool_exhausted); a connect (and
+  /// its AUTH/SELECT) is cut to the deadline too, and fails as Connection's
+  /// constructor does. Throws Error(forked) in a child forked after the
+  /// Client was made.
+  Borrowed borrow(std::chrono::steady_clock::time_point deadline =
+                      std::chrono::steady_clock::time_point::max()) {
+    return Borrowed(endpoint_.get(), endpoint_->take(deadline));
+  }
 
   /// One command on a borrowed connection; error replies throw ServerError.
   template <class... Arg>
@@ -116,41 +186,33 @@ class Client {
     return borrow()->eval(script, keys, args);
   }
 
-  const ClientOptions& options() const noexcept { return options_; }
+  const ClientOptions& options() const noexcept { return endpoint_->options(); }
 
   /// The release notifier, started (one thread, one connection) on first use.
-  Notifier& notifier();
-  /// The lease watchdog, started (one thread, one connection) on first use.
-  Watchdog& watchdog();
+  Notifier& notifier() { return endpoint_->runtime().notifier(); }
+  /// The lease watchdog, started (one thread) on first use.
+  Watchdog& watchdog() { return endpoint_->runtime().watchdog(); }
 
-  /// A random id for this Client instance, used to name lock owners.
-  const std::string& id() const noexcept { return id_; }
+  /// A random id for this Client's endpoint (shared by its copies), used to
+  /// name lock owners.
+  const std::string& id() const noexcept { return endpoint_->id(); }
+
+  /// Whether this Client was made before a fork() and is used in the child.
+  bool forked() const noexcept { return endpoint_->forked(); }
+  /// Throws Error(forked) if forked().
+  void check_process() const { endpoint_->check_process(); }
 
  private:
-  void give_back(std::unique_ptr<Connection> connection) noexcept;
-
-  // A connection back in the pool for less than this is lent again without
-  // asking the kernel whether the server closed it: that question is a
-  // system call, which costs as much as the rest of a lock's client-side work,
-  // and a server that went away within this window fails a command that was
-  // about to be sent anyway.
-  static constexpr std::chrono::milliseconds idle_check_after{10};
-
-  const ClientOptions options_;
-  const std::string id_;
-  std::mutex mutex_;
-  std::condition_variable returned_;
-  std::vector<std::unique_ptr<Connection>> idle_;
-  std::size_t open_ = 0;  // idle plus lent out
-
-  // Declared last so they stop first: their threads use the options above.
-  std::once_flag notifier_started_;
-  std::unique_ptr<Notifier> notifier_;
-  std::once_flag watchdog_started_;
-  std::unique_ptr<Watchdog> watchdog_;
+  std::shared_ptr<detail::Endpoint> endpoint_;
 };
 
-inline Client::Client(ClientOptions options) : options_(std::move(options)), id_(make_token()) {
+namespace detail {
+
+inline Endpoint::Endpoint(ClientOptions options)
+    : options_(std::move(options)),
+      id_(make_token()),  // also registers the fork handler read below
+      generation_(fork_generation.load(std::memory_order_relaxed)),
+      runtime_(options_, options_.max_waiters) {
   options_.validate();
   if (options_.pool_size == 0) throw InvalidArgument("pool_size must be at least 1");
   if (options_.pool_wait_timeout.count() < 0) {
@@ -158,45 +220,51 @@ inline Client::Client(ClientOptions options) : options_(std::move(options)), id_
   }
   // give_back() is noexcept, so its push_back must never need to allocate.
   idle_.reserve(options_.pool_size);
-  if (options_.ignore_sigpipe) detail::ignore_default_sigpipe();
+  if (options_.ignore_sigpipe) ignore_default_sigpipe();
 }
 
-inline Notifier& Client::notifier() {
-  std::call_once(notifier_started_, [this] {
-    notifier_ = std::make_unique<Notifier>(options_, options_.max_waiters);
-  });
-  return *notifier_;
+inline Endpoint::~Endpoint() {
+  // In a forked child the sockets are the parent's too: closing our copies
+  // is harmless, but nothing may be sent on them.
 }
 
-inline Watchdog& Client::watchdog() {
-  std::call_once(watchdog_started_, [this] { watchdog_ = std::make_unique<Watchdog>(options_); });
-  return *watchdog_;
-}
-
-inline Client::Borrowed Client::borrow() {
+inline std::unique_ptr<Connection> Endpoint::take(SteadyClock::time_point deadline) {
+  check_process();
+  const SteadyClock::time_point now = SteadyClock::now();
+  const SteadyClock::time_point pool_deadline =
+      deadline - now < options_.pool_wait_timeout ? deadline : now + options_.pool_wait_timeout;
   std::unique_lock lock(mutex_);
-  const bool available = returned_.wait_for(lock, options_.pool_wait_timeout, [this] {
-    return !idle_.empty() || open_ < options_.pool_size;
-  });
+  const bool available = returned_.wait_until(
+      lock, pool_deadline, [this] { return !idle_.empty() || open_ < options_.pool_size; });
   if (!available) {
     throw TimeoutError(Errc::pool_exhausted,
                        options_.endpoint() + ": all " + std::to_string(options_.pool_size) +
                            " pooled connections stayed busy for " +
-                           std::to_string(options_.pool_wait_timeout.count()) + " ms");
+                           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              SteadyClock::now() - now)
+                                              .count()) +
+                           " ms");
   }
   while (!idle_.empty()) {
     std::unique_ptr<Connection> connection = std::move(idle_.back());
     idle_.pop_back();
-    if (!connection->stale_after_idle(idle_check_after)) {
-      return Borrowed(this, std::move(connection));
-    }
+    if (!connection->stale_after_idle(idle_check_after)) return connection;
     --open_;  // closed under us while idle: drop it and look again
   }
   // Connect outside the lock: other borrowers need not wait for our handshake.
   ++open_;
   lock.unlock();
   try {
-    return Borrowed(this, std::make_unique<Connection>(options_));
+    if (deadline == SteadyClock::time_point::max()) return std::make_unique<Connection>(options_);
+    // A caller with a deadline waits no longer for the connect, AUTH and
+    // SELECT than it has left.
+    ConnectionOptions hurried = options_;
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
+    const auto budget = std::max(left, std::chrono::milliseconds(1));
+    hurried.connect_timeout = std::min(hurried.connect_timeout, budget);
+    hurried.command_timeout = std::min(hurried.command_timeout, budget);
+    return std::make_unique<Connection>(std::move(hurried));
   } catch (...) {
     lock.lock();
     --open_;
@@ -206,7 +274,7 @@ inline Client::Borrowed Client::borrow() {
   }
 }
 
-inline void Client::give_back(std::unique_ptr<Connection> connection) noexcept {
+inline void Endpoint::give_back(std::unique_ptr<Connection> connection) noexcept {
   bool reusable = connection && !connection->broken() && connection->pending() == 0;
   if (reusable) {
     try {
@@ -231,4 +299,5 @@ inline void Client::give_back(std::unique_ptr<Connection> connection) noexcept {
   returned_.notify_one();
 }
 
+}  // namespace detail
 }  // namespace distlock

@@ -10,6 +10,7 @@
 
 #include <hiredis/hiredis.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #include <algorithm>
@@ -195,6 +196,15 @@ class Connection {
   /// Queues the EVALSHA of a script (the caller handles NOSCRIPT replies).
   void append_evalsha(const Script& script, detail::Args keys, detail::Args args);
 
+  /// After a command on this connection failed to answer in time: writes
+  /// argv behind it, without waiting and without a reply ever being read.
+  /// Redis runs one connection's commands in order, so if the late command
+  /// is applied, this one is applied right after it. Best effort (a full
+  /// socket buffer drops it); the connection stays broken.
+  void send_behind(detail::Args argv) noexcept;
+  /// send_behind() of a script, by EVAL (no NOSCRIPT can be answered).
+  void send_eval_behind(const Script& script, detail::Args keys, detail::Args args) noexcept;
+
   /// Changes the reply timeout of this connection (a no-op if unchanged).
   void set_timeout(std::chrono::milliseconds timeout);
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
@@ -230,6 +240,10 @@ class Connection {
   };
 
   [[noreturn]] void fail(const char* during);
+  void remember_verb(std::string_view verb) noexcept {
+    verb_size_ = std::min(verb.size(), sizeof verb_);
+    std::memcpy(verb_, verb.data(), verb_size_);
+  }
   void append_script(std::string_view verb, std::string_view body, detail::Args keys,
                      detail::Args args);
 
@@ -240,6 +254,8 @@ class Connection {
   bool broken_ = false;
   std::chrono::steady_clock::time_point last_used_{};
   Reply last_{nullptr};
+  char verb_[16] = {};  // the first command of the pipeline in flight, for messages
+  std::size_t verb_size_ = 0;
 };
 
 inline Connection::Connection(ConnectionOptions options) : options_(std::move(options)) {
@@ -292,6 +308,7 @@ inline void Connection::append_argv(detail::Args argv) {
     lens[i] = arg.size();
     ++i;
   }
+  if (pending_ == 0) remember_verb(argv.size() == 0 ? std::string_view() : *argv.begin());
   if (redisAppendCommandArgv(context_.get(), static_cast<int>(argv.size()), ptrs, lens) !=
       REDIS_OK) {
     fail("append");
@@ -377,17 +394,80 @@ inline void Connection::fail(const char* during) {
   const int saved_errno = errno;
   broken_ = true;
   const int code = context_->err;
-  const std::string reason = options_.endpoint() + ": " + during + ": " + context_->errstr;
+  // Name the endpoint and the command that was waiting, so that a timeout in
+  // a log says what it was and against whom, not just "EAGAIN".
+  std::string reason = options_.endpoint() + ": ";
+  if (verb_size_ > 0) reason.append(verb_, verb_size_).append(": ");
+  bool timed_out = false;
 #ifdef REDIS_ERR_TIMEOUT
-  if (code == REDIS_ERR_TIMEOUT) throw TimeoutError(Errc::timed_out, reason);
+  timed_out = code == REDIS_ERR_TIMEOUT;
 #endif
   // hiredis 0.14 reports a socket timeout as an I/O error with EAGAIN.
-  if (code == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK ||
-                               std::strstr(context_->errstr, "temporarily unavailable"))) {
-    throw TimeoutError(Errc::timed_out, reason);
+  timed_out = timed_out ||
+              (code == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK ||
+                                        std::strstr(context_->errstr, "temporarily unavailable")));
+  if (timed_out) {
+    throw TimeoutError(Errc::timed_out,
+                       reason + "no reply within " + std::to_string(timeout_.count()) + " ms");
   }
+  reason += during;
+  reason += ": ";
+  reason += context_->errstr;
   if (code == REDIS_ERR_PROTOCOL) throw ConnectionError(Errc::protocol_error, reason);
   throw ConnectionError(Errc::io_error, reason);
+}
+
+inline void Connection::send_behind(detail::Args argv) noexcept {
+  // hiredis refuses to write once its context has an error, so the command
+  // is formatted here and written straight to the socket, after whatever
+  // the broken context still had queued (nothing: it flushes before reading).
+  constexpr std::size_t stack_args = 16;
+  if (argv.size() > stack_args) return;
+  const char* ptrs[stack_args];
+  std::size_t lens[stack_args];
+  std::size_t i = 0;
+  for (const std::string_view arg : argv) {
+    ptrs[i] = arg.data();
+    lens[i] = arg.size();
+    ++i;
+  }
+  char* raw = nullptr;
+  const long long size = redisFormatCommandArgv(&raw, static_cast<int>(argv.size()), ptrs, lens);
+  struct FreeCommand {
+    void operator()(char* command) const noexcept { redisFreeCommand(command); }
+  };
+  const std::unique_ptr<char, FreeCommand> formatted(raw);
+  if (size <= 0 || !formatted) return;
+  std::size_t written = 0;
+  const auto total = static_cast<std::size_t>(size);
+  while (written < total) {
+    const ssize_t n = ::send(context_->fd, formatted.get() + written, total - written,
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n <= 0) break;  // a full socket buffer: the lease expires instead
+    written += static_cast<std::size_t>(n);
+  }
+  // A reply already waiting here would make close() reset the connection,
+  // and a reset can discard what the server has not read yet: our undo.
+  char sink[4096];
+  while (::recv(context_->fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {
+  }
+  broken_ = true;
+}
+
+inline void Connection::send_eval_behind(const Script& script, detail::Args keys,
+                                         detail::Args args) noexcept {
+  const detail::Decimal numkeys(static_cast<long long>(keys.size()));
+  constexpr std::size_t stack_args = 16;
+  const std::size_t argc = 3 + keys.size() + args.size();
+  if (argc > stack_args) return;
+  std::string_view argv[stack_args];
+  std::size_t i = 0;
+  argv[i++] = "EVAL";  // not EVALSHA: nobody will read a NOSCRIPT
+  argv[i++] = script.source;
+  argv[i++] = numkeys;
+  for (const std::string_view key : keys) argv[i++] = key;
+  for (const std::string_view arg : args) argv[i++] = arg;
+  send_behind(detail::Args(argv, argc));
 }
 
 }  // namespace distlock

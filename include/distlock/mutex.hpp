@@ -16,11 +16,14 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
 #include "distlock/detail/args.hpp"
+#include "distlock/detail/batch_renewal.hpp"
 #include "distlock/detail/lease_mutex.hpp"
 #include "distlock/scripts.hpp"
 
@@ -35,14 +38,20 @@ struct ScriptedLease {
     if (fencing) {
       const Reply reply =
           connection.eval(scripts::acquire_fenced, {keys.key, keys.fence}, {token, ttl});
-      if (reply.size() != 2)
+      if (reply.size() != 2) {
         throw ConnectionError(Errc::protocol_error, "bad fenced acquire reply");
+      }
       Attempt attempt;
       attempt.acquired = reply[0].integer() == 1;
       (attempt.acquired ? attempt.fence : attempt.holder_pttl) = reply[1].integer();
       return attempt;
     }
     return set_if_absent(connection, keys, token, ttl);
+  }
+
+  // Behind an attempt that got no reply: the release script.
+  static void undo(Connection& connection, const LeaseKeys& keys, const std::string& token) {
+    connection.send_eval_behind(scripts::release, {keys.key, keys.channel}, {token});
   }
 
   static TokenCheck release(Connection& connection, const LeaseKeys& keys,
@@ -55,9 +64,6 @@ struct ScriptedLease {
     return to_token_check(connection.eval(scripts::extend, {keys.key}, {token, ttl}));
   }
 
-  // Renewed by the watchdog's batch script.
-  static Watchdog::RenewAlone renewer(const LeaseKeys&) { return {}; }
-
   static TokenCheck to_token_check(const Reply& reply) {
     switch (reply.integer()) {
       case 1: return TokenCheck::done;
@@ -65,13 +71,34 @@ struct ScriptedLease {
       default: return TokenCheck::other_token;
     }
   }
+
+  // Renews a batch of Mutex leases by one script call per Watchdog::batch_size.
+  template <class Backend>
+  class Renewer final : public detail::Renewer {
+   public:
+    explicit Renewer(Backend backend) : backend_(std::move(backend)) {}
+    BatchKey batch_key() const noexcept override { return {&kind_tag, &backend_.options()}; }
+    void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
+               SteadyClock::time_point deadline) noexcept override {
+      renew_by_script(backend_, scripts::renew_batch, leases, outcomes, deadline,
+                      [](const LeaseState& lease, auto& keys, auto& args) {
+                        keys.push_back(lease.key);
+                        args.push_back(lease.token);
+                        args.push_back(lease.ttl_text);
+                      });
+    }
+
+   private:
+    static constexpr char kind_tag = 0;
+    Backend backend_;
+  };
 };
 
 }  // namespace detail
 
 /// An exclusive lease lock over any Backend (a Client) and AcquirePolicy.
-/// Meets Lockable and TimedLockable; see detail::LeaseMutex for each member's
-/// contract.
+/// Meets Lockable and TimedLockable; see detail::ExclusiveLock for each
+/// member's contract.
 template <class Backend = Client, class Policy = DefaultPolicy>
 using BasicMutex = detail::LeaseMutex<detail::ScriptedLease, Backend, Policy>;
 

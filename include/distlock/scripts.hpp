@@ -59,23 +59,25 @@ return {1, fence}
     "d37e35d1ac6d7840e1656ad11b8f054459872c07"};
 
 /// Watchdog renewal of many Mutex leases in one call. KEYS[i] lock i;
-/// ARGV[2i-1] its token, ARGV[2i] its TTL in ms. Each lease is extended only
-/// if it still holds its token; a key of another type counts as gone rather
-/// than failing the whole batch (hence pcall).
-/// Returns the positions i of the leases found gone (usually none).
+/// ARGV[2i-1] its token, ARGV[2i] its TTL in ms. Each lease still holding
+/// its token is made to last at least its TTL from now; a renewal never
+/// shortens a lease (one that lands after its holder's extend must not undo
+/// it). A key of another type counts as gone rather than failing the whole
+/// batch (hence pcall). Returns the positions i of the leases found gone.
 inline constexpr Script renew_batch{
     R"lua(local gone = {}
 for i = 1, #KEYS do
   local key = KEYS[i]
   if redis.pcall('get', key) == ARGV[2 * i - 1] then
-    redis.call('pexpire', key, ARGV[2 * i])
+    local ttl = tonumber(ARGV[2 * i])
+    if redis.call('pttl', key) < ttl then redis.call('pexpire', key, ttl) end
   else
     gone[#gone + 1] = i
   end
 end
 return gone
 )lua",
-    "e357e45b63bac6d9d361b28344acb348a782f8fa"};
+    "23d9b4a7a223689ddbad5dc08b7d747defeec51b"};
 
 // ReentrantMutex and SharedMutex keep Redisson's layout (see their headers):
 // a hash at the lock's key whose fields are owner ids "<client>:<thread>"
@@ -83,19 +85,21 @@ return gone
 // hash is gone (expired) and -1 when it exists without our field (another
 // owner has it now).
 
-/// ReentrantMutex acquire: Redisson's RLock tryLock, step for step. KEYS[1]
-/// hash; ARGV[1] TTL in ms, ARGV[2] owner. Free, or already ours: count one
-/// more hold and (re)start the lease. Returns nil when acquired, else the
-/// holder's PTTL.
+/// ReentrantMutex acquire: Redisson's RLock tryLock, except that a nested
+/// hold never shortens the lease. KEYS[1] hash; ARGV[1] TTL in ms, ARGV[2]
+/// owner. Free, or already ours: count one more hold and make the lease
+/// last at least the TTL. Returns nil when acquired, else the holder's PTTL.
 inline constexpr Script reentrant_acquire{
     R"lua(if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
+  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+    redis.call('pexpire', KEYS[1], ARGV[1])
+  end
   return nil
 end
 return redis.call('pttl', KEYS[1])
 )lua",
-    "457424f39c0e88d00ed7fb050ed70f982d3d0db0"};
+    "e136884c275af2b7a6c64207d52543025bcc4647"};
 
 /// ReentrantMutex acquire with a fencing token. KEYS[1] hash, KEYS[2] fence
 /// counter; ARGV as reentrant_acquire. The counter rises when the hash is
@@ -114,53 +118,68 @@ else
   return {0, redis.call('pttl', KEYS[1])}
 end
 redis.call('hincrby', KEYS[1], ARGV[2], 1)
-redis.call('pexpire', KEYS[1], ARGV[1])
+if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('pexpire', KEYS[1], ARGV[1])
+end
 return {1, fence}
 )lua",
-    "c093058ed827d5d27da927ebd14b77dd401c9a41"};
+    "d0cc6407f2f5e4cde55ab7851d236529dce96732"};
 
-/// ReentrantMutex release. KEYS[1] hash, KEYS[2] channel; ARGV[1] owner,
-/// ARGV[2] TTL in ms. One hold fewer; the last one deletes the hash and
-/// publishes "0", as Redisson's unlock does. Returns 1 released, 2 released
-/// but the owner still holds it (another lock object of the same thread),
-/// 0 no hash, -1 another owner's hash.
+/// ReentrantMutex release. KEYS[1] hash, KEYS[2] channel; ARGV[1] owner.
+/// One hold fewer, leaving the lease of the holds that remain as it is;
+/// the last one deletes the hash and publishes "0", as Redisson's unlock
+/// does. Returns 1 released, 2 released but the owner still holds it
+/// (another lock object of the same thread), 0 no hash, -1 another
+/// owner's hash.
 inline constexpr Script reentrant_release{
     R"lua(local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 if not holds then return -redis.call('exists', KEYS[1]) end
 if holds > 1 then
   redis.call('hincrby', KEYS[1], ARGV[1], -1)
-  redis.call('pexpire', KEYS[1], ARGV[2])
   return 2
 end
 redis.call('del', KEYS[1])
 redis.call('publish', KEYS[2], '0')
 return 1
 )lua",
-    "68bf5ec141ecbc4054053d93753c841f052f85cb"};
+    "951a2b3b5205e1c9904c0345b20e67f1d70bdbaa"};
 
-/// ReentrantMutex extend. KEYS[1] hash; ARGV[1] owner, ARGV[2] TTL in ms.
+/// Extend of a ReentrantMutex hold or a SharedMutex write hold (ARGV[1] is
+/// then "<owner>:write"). KEYS[1] hash; ARGV[1] field, ARGV[2] TTL in ms.
+/// The lease becomes exactly the TTL when the hold is the hash's only one;
+/// while other holds share the hash (another lock object of the owner, or
+/// the owner's read holds after a downgrade) it is only ever lengthened.
 /// Returns 1 extended, 0 no hash, -1 another owner's hash.
 inline constexpr Script hash_field_extend{
-    R"lua(if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
+    R"lua(local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
+if not holds then return -redis.call('exists', KEYS[1]) end
+local alone = holds == 1 and
+  redis.call('hlen', KEYS[1]) == 1 + redis.call('hexists', KEYS[1], 'mode')
+if alone or redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
   redis.call('pexpire', KEYS[1], ARGV[2])
-  return 1
 end
-return -redis.call('exists', KEYS[1])
+return 1
 )lua",
-    "feaca4b9523bdf43142ae1ed22979f971d1aad44"};
+    "6c1d5d78691e43298b8bd0a8bbf4a6c2f673d566"};
 
-/// Watchdog renewal of a ReentrantMutex hold or a SharedMutex write hold
-/// (ARGV[1] is then "<owner>:write"). KEYS[1] hash; ARGV[1] field, ARGV[2]
-/// TTL in ms. A key of another type counts as gone (pcall), as in
-/// renew_batch. Returns 1 renewed, 0 gone.
+/// Watchdog renewal of many ReentrantMutex holds or SharedMutex write holds
+/// in one call. KEYS[i] hash i; ARGV[2i-1] its field, ARGV[2i] its TTL in
+/// ms. A hold whose field is still there gets at least its TTL from now
+/// (never less than it has); a key of another type counts as gone (pcall),
+/// as in renew_batch. Returns the positions i of the holds found gone.
 inline constexpr Script hash_field_renew{
-    R"lua(if redis.pcall('hexists', KEYS[1], ARGV[1]) == 1 then
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return 1
+    R"lua(local gone = {}
+for i = 1, #KEYS do
+  if redis.pcall('hexists', KEYS[i], ARGV[2 * i - 1]) == 1 then
+    local ttl = tonumber(ARGV[2 * i])
+    if redis.call('pttl', KEYS[i]) < ttl then redis.call('pexpire', KEYS[i], ttl) end
+  else
+    gone[#gone + 1] = i
+  end
 end
-return 0
+return gone
 )lua",
-    "eabfea41f54f30b7870fa094446ba8d0886a73f5"};
+    "9ad0207f88c43a46cca9328b1f474f08c11e582f"};
 
 /// SharedMutex read acquire. KEYS[1] hash, KEYS[2] the owner's timeout-key
 /// stem "{name}:<owner>:rwlock_timeout"; ARGV[1] TTL in ms, ARGV[2] owner,
@@ -190,15 +209,32 @@ return redis.call('pttl', KEYS[1])
 
 /// SharedMutex read release. KEYS[1] hash, KEYS[2] channel, KEYS[3] the
 /// owner's timeout-key stem, KEYS[4] the lock's ("{name}"); ARGV[1] owner.
-/// Drops the owner's newest hold and its timeout key. If a writer (this
-/// owner, after a downgrade) remains, it keeps its own lease; if readers
-/// remain, the hash lives as long as the longest of their live leases; if
-/// none is live, the hash is deleted and "0" published. Returns 1 released,
-/// 0 our hold's lease had run out (or no hash), -1 another owner's hash.
+/// Drops one of the owner's holds. The owner's holds are interchangeable in
+/// Redis (timeout keys 1..n), so the shortest lease goes and the others
+/// keep theirs: the newest key's lease moves into the slot of the shortest,
+/// and the newest key is deleted. If a writer (this owner, after a
+/// downgrade) remains, it keeps its own lease; if readers remain, the hash
+/// lives as long as the longest of their live leases; if none is live, the
+/// hash is deleted and "0" published. Returns 1 released, 0 the shortest
+/// lease had run out (or no hash), -1 another owner's hash.
 inline constexpr Script read_release{
     R"lua(local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 if not holds then return -redis.call('exists', KEYS[1]) end
-local live = redis.call('del', KEYS[3] .. ':' .. holds)
+local shortest, slot = math.huge, holds
+for n = 1, holds do
+  local left = redis.call('pttl', KEYS[3] .. ':' .. n)
+  if left < shortest then shortest, slot = left, n end
+end
+local live = shortest == -2 and 0 or 1
+if slot ~= holds then
+  local newest = redis.call('pttl', KEYS[3] .. ':' .. holds)
+  if newest > 0 then
+    redis.call('set', KEYS[3] .. ':' .. slot, 1, 'px', newest)
+  else
+    redis.call('del', KEYS[3] .. ':' .. slot)
+  end
+end
+redis.call('del', KEYS[3] .. ':' .. holds)
 if holds > 1 then
   redis.call('hincrby', KEYS[1], ARGV[1], -1)
 elseif redis.call('hlen', KEYS[1]) > 2 then
@@ -228,26 +264,69 @@ else
 end
 return live
 )lua",
-    "d64db25b477ca534c91ef478891a1a6c687f9f1c"};
+    "cb0dd4bf380094eba1eaeaeaf860919065f680be"};
 
-/// Watchdog renewal of a SharedMutex read hold. KEYS[1] hash, KEYS[2] the
-/// owner's timeout-key stem; ARGV[1] owner, ARGV[2] TTL in ms. The hold is
-/// gone when the owner's field is, or when its newest timeout key ran out
-/// (its lease is its own, whatever other readers keep alive). Otherwise
-/// renews every timeout key of the owner and keeps the hash at least as
-/// long. Returns 1 renewed, 0 gone.
+/// Watchdog renewal of many SharedMutex read holds in one call. KEYS[2i-1]
+/// hash i, KEYS[2i] its owner's timeout-key stem; ARGV[2i-1] the owner,
+/// ARGV[2i] the TTL in ms. A hold is gone when its owner's field is, or
+/// when one of the owner's timeout keys ran out (its lease is its own,
+/// whatever other readers keep alive; the owner's holds are
+/// interchangeable, so any one run out may be this one). Otherwise every
+/// timeout key of the owner, and the hash, get at least the TTL from now.
+/// Returns the positions i of the holds found gone.
 inline constexpr Script read_renew{
-    R"lua(local holds = tonumber(redis.pcall('hget', KEYS[1], ARGV[1]))
-if not holds or redis.call('pexpire', KEYS[2] .. ':' .. holds, ARGV[2]) == 0 then return 0 end
-for n = 1, holds - 1 do
-  redis.call('pexpire', KEYS[2] .. ':' .. n, ARGV[2])
+    R"lua(local gone = {}
+for i = 1, #KEYS / 2 do
+  local hash, stem, ttl = KEYS[2 * i - 1], KEYS[2 * i], tonumber(ARGV[2 * i])
+  local holds = tonumber(redis.pcall('hget', hash, ARGV[2 * i - 1]))
+  local live = holds ~= nil
+  for n = 1, holds or 0 do
+    local left = redis.call('pttl', stem .. ':' .. n)
+    if left == -2 then live = false elseif left < ttl then redis.call('pexpire', stem .. ':' .. n, ttl) end
+  end
+  if live then
+    if redis.call('pttl', hash) < ttl then redis.call('pexpire', hash, ttl) end
+  else
+    gone[#gone + 1] = i
+  end
 end
-if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('pexpire', KEYS[1], ARGV[2])
+return gone
+)lua",
+    "9a0351cf03db52ec6283e48a04a486e1a791e408"};
+
+/// SharedMutex read extend. KEYS[1] hash, KEYS[2] the owner's timeout-key
+/// stem, KEYS[3] the lock's ("{name}"); ARGV[1] owner, ARGV[2] TTL in ms.
+/// An owner with one read hold gets exactly the TTL; with more, which are
+/// interchangeable in Redis, every timeout key only ever lengthens. The hash
+/// then lives as long as the longest reader (or keeps its writer's lease).
+/// Returns 1 extended, 0 our lease had run out (or no hash), -1 another
+/// owner's hash.
+inline constexpr Script read_extend{
+    R"lua(local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
+if not holds then return -redis.call('exists', KEYS[1]) end
+local ttl = tonumber(ARGV[2])
+for n = 1, holds do
+  local key = KEYS[2] .. ':' .. n
+  local left = redis.call('pttl', key)
+  if left == -2 then return 0 end
+  if holds == 1 or left < ttl then redis.call('pexpire', key, ttl) end
 end
+if redis.call('hget', KEYS[1], 'mode') == 'write' then return 1 end
+local longest = 0
+local fields = redis.call('hgetall', KEYS[1])
+for i = 1, #fields, 2 do
+  local count = tonumber(fields[i + 1])
+  if count then
+    for n = 1, count do
+      local key = KEYS[3] .. ':' .. fields[i] .. ':rwlock_timeout:' .. n
+      longest = math.max(longest, redis.call('pttl', key))
+    end
+  end
+end
+redis.call('pexpire', KEYS[1], math.max(longest, 1))
 return 1
 )lua",
-    "6e641623b7877df7b7b008de7c8c8a5b5a893753"};
+    "b897e8daa2aa1d094e5ae6889cdd76d5497961e7"};
 
 /// SharedMutex write acquire. KEYS[1] hash; ARGV[1] TTL in ms, ARGV[2]
 /// "<owner>:write", ARGV[3] owner. Granted when the lock is free or
@@ -303,6 +382,7 @@ inline constexpr const Script* all[] = {&release,           &extend,
                                         &reentrant_release, &hash_field_extend,
                                         &hash_field_renew,  &read_acquire,
                                         &read_release,      &read_renew,
-                                        &write_acquire,     &write_release};
+                                        &read_extend,       &write_acquire,
+                                        &write_release};
 
 }  // namespace distlock::scripts

@@ -24,7 +24,10 @@
 // std::system_error(std::errc::resource_deadlock_would_occur).
 //
 // Like Redisson's, the lock does not favour writers: a steady stream of
-// overlapping readers keeps a writer waiting.
+// overlapping readers keeps a writer waiting. Unlike Redisson's, one hold
+// of an owner never shortens another's lease: an owner's read holds are
+// interchangeable in Redis, so a read release drops the shortest of its
+// leases, not the newest.
 //
 //   distlock::SharedMutex catalog{redis, "catalog"};
 //   { std::shared_lock read{catalog}; render(); }
@@ -32,291 +35,140 @@
 #pragma once
 
 #include <chrono>
-#include <cstdint>
-#include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
-#include <thread>
-#include <unordered_map>
 #include <utility>
 
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
 #include "distlock/detail/acquire.hpp"
-#include "distlock/detail/args.hpp"
+#include "distlock/detail/exclusive_lock.hpp"
 #include "distlock/detail/field_hold.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/scripts.hpp"
-#include "distlock/watchdog.hpp"
 
 namespace distlock {
 
-/// A read-write lease lock in Redisson's RReadWriteLock layout over any
-/// Backend (a Client) and AcquirePolicy. Meets Lockable, TimedLockable and
-/// SharedTimedLockable, so std::unique_lock and std::shared_lock work.
-/// Threads may share one object, as they would a std::shared_mutex. Every
-/// LockOptions applies to both kinds of hold except fencing, which it
-/// refuses.
-template <class Backend = Client, class Policy = DefaultPolicy>
-class BasicSharedMutex {
+namespace detail {
+
+enum class SharedKind { read, write };
+
+// SharedMutex's Protocol: Redisson's RReadWriteLock scripts over the
+// hash-field core, and the upgrade rule.
+template <class Backend>
+class SharedProtocol : public HashFieldCore<Backend, SharedKind> {
+  using Core = HashFieldCore<Backend, SharedKind>;
+
  public:
-  using clock = std::chrono::steady_clock;
+  using Kind = SharedKind;
+  static constexpr Kind exclusive = Kind::write;
+  // Read first: a write release then finds no readers left and frees the
+  // lock with one announcement.
+  static constexpr bool given_back_first(Kind kind) noexcept { return kind == Kind::read; }
 
-  /// Validates name and options (InvalidArgument, also for fencing, which
-  /// a lock with many holders cannot give); contacts no server.
-  BasicSharedMutex(Backend& backend, std::string_view name, LockOptions options = {},
-                   Policy policy = {})
-      : backend_(backend),
-        options_(checked(std::move(options))),
-        policy_(std::move(policy)),
-        key_(detail::lock_key(options_, name)),
-        channel_(detail::redisson_prefixed("redisson_rwlock", key_)),
-        timeout_stem_(detail::redisson_tagged(key_)),
-        ttl_(options_.ttl().count()),
-        read_id_(detail::ThreadFieldHolds::id(backend.id(), key_, "read")),
-        write_id_(detail::ThreadFieldHolds::id(backend.id(), key_, "write")) {}
+  SharedProtocol(Backend backend, std::string key, const LockOptions& options)
+      : Core(std::move(backend), key, redisson_prefixed("redisson_rwlock", key),
+             no_fencing(options)),
+        timeout_stem_(redisson_tagged(this->key_)),
+        write_renewer_(std::make_shared<FieldRenewer<Backend>>(this->backend_)),
+        read_renewer_(std::make_shared<ReadRenewer<Backend>>(this->backend_)) {}
 
-  /// Gives back every hold this object still has, of any thread.
-  ~BasicSharedMutex() { give_back_all(); }
-
-  BasicSharedMutex(const BasicSharedMutex&) = delete;
-  BasicSharedMutex& operator=(const BasicSharedMutex&) = delete;
-
-  // Exclusive (write) side.
-
-  /// Blocks until the calling thread holds the write lock: no other owner
-  /// holds it in either mode. A thread that holds it already counts one
-  /// more hold, with no round trip. Throws
-  /// std::system_error(resource_deadlock_would_occur) if the calling thread
-  /// holds only the read lock (an upgrade), here or through another object
-  /// on the same Client; otherwise throws as ReentrantMutex::lock().
-  void lock() { wait_for(Kind::write); }
-
-  /// One attempt (none when the calling thread already holds the write
-  /// lock); false if another owner holds the lock. Refuses an upgrade as
-  /// lock() does.
-  [[nodiscard]] bool try_lock() {
-    return acquire(Kind::write, clock::now(), /*wait=*/false) == detail::Outcome::acquired;
+  std::string id_for(Kind kind) const {
+    return kind == Kind::read ? this->owner() : this->owner() + ":write";
   }
 
-  /// Attempts until the write lock is held or `timeout` has passed; zero or
-  /// negative: one attempt. False when the time ran out or cancel_waits()
-  /// was called.
-  template <class Rep, class Period>
-  [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
-    return acquire(Kind::write, detail::deadline_after(timeout), /*wait=*/true) ==
-           detail::Outcome::acquired;
+  // Taking the write lock while holding only the read lock can never
+  // succeed: our own read hold keeps the writer out.
+  template <class DepthOf>
+  void before_first(Kind kind, DepthOf&& depth_of) const {
+    if (kind == Kind::write && depth_of(Kind::read) > 0) throw upgrade_refused();
   }
 
-  /// Attempts until the write lock is held or `deadline` (of any clock) has
-  /// passed; a deadline already past makes exactly one attempt.
-  template <class Clock, class Duration>
-  [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline) {
-    return acquire(Kind::write, detail::to_steady_deadline(deadline), /*wait=*/true) ==
-           detail::Outcome::acquired;
-  }
-
-  /// Gives back one of the calling thread's write holds (the last one goes
-  /// to Redis and wakes every waiter); does nothing if it holds none.
-  /// Never throws.
-  void unlock() noexcept {
-    try {
-      if (owns_lock()) static_cast<void>(release());
-    } catch (...) {
-      // The lease expires by itself; unlock() runs in destructors and must not throw.
+  std::optional<Attempt> attempt(Kind kind, const std::string& field,
+                                 SteadyClock::time_point deadline) {
+    if (kind == Kind::read) {
+      const std::string stem = timeout_stem(field);
+      return this->attempt_field(
+          kind, scripts::read_release, {this->key_, this->channel_, stem, timeout_stem_}, field,
+          deadline, [&](Connection& connection) {
+            return refused_by_pttl(connection.eval(scripts::read_acquire, {this->key_, stem},
+                                                   {this->ttl_, field, field + ":write"}));
+          });
     }
+    const std::string owner = this->owner();
+    return this->attempt_field(
+        kind, scripts::write_release, {this->key_, this->channel_}, field, deadline,
+        [&](Connection& connection) {
+          const Reply reply =
+              connection.eval(scripts::write_acquire, {this->key_}, {this->ttl_, field, owner});
+          if (reply.is_string()) throw upgrade_refused();  // through another object of this thread
+          return refused_by_pttl(reply);
+        });
   }
 
-  /// unlock(), saying what happened, as ReentrantMutex::release() does.
-  /// Throws NotHeldError if the calling thread holds no write lock.
-  Release release() { return give_back(Kind::write); }
-
-  // Shared (read) side.
-
-  /// Blocks until the calling thread holds a read lock: no other owner
-  /// holds the write lock. A thread that holds a read lock already, counts
-  /// one more with no round trip; a thread that holds the write lock gets
-  /// a read lock too (then unlock() downgrades). Throws as lock().
-  void lock_shared() { wait_for(Kind::read); }
-
-  /// One attempt (none when the calling thread already holds a read lock);
-  /// false if another owner holds the write lock.
-  [[nodiscard]] bool try_lock_shared() {
-    return acquire(Kind::read, clock::now(), /*wait=*/false) == detail::Outcome::acquired;
+  TokenCheck release(Kind kind, const std::string& field) {
+    return this->checked([&](Connection& connection) {
+      if (kind == Kind::read) {
+        return field_check(connection.eval(
+            scripts::read_release, {this->key_, this->channel_, timeout_stem(field), timeout_stem_},
+            {field}));
+      }
+      return field_check(
+          connection.eval(scripts::write_release, {this->key_, this->channel_}, {field}));
+    });
   }
 
-  /// As try_lock_for, for a read lock.
-  template <class Rep, class Period>
-  [[nodiscard]] bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout) {
-    return acquire(Kind::read, detail::deadline_after(timeout), /*wait=*/true) ==
-           detail::Outcome::acquired;
+  TokenCheck extend(Kind kind, const std::string& field, std::chrono::milliseconds ttl) {
+    const Decimal lease(ttl.count());
+    return this->checked([&](Connection& connection) {
+      if (kind == Kind::read) {
+        return field_check(connection.eval(scripts::read_extend,
+                                           {this->key_, timeout_stem(field), timeout_stem_},
+                                           {field, lease}));
+      }
+      return field_check(connection.eval(scripts::hash_field_extend, {this->key_}, {field, lease}));
+    });
   }
 
-  /// As try_lock_until, for a read lock.
-  template <class Clock, class Duration>
-  [[nodiscard]] bool try_lock_shared_until(
-      const std::chrono::time_point<Clock, Duration>& deadline) {
-    return acquire(Kind::read, detail::to_steady_deadline(deadline), /*wait=*/true) ==
-           detail::Outcome::acquired;
-  }
-
-  /// Gives back one of the calling thread's read holds (the last reader to
-  /// leave frees the lock for writers); does nothing if it holds none.
-  /// Never throws.
-  void unlock_shared() noexcept {
-    try {
-      if (owns_lock_shared()) static_cast<void>(release_shared());
-    } catch (...) {
-      // As in unlock().
+  std::shared_ptr<LeaseState> watched(Kind kind, const std::string& field,
+                                      SteadyClock::time_point sent,
+                                      const LockOptions& options) const {
+    if (kind == Kind::write) {
+      return std::make_shared<LeaseState>(this->key_, field, options.ttl(), sent, options.on_lost(),
+                                          write_renewer_);
     }
+    return std::make_shared<LeaseState>(this->key_, field, options.ttl(), sent, options.on_lost(),
+                                        read_renewer_, timeout_stem(field));
   }
 
-  /// unlock_shared(), saying what happened: released, expired (this hold's
-  /// own lease had run out), not_owner, or lost. Throws NotHeldError if the
-  /// calling thread holds no read lock.
-  Release release_shared() { return give_back(Kind::read); }
-
-  // State of the calling thread.
-
-  /// Whether the calling thread holds the write lock through this object.
-  bool owns_lock() const noexcept { return hold_count() > 0; }
-  /// Whether the calling thread holds a read lock through this object.
-  bool owns_lock_shared() const noexcept { return shared_hold_count() > 0; }
-  /// The calling thread's write holds through this object.
-  unsigned hold_count() const noexcept { return depth(Kind::write); }
-  /// The calling thread's read holds through this object.
-  unsigned shared_hold_count() const noexcept { return depth(Kind::read); }
-
-  /// True once the watchdog found one of the calling thread's auto-renewed
-  /// holds (read or write) gone or let it run out.
-  bool lost() const noexcept {
-    std::lock_guard guard(state_mutex_);
-    const auto it = holds_.find(std::this_thread::get_id());
-    return it != holds_.end() && (it->second.read.lost() || it->second.write.lost());
-  }
-
-  /// Makes every acquire of this object, read or write, that is waiting now
-  /// give up. Callable from any thread.
-  void cancel_waits() {
-    cancellation_.cancel();
-    if (options_.wake_on_release()) backend_.notifier().wake(channel_);
-  }
-
-  /// The calling thread's owner id: its read field, and with ":write" its
-  /// write field.
-  std::string owner_id() const { return detail::owner_id(backend_.id()); }
-
-  /// The Redis key of the lock's hash (prefix and name).
-  const std::string& key() const noexcept { return key_; }
-  /// The channel releases are announced on: redisson_rwlock:{key}.
-  const std::string& channel() const noexcept { return channel_; }
-  const LockOptions& options() const noexcept { return options_; }
+  static std::string describe(Kind kind) { return kind == Kind::read ? "read lock" : "write lock"; }
 
  private:
-  enum class Kind { read, write };
-
-  // One thread's holds through this object.
-  struct ThreadHolds {
-    detail::FieldHold read;
-    detail::FieldHold write;
-    detail::FieldHold& of(Kind kind) { return kind == Kind::read ? read : write; }
-    const detail::FieldHold& of(Kind kind) const { return kind == Kind::read ? read : write; }
-  };
-  using Holds = std::unordered_map<std::thread::id, ThreadHolds>;
-
-  static LockOptions checked(LockOptions options) {
+  static const LockOptions& no_fencing(const LockOptions& options) {
     if (options.fencing()) {
       throw InvalidArgument("SharedMutex gives no fencing tokens: readers hold it together");
     }
     return options;
   }
 
-  void wait_for(Kind kind) {
-    if (acquire(kind, clock::time_point::max(), /*wait=*/true) == detail::Outcome::cancelled) {
-      throw Error(Errc::cancelled, std::string(kind == Kind::read ? "lock_shared()" : "lock()") +
-                                       " of " + key_ + " was cancelled");
-    }
-  }
-
-  detail::Outcome acquire(Kind kind, clock::time_point deadline, bool wait) {
-    const std::uint64_t cancel_seen = cancellation_.generation();
-    if (reenter(kind)) return detail::Outcome::acquired;
-    const std::string owner = detail::owner_id(backend_.id());
-    const std::string field = kind == Kind::read ? owner : owner + ":write";
-    return detail::acquire_loop(
-        backend_, options_, policy_, key_, channel_, cancellation_, cancel_seen, deadline, wait,
-        [&](clock::time_point sent, clock::time_point reply_deadline) {
-          const std::optional<detail::Attempt> result = detail::attempt_or_undo(
-              backend_, reply_deadline,
-              [&](Connection& connection) { return send_acquire(connection, kind, owner); },
-              [&](Connection& connection) {
-                if (!detail::ThreadFieldHolds::any(id_of(kind))) {
-                  static_cast<void>(send_release(connection, kind, field));
-                }
-              });
-          if (result && result->acquired) adopt(kind, field, sent);
-          return result;
-        });
-  }
-
-  // Counts one more hold if the calling thread already has one of this
-  // kind; refuses an upgrade.
-  bool reenter(Kind kind) {
-    std::lock_guard guard(state_mutex_);
-    const auto it = holds_.find(std::this_thread::get_id());
-    if (it == holds_.end()) return false;
-    detail::FieldHold& hold = it->second.of(kind);
-    if (hold.depth == 0) {
-      if (kind == Kind::write && it->second.read.depth > 0) throw upgrade_refused();
-      return false;
-    }
-    if (hold.lost()) {
-      throw LockLostError(key_ +
-                          " was lost while this thread held it; unlock it before locking again");
-    }
-    ++hold.depth;
-    return true;
-  }
-
-  std::system_error upgrade_refused() const {
-    return std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
-                             key_ +
-                                 ": this thread holds the read lock; taking the write lock "
-                                 "too would wait for itself (unlock_shared() first)");
-  }
-
-  detail::Attempt send_acquire(Connection& connection, Kind kind, const std::string& owner) const {
-    detail::Attempt attempt;
-    if (kind == Kind::read) {
-      const std::string stem = timeout_stem(owner);
-      const Reply reply =
-          connection.eval(scripts::read_acquire, {key_, stem}, {ttl_, owner, owner + ":write"});
-      attempt.acquired = reply.is_nil();
-      if (!attempt.acquired) attempt.holder_pttl = reply.integer();
-      return attempt;
-    }
-    const Reply reply =
-        connection.eval(scripts::write_acquire, {key_}, {ttl_, owner + ":write", owner});
-    if (reply.is_string()) throw upgrade_refused();  // through another object of this thread
+  static Attempt refused_by_pttl(const Reply& reply) {
+    Attempt attempt;
     attempt.acquired = reply.is_nil();
     if (!attempt.acquired) attempt.holder_pttl = reply.integer();
     return attempt;
   }
 
-  detail::TokenCheck send_release(Connection& connection, Kind kind,
-                                  const std::string& field) const {
-    if (kind == Kind::read) {
-      const std::string stem = timeout_stem(field);
-      return detail::field_check(
-          connection.eval(scripts::read_release, {key_, channel_, stem, timeout_stem_}, {field}));
-    }
-    return detail::field_check(connection.eval(scripts::write_release, {key_, channel_}, {field}));
+  std::system_error upgrade_refused() const {
+    return std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
+                             this->key_ +
+                                 ": this thread holds the read lock; taking the write lock "
+                                 "too would wait for itself (unlock_shared() first)");
   }
 
   // "{key}:<owner>:rwlock_timeout": hold n of the owner has its lease in
@@ -325,104 +177,106 @@ class BasicSharedMutex {
     return timeout_stem_ + ':' + owner + ":rwlock_timeout";
   }
 
-  Watchdog::RenewAlone renewer(Kind kind, const std::string& field) const {
-    const std::string* key = &key_;  // the object outlives its leases' registration
-    if (kind == Kind::write) {
-      return [key](Connection& connection, const detail::LeaseState& lease, std::string_view ttl) {
-        return renewed(connection.eval(scripts::hash_field_renew, {*key}, {lease.token, ttl}));
-      };
-    }
-    return [key, stem = timeout_stem(field)](
-               Connection& connection, const detail::LeaseState& lease, std::string_view ttl) {
-      return renewed(connection.eval(scripts::read_renew, {*key, stem}, {lease.token, ttl}));
-    };
-  }
-
-  static detail::TokenCheck renewed(const Reply& reply) {
-    return reply.integer() == 1 ? detail::TokenCheck::done : detail::TokenCheck::no_key;
-  }
-
-  void adopt(Kind kind, const std::string& field, clock::time_point sent) {
-    detail::FieldHold hold;
-    hold.depth = 1;
-    hold.field = field;
-    hold.expires = sent + options_.ttl();
-    hold.lease = detail::watch_lease(backend_, options_, key_, field, sent, renewer(kind, field));
-    {
-      std::lock_guard guard(state_mutex_);
-      holds_[std::this_thread::get_id()].of(kind) = std::move(hold);
-    }
-    detail::ThreadFieldHolds::add(id_of(kind));
-  }
-
-  Release give_back(Kind kind) {
-    std::unique_lock guard(state_mutex_);
-    const auto it = holds_.find(std::this_thread::get_id());
-    if (it == holds_.end() || it->second.of(kind).depth == 0) {
-      throw NotHeldError(key_ + (kind == Kind::read ? ": this thread holds no read lock"
-                                                    : ": this thread holds no write lock"));
-    }
-    detail::FieldHold& hold = it->second.of(kind);
-    if (hold.depth > 1) {
-      --hold.depth;
-      return hold.lost() ? Release::lost : Release::released;
-    }
-    const detail::FieldHold last = std::exchange(hold, detail::FieldHold{});
-    if (it->second.read.depth == 0 && it->second.write.depth == 0) holds_.erase(it);
-    guard.unlock();
-    detail::ThreadFieldHolds::remove(id_of(kind));
-    if (detail::stop_watching(backend_, last)) return Release::lost;
-    auto connection = backend_.borrow();
-    return detail::to_release(send_release(*connection, kind, last.field));
-  }
-
-  unsigned depth(Kind kind) const noexcept {
-    std::lock_guard guard(state_mutex_);
-    const auto it = holds_.find(std::this_thread::get_id());
-    return it == holds_.end() ? 0 : it->second.of(kind).depth;
-  }
-
-  std::size_t id_of(Kind kind) const noexcept { return kind == Kind::read ? read_id_ : write_id_; }
-
-  void give_back_all() noexcept {
-    Holds holds;
-    {
-      std::lock_guard guard(state_mutex_);
-      holds.swap(holds_);
-    }
-    for (const auto& [thread, both] : holds) {
-      // Read first: a write release then finds no readers left and frees the
-      // lock with one announcement.
-      for (const Kind kind : {Kind::read, Kind::write}) {
-        const detail::FieldHold& hold = both.of(kind);
-        if (hold.depth == 0) continue;
-        if (thread == std::this_thread::get_id()) detail::ThreadFieldHolds::remove(id_of(kind));
-        if (detail::stop_watching(backend_, hold)) continue;
-        try {
-          auto connection = backend_.borrow();
-          static_cast<void>(send_release(*connection, kind, hold.field));
-        } catch (...) {
-          // The lease expires by itself.
-        }
-      }
-    }
-  }
-
-  Backend& backend_;
-  const LockOptions options_;
-  const Policy policy_;
-  const std::string key_;
-  const std::string channel_;
   const std::string timeout_stem_;  // "{key}", or the key if it has a '{'
-  const detail::Decimal ttl_;
-  const std::size_t read_id_;
-  const std::size_t write_id_;
+  std::shared_ptr<Renewer> write_renewer_;
+  std::shared_ptr<Renewer> read_renewer_;
+};
 
-  // Each thread's holds as this object knows them; Redis, not this mutex,
-  // decides who holds the lock.
-  mutable std::mutex state_mutex_;
-  Holds holds_;
-  detail::Cancellation cancellation_;
+}  // namespace detail
+
+/// A read-write lease lock in Redisson's RReadWriteLock layout over any
+/// Backend (a Client) and AcquirePolicy. Meets Lockable, TimedLockable and
+/// SharedTimedLockable, so std::unique_lock and std::shared_lock work.
+/// Threads may share one object, as they would a std::shared_mutex. The
+/// exclusive (write) side is detail::ExclusiveLock's; lock() and try_lock*()
+/// refuse an upgrade (the calling thread holds only the read lock, here or
+/// through another object on the same Client) with
+/// std::system_error(resource_deadlock_would_occur). Every LockOptions
+/// applies to both kinds of hold except fencing, which it refuses.
+template <class Backend = Client, class Policy = DefaultPolicy>
+class BasicSharedMutex : public detail::ExclusiveLock<detail::SharedProtocol<Backend>, Policy> {
+  using Base = detail::ExclusiveLock<detail::SharedProtocol<Backend>, Policy>;
+  using Kind = detail::SharedKind;
+
+ public:
+  using clock = std::chrono::steady_clock;
+
+  /// Validates name and options (InvalidArgument, also for fencing, which
+  /// a lock with many holders cannot give); contacts no server.
+  BasicSharedMutex(const Backend& backend, std::string_view name, LockOptions options = {},
+                   Policy policy = {})
+      : Base(detail::SharedProtocol<Backend>(backend, detail::lock_key(options, name), options),
+             options, std::move(policy)) {}
+
+  /// Blocks until the calling thread holds a read lock: no other owner
+  /// holds the write lock. A thread that holds a read lock already counts
+  /// one more with no round trip; a thread that holds the write lock gets a
+  /// read lock too (then unlock() downgrades). Throws as lock().
+  void lock_shared() {
+    if (this->life_.acquire(Kind::read, detail::no_deadline, true) == detail::Outcome::cancelled) {
+      throw Error(Errc::cancelled, "lock_shared() of " + this->key() + " was cancelled");
+    }
+  }
+
+  /// One attempt (none when the calling thread already holds a read lock);
+  /// false if another owner holds the write lock.
+  [[nodiscard]] bool try_lock_shared() {
+    return this->life_.acquire(Kind::read, clock::now(), false) == detail::Outcome::acquired;
+  }
+
+  /// As try_lock_for, for a read lock.
+  template <class Rep, class Period>
+  [[nodiscard]] bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout) {
+    return this->life_.acquire(Kind::read, detail::deadline_after(timeout), true) ==
+           detail::Outcome::acquired;
+  }
+
+  /// As try_lock_until, for a read lock.
+  template <class Clock, class Duration>
+  [[nodiscard]] bool try_lock_shared_until(
+      const std::chrono::time_point<Clock, Duration>& deadline) {
+    return this->life_.acquire(Kind::read, detail::to_steady_deadline(deadline), true) ==
+           detail::Outcome::acquired;
+  }
+
+  /// Gives back one of the calling thread's read holds (the last reader to
+  /// leave frees the lock for writers); does nothing if it holds none.
+  /// Never throws.
+  void unlock_shared() noexcept { this->life_.unlock(Kind::read); }
+
+  /// unlock_shared(), saying what happened: released, expired (a lease of
+  /// this owner's read holds had run out), not_owner, or lost. Throws
+  /// NotHeldError if the calling thread holds no read lock.
+  Release release_shared() { return this->life_.release(Kind::read); }
+
+  /// As extend(), for the calling thread's read hold.
+  template <class Rep, class Period>
+  [[nodiscard]] bool extend_shared(const std::chrono::duration<Rep, Period>& ttl) {
+    return this->life_.extend(Kind::read, detail::checked_milliseconds(ttl, max_ttl, "extend ttl"));
+  }
+
+  /// Whether the calling thread holds a read lock through this object.
+  bool owns_lock_shared() const noexcept { return this->life_.owns(Kind::read); }
+  /// The calling thread's write holds through this object.
+  unsigned hold_count() const noexcept { return this->life_.depth(Kind::write); }
+  /// The calling thread's read holds through this object.
+  unsigned shared_hold_count() const noexcept { return this->life_.depth(Kind::read); }
+  /// Time left on the calling thread's read hold; zero when none or lost.
+  std::chrono::milliseconds validity_shared() const noexcept {
+    return this->life_.validity(Kind::read);
+  }
+
+  /// True once the watchdog found one of the calling thread's auto-renewed
+  /// holds (read or write) gone or let it run out.
+  bool lost() const noexcept {
+    return this->life_.lost(Kind::read) || this->life_.lost(Kind::write);
+  }
+
+  /// The calling thread's owner id: its read field, and with ":write" its
+  /// write field.
+  std::string owner_id() const { return this->life_.protocol().owner(); }
+  /// The channel releases are announced on: redisson_rwlock:{key}.
+  const std::string& channel() const noexcept { return this->life_.protocol().channel(); }
 };
 
 /// The read-write lock for ordinary use.

@@ -15,13 +15,21 @@
 // - Under maxmemory with noeviction, Redis refuses every command queued in a
 //   MULTI, DEL included, so release() and extend() fail with ServerError
 //   (OOM) and the lease runs out by itself. Mutex releases under OOM.
-// - The cleanup after an acquire whose reply timed out reads before it
-//   writes, so it removes our key only if the SET had already landed; a SET
-//   still queued in the server (CLIENT PAUSE, a stalled server) stays until
-//   its lease ends.
+// - The undo of an acquire whose reply timed out cannot be queued blindly
+//   behind it (a token-checked delete needs a script or a read first), so
+//   it reads before it writes, on a connection of its own with a short
+//   budget: it removes our key only if the SET had already landed; a SET
+//   still queued in a stalled server stays until its lease ends.
+// - A batch of renewals costs two round trips (WATCH and read; then one
+//   MULTI/EXEC for the whole batch) instead of one script call.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
@@ -58,6 +66,19 @@ struct TransactionalLease {
     return attempt;
   }
 
+  // See the top of this file: read, then delete, on a connection of its own.
+  static void undo(Connection& broken, const LeaseKeys& keys, const std::string& token) noexcept {
+    try {
+      ConnectionOptions quick = broken.options();
+      quick.connect_timeout = std::min(quick.connect_timeout, undo_budget);
+      quick.command_timeout = std::min(quick.command_timeout, undo_budget);
+      Connection fresh(std::move(quick));
+      static_cast<void>(release(fresh, keys, token));
+    } catch (...) {
+      // The lease expires by itself.
+    }
+  }
+
   static TokenCheck release(Connection& connection, const LeaseKeys& keys,
                             const std::string& token) {
     return check_and_change(connection, keys, token, [&] {
@@ -70,14 +91,6 @@ struct TransactionalLease {
                            const Decimal& ttl) {
     return check_and_change(connection, keys, token,
                             [&] { connection.append("PEXPIRE", keys.key, ttl); });
-  }
-
-  // No script, so no batch: the watchdog renews each lease by itself.
-  static Watchdog::RenewAlone renewer(const LeaseKeys& keys) {
-    return [keys](Connection& connection, const LeaseState& lease, std::string_view ttl) {
-      return check_and_change(connection, keys, lease.token,
-                              [&] { connection.append("PEXPIRE", keys.key, ttl); });
-    };
   }
 
   // WATCH + GET; if the key holds our token, MULTI + change + EXEC. An
@@ -110,6 +123,77 @@ struct TransactionalLease {
       return TokenCheck::done;
     }
   }
+
+  // Renews a batch with no script: WATCH every key and read each one's
+  // value and PTTL (one round trip), then lengthen, in one MULTI/EXEC, the
+  // leases that still hold their token and would otherwise end sooner than
+  // their TTL. An aborted EXEC (a watched key changed) leaves the batch
+  // unknown, to be tried again soon.
+  template <class Backend>
+  class Renewer final : public detail::Renewer {
+   public:
+    explicit Renewer(Backend backend) : backend_(std::move(backend)) {}
+    BatchKey batch_key() const noexcept override { return {&kind_tag, &backend_.options()}; }
+    void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
+               SteadyClock::time_point deadline) noexcept override {
+      try {
+        auto connection = backend_.borrow(deadline);
+        connection->set_timeout(reply_timeout(backend_.options().command_timeout, deadline));
+        for (std::size_t first = 0; first < leases.size(); first += Watchdog::batch_size) {
+          const std::size_t end = std::min(first + Watchdog::batch_size, leases.size());
+          renew_batch(*connection, leases, outcomes, first, end);
+        }
+      } catch (...) {
+        // Whatever was not settled stays unknown.
+      }
+    }
+
+   private:
+    static void renew_batch(Connection& connection, const std::vector<LeaseState*>& leases,
+                            std::vector<Renewed>& outcomes, std::size_t first, std::size_t end) {
+      std::vector<std::string_view> watch{"WATCH"};
+      for (std::size_t i = first; i < end; ++i) watch.push_back(leases[i]->key);
+      connection.append_argv(watch);
+      for (std::size_t i = first; i < end; ++i) {
+        connection.append("GET", leases[i]->key);
+        connection.append("PTTL", leases[i]->key);
+      }
+      connection.flush();
+      connection.read_reply().throw_if_error();
+      std::vector<std::size_t> lengthen;
+      for (std::size_t i = first; i < end; ++i) {
+        const bool ours =
+            connection.read_reply().is_string() && connection.take_last().str() == leases[i]->token;
+        const long long pttl =
+            connection.read_reply().is_integer() ? connection.take_last().integer() : -2;
+        if (!ours) {
+          outcomes[i] = Renewed::gone;
+        } else if (pttl < leases[i]->ttl.count()) {
+          lengthen.push_back(i);
+        } else {
+          outcomes[i] = Renewed::yes;
+        }
+      }
+      if (lengthen.empty()) {
+        connection.command("UNWATCH");
+        return;
+      }
+      connection.append("MULTI");
+      for (const std::size_t i : lengthen) {
+        connection.append("PEXPIRE", leases[i]->key, leases[i]->ttl_text);
+      }
+      connection.append("EXEC");
+      for (std::size_t n = 0; n <= lengthen.size(); ++n) connection.read_reply().throw_if_error();
+      const Reply& exec = connection.read_reply().throw_if_error();
+      if (exec.is_nil()) return;  // a watched key changed: unknown, tried again soon
+      for (const std::size_t i : lengthen) outcomes[i] = Renewed::yes;
+    }
+
+    static constexpr char kind_tag = 0;
+    Backend backend_;
+  };
+
+  static constexpr std::chrono::milliseconds undo_budget{10};
 };
 
 }  // namespace detail

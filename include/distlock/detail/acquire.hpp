@@ -1,19 +1,24 @@
-// The parts of acquiring a lock that every lock type shares, whatever it
-// stores in Redis: the wait loop (attempt, subscribe to the release channel,
-// sleep until a release, the policy's pause, the holder's lease or the
-// deadline, try again), cancel_waits(), the best-effort undo of an attempt
-// whose reply never came, and the registration of a held lease with the
-// Watchdog.
+// The server steps every single-server lock type sends the same way, and
+// the rules that keep each within its caller's deadline: one attempt (and
+// the undo of one whose reply never came), one PTTL read, when to try
+// again, and cancel_waits().
 //
-// A lock type supplies one attempt (one atomic server step) and one undo;
-// this header decides when to send them.
+// The deadline rules, for every step:
+// - a call without a deadline (lock(), try_lock()) waits for Redis at most
+//   one command timeout per step, and a step that gets no reply throws
+//   TimeoutError naming the command, the endpoint and the timeout;
+// - a call with a deadline cuts every step's wait (the pool, the connect,
+//   the reply) to the time it has left, and a step the deadline cuts short
+//   is the caller's timeout (try_lock_for returns false), not an error.
+// An attempt whose reply never came is ambiguous: the server may still
+// apply it. Its undo is written on the same connection, behind it, and not
+// waited for: if the attempt lands late, the undo lands right after it.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -24,10 +29,6 @@
 #include "distlock/connection.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
-#include "distlock/lease.hpp"
-#include "distlock/lock_options.hpp"
-#include "distlock/notifier.hpp"
-#include "distlock/watchdog.hpp"
 
 namespace distlock::detail {
 
@@ -36,10 +37,16 @@ struct Attempt {
   bool acquired = false;
   long long fence = 0;         ///< with fencing, when acquired
   long long holder_pttl = -3;  ///< when refused: the holder's PTTL, -3 if not asked
+  /// When acquired: when the lease runs out by the steady clock, if the
+  /// protocol knows better than "sent + ttl" (a Redlock's validity).
+  std::optional<SteadyClock::time_point> expires;
 };
 
 /// How an acquire ended.
 enum class Outcome { acquired, timed_out, cancelled };
+
+/// No deadline: the step may take one command timeout.
+inline constexpr SteadyClock::time_point no_deadline = SteadyClock::time_point::max();
 
 /// The cancel_waits() of one lock object: a generation every acquire notes
 /// when it starts and gives up on once it changes, and the condition a
@@ -66,10 +73,15 @@ class Cancellation {
     cancelled_.notify_all();
   }
 
-  /// Sleeps until `until` or a cancel after generation `seen`.
+  /// Wakes polling waiters without cancelling them (the lock object's own
+  /// holder let go).
+  void nudge() { cancelled_.notify_all(); }
+
+  /// Sleeps until `until`, a cancel after generation `seen`, or a nudge.
   void sleep_until(std::uint64_t seen, SteadyClock::time_point until) {
     std::unique_lock guard(mutex_);
-    cancelled_.wait_until(guard, until, [&] { return generation_ != seen; });
+    if (generation_ != seen) return;
+    cancelled_.wait_until(guard, until);
   }
 
  private:
@@ -78,20 +90,25 @@ class Cancellation {
   std::uint64_t generation_ = 0;
 };
 
-/// The reply timeout for a call with a deadline: no longer than the time
-/// left, no longer than the configured command timeout.
-template <class Backend>
-std::chrono::milliseconds reply_timeout(const Backend& backend, SteadyClock::time_point deadline) {
-  if (deadline == SteadyClock::time_point::max()) return backend.options().command_timeout;
-  const auto left =
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
-  return std::clamp(left, std::chrono::milliseconds(1), backend.options().command_timeout);
+/// The reply timeout for a step: the command timeout, cut to the time left
+/// before `deadline` (at least 1 ms, the finest a socket timeout goes).
+inline std::chrono::milliseconds reply_timeout(std::chrono::milliseconds command_timeout,
+                                               SteadyClock::time_point deadline) {
+  if (deadline == no_deadline) return command_timeout;
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - SteadyClock::now());
+  return std::clamp(left, std::chrono::milliseconds(1), command_timeout);
+}
+
+/// Whether a TimeoutError seen now is the caller's own deadline running
+/// out (the step was cut to it) rather than Redis missing a command timeout.
+inline bool deadline_reached(SteadyClock::time_point deadline) {
+  return deadline != no_deadline && SteadyClock::now() + std::chrono::milliseconds(2) >= deadline;
 }
 
 /// When to try again: after the policy's pause (or, when a release will be
 /// announced, no pause of our own), but no later than the deadline nor the
 /// end of the holder's lease (the lock is free then). A PTTL of -1 (a key
-/// with no expiry, not ours) leaves the policy's pause.
+/// with no expiry, not ours; or nothing to go by) leaves the policy's pause.
 template <class Policy>
 SteadyClock::time_point next_attempt_at(const Policy& policy, unsigned attempt,
                                         long long holder_pttl, SteadyClock::time_point deadline,
@@ -108,130 +125,54 @@ SteadyClock::time_point next_attempt_at(const Policy& policy, unsigned attempt,
   return deadline - now < pause ? deadline : now + pause;
 }
 
-/// Attempts until acquired, the deadline passes or the waits are cancelled.
-/// `try_once(sent, reply_deadline)` makes one attempt, records the hold
-/// itself when it succeeds, and returns what it found (nullopt: no reply
-/// before the caller's deadline, see attempt_or_undo); `key` is where the
-/// holder's PTTL is read when the attempt did not say, `channel` where
-/// releases are announced. The first attempt is immediate; with `wait`
-/// false it is the only one.
-template <class Backend, class Policy, class TryOnce>
-Outcome acquire_loop(Backend& backend, const LockOptions& options, const Policy& policy,
-                     const std::string& key, const std::string& channel, Cancellation& cancellation,
-                     std::uint64_t cancel_seen, SteadyClock::time_point deadline, bool wait,
-                     TryOnce&& try_once) {
-  std::optional<Notifier::Subscription> subscription;
-  for (unsigned attempt = 1;; ++attempt) {
-    // Read before the attempt, so a release announced between a failed
-    // attempt and the sleep ends that sleep at once.
-    const std::uint64_t seen = subscription ? subscription->generation() : 0;
-    const SteadyClock::time_point sent = SteadyClock::now();
-    const bool last_chance = !wait || sent >= deadline;
-    const std::optional<Attempt> answered =
-        try_once(sent, last_chance ? SteadyClock::time_point::max() : deadline);
-    if (!answered) return Outcome::timed_out;  // no reply before the caller's deadline
-    const Attempt& result = *answered;
-    if (result.acquired) return Outcome::acquired;
-    if (last_chance) return Outcome::timed_out;
-    if (cancellation.since(cancel_seen)) return Outcome::cancelled;
-    if (!subscription && options.wake_on_release()) {
-      // Subscribed (and confirmed) before the next attempt: a release from
-      // now on cannot go unannounced to us.
-      subscription.emplace(backend.notifier().subscribe(channel, deadline));
-      continue;
-    }
-    long long holder_pttl = result.holder_pttl;
-    if (holder_pttl == -3) {
-      auto connection = backend.borrow();
-      const std::chrono::milliseconds timeout = reply_timeout(backend, deadline);
-      connection->set_timeout(timeout);
-      try {
-        holder_pttl = connection->command("PTTL", key).integer();
-      } catch (const TimeoutError&) {
-        // A reply that misses the caller's deadline is the caller's timeout.
-        if (timeout < backend.options().command_timeout) return Outcome::timed_out;
-        throw;
-      }
-    }
-    // While the server confirms our subscription, the release announcement
-    // is what wakes us; the holder's lease bounds the wait in case it is
-    // lost. Otherwise we poll at the policy's pace.
-    const bool announced = subscription && subscription->active();
-    const SteadyClock::time_point until =
-        next_attempt_at(policy, attempt, holder_pttl, deadline, announced);
-    if (subscription) {
-      subscription->wait(seen, until);
-    } else {
-      cancellation.sleep_until(cancel_seen, until);
-    }
-    if (cancellation.since(cancel_seen)) return Outcome::cancelled;
-  }
-}
-
-/// One attempt, `send(connection)`, with its reply cut to `deadline`
-/// (time_point::max() for the command timeout). A reply that never came is
-/// ambiguous (the server may have applied it), so before the error reaches
-/// the caller `undo(connection)` is sent on a fresh connection, best effort:
-/// no lock is left that the caller thinks it lacks. Returns nullopt when the
-/// reply did not come before the caller's own deadline (shorter than the
-/// command timeout): that is the caller's timeout, not a failure of Redis,
-/// so no call waits on Redis past the caller's deadline.
+/// One attempt on a single server: `send(connection)` on a connection
+/// borrowed and timed by the deadline rules above. If the reply never came,
+/// `undo(connection)` writes the undo behind it (Connection::send_behind)
+/// before the error goes on. Returns nullopt when the caller's deadline cut
+/// the step short.
 template <class Backend, class Send, class Undo>
 std::optional<Attempt> attempt_or_undo(Backend& backend, SteadyClock::time_point deadline,
                                        Send&& send, Undo&& undo) {
-  auto connection = backend.borrow();
-  const std::chrono::milliseconds timeout = reply_timeout(backend, deadline);
-  connection->set_timeout(timeout);
   try {
-    return send(*connection);
-  } catch (const Error& error) {
-    const std::error_code code = error.code();
-    if (code == Errc::timed_out || code == Errc::io_error || code == Errc::protocol_error) {
-      try {
-        auto fresh = backend.borrow();
-        // A little past the caller's deadline is better than a lock left
-        // behind for a whole lease; a server that cannot answer in this
-        // budget gets the lease's expiry instead.
-        constexpr std::chrono::milliseconds cleanup_floor(10);
-        if (deadline != SteadyClock::time_point::max()) {
-          fresh->set_timeout(std::max(reply_timeout(backend, deadline), cleanup_floor));
-        }
-        undo(*fresh);
-      } catch (...) {
-        // Best effort: if Redis cannot be reached now, the lease expires.
+    auto connection = backend.borrow(deadline);
+    connection->set_timeout(reply_timeout(backend.options().command_timeout, deadline));
+    try {
+      return send(*connection);
+    } catch (const Error& error) {
+      const std::error_code code = error.code();
+      if (code == Errc::timed_out || code == Errc::io_error || code == Errc::protocol_error) {
+        undo(*connection);
       }
+      throw;
     }
-    if (code == Errc::timed_out && timeout < backend.options().command_timeout) {
-      return std::nullopt;
-    }
+  } catch (const TimeoutError&) {
+    if (deadline_reached(deadline)) return std::nullopt;
     throw;
   }
 }
 
-/// With auto-renewal on: a lease record for `key` held as `token` (a lock
-/// token, or a Redisson owner field), registered with the Watchdog from
-/// `sent` on, renewed by `renewer` (empty: the batch script). Null otherwise.
+/// The holder's PTTL, read by the deadline rules; nullopt when the
+/// caller's deadline cut the read short.
 template <class Backend>
-std::shared_ptr<LeaseState> watch_lease(Backend& backend, const LockOptions& options,
-                                        const std::string& key, const std::string& token,
-                                        SteadyClock::time_point sent,
-                                        Watchdog::RenewAlone renewer) {
-  if (!options.auto_renew()) return nullptr;
-  auto lease = std::make_shared<LeaseState>(key, token, options.ttl(), sent, options.on_lost());
-  const SteadyClock::time_point hold_until =
-      options.max_hold().count() > 0 ? sent + options.max_hold() : SteadyClock::time_point::max();
-  backend.watchdog().add(lease, std::move(renewer), hold_until);
-  return lease;
+std::optional<long long> read_pttl(Backend& backend, const std::string& key,
+                                   SteadyClock::time_point deadline) {
+  try {
+    auto connection = backend.borrow(deadline);
+    connection->set_timeout(reply_timeout(backend.options().command_timeout, deadline));
+    return connection->command("PTTL", key).integer();
+  } catch (const TimeoutError&) {
+    if (deadline_reached(deadline)) return std::nullopt;
+    throw;
+  }
 }
 
-/// Time left on a lease by the steady clock: from the watchdog's record
-/// when it renews the lease, else from `expires`; zero once lost.
-inline std::chrono::milliseconds time_left(const std::shared_ptr<LeaseState>& lease,
-                                           SteadyClock::time_point expires) noexcept {
-  if (lease && lease->lost) return std::chrono::milliseconds(0);
-  const SteadyClock::time_point end = lease ? lease->expires() : expires;
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - SteadyClock::now());
-  return std::max(left, std::chrono::milliseconds(0));
+/// A token-checked step (release, extend) on a single server within the
+/// deadline rules; throws on failure like any command.
+template <class Backend, class Send>
+auto send_checked(Backend& backend, SteadyClock::time_point deadline, Send&& send) {
+  auto connection = backend.borrow(deadline);
+  connection->set_timeout(reply_timeout(backend.options().command_timeout, deadline));
+  return send(*connection);
 }
 
 }  // namespace distlock::detail

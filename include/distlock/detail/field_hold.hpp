@@ -1,7 +1,9 @@
-// What ReentrantMutex and SharedMutex share: Redisson's names (owner ids,
-// channels, companion keys), the local record of one owner's hold on a
-// hash field, and the per-thread count that keeps an ambiguous acquire's
-// undo from taking another lock object's hold.
+// The hash-field core ReentrantMutex and SharedMutex share: Redisson's
+// names (owner ids, channels, companion keys), the Protocol parts every
+// hash-field lock has (the backend, waiting, renewal of a field's hold in
+// batches), and the per-thread count that keeps an ambiguous acquire's
+// undo from taking another lock object's hold. Each lock keeps only its
+// scripts, its names and its rules.
 //
 // Redisson names an owner "<client id>:<thread id>" and counts that owner's
 // holds in a hash field of that name; every lock object of one thread on
@@ -15,13 +17,23 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
+#include "distlock/connection.hpp"
+#include "distlock/detail/acquire.hpp"
+#include "distlock/detail/args.hpp"
+#include "distlock/detail/batch_renewal.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/lease.hpp"
+#include "distlock/lock_options.hpp"
+#include "distlock/notifier.hpp"
 #include "distlock/reply.hpp"
+#include "distlock/scripts.hpp"
 #include "distlock/watchdog.hpp"
 
 namespace distlock::detail {
@@ -73,26 +85,6 @@ inline TokenCheck field_check(const Reply& reply) noexcept {
   return answer == 0 ? TokenCheck::no_key : TokenCheck::other_token;
 }
 
-/// One owner's hold on one hash field, as a lock object records it.
-struct FieldHold {
-  unsigned depth = 0;   ///< holds through this object; Redis counts the first only
-  std::string field;    ///< the hash field: the owner id, or "<owner>:write"
-  long long fence = 0;  ///< with fencing
-  SteadyClock::time_point expires{};
-  std::shared_ptr<LeaseState> lease;  ///< set while the watchdog renews it
-
-  bool lost() const noexcept { return lease && lease->lost; }
-};
-
-/// Stops the watchdog's renewal of a hold being given back. True when it
-/// had already been reported lost: there is nothing left to release.
-template <class Backend>
-bool stop_watching(Backend& backend, const FieldHold& hold) noexcept {
-  if (!hold.lease) return false;
-  backend.watchdog().remove(*hold.lease);
-  return hold.lease->lost;
-}
-
 /// The hash-field holds that lock objects on the calling thread have, by an
 /// id for (client, key, kind of field). The undo of an acquire whose reply
 /// never came is a release of the owner's field, and the owner is the
@@ -125,6 +117,127 @@ class ThreadFieldHolds {
     thread_local std::unordered_map<std::size_t, unsigned> by_id;
     return by_id;
   }
+};
+
+/// What every hash-field lock's Protocol has: its backend and names, the
+/// waiting steps, the owner id, and the count of this thread's holds of
+/// each kind of field (see ThreadFieldHolds). `Kind` is the lock's kinds of
+/// hold, numbered from 0.
+template <class Backend, class Kind>
+class HashFieldCore {
+ public:
+  static constexpr bool per_thread = true;
+
+  HashFieldCore(Backend backend, std::string key, std::string channel, const LockOptions& options)
+      : backend_(std::move(backend)),
+        key_(std::move(key)),
+        channel_(std::move(channel)),
+        ttl_(options.ttl().count()) {}
+
+  void check_process() const { backend_.check_process(); }
+  bool forked() const noexcept { return backend_.forked(); }
+
+  std::optional<long long> holder_pttl(SteadyClock::time_point deadline) {
+    return read_pttl(backend_, key_, deadline);
+  }
+  std::optional<Notifier::Subscription> subscribe(SteadyClock::time_point deadline) {
+    return backend_.notifier().subscribe(channel_, deadline);
+  }
+  void wake() { backend_.notifier().wake(channel_); }
+  Watchdog& watchdog() { return backend_.watchdog(); }
+  static constexpr std::chrono::nanoseconds margin(std::chrono::milliseconds) noexcept {
+    return std::chrono::nanoseconds(0);
+  }
+
+  /// Counts the calling thread's holds of `kind` (+1 taken, -1 given back).
+  void held(Kind kind, int change) noexcept {
+    if (change > 0) {
+      ThreadFieldHolds::add(hold_id(kind));
+    } else {
+      ThreadFieldHolds::remove(hold_id(kind));
+    }
+  }
+  /// Whether another lock object of this thread holds a field of `kind`.
+  bool held_here(Kind kind) const { return ThreadFieldHolds::any(hold_id(kind)); }
+
+  const std::string& key() const noexcept { return key_; }
+  const std::string& channel() const noexcept { return channel_; }
+  std::string owner() const { return owner_id(backend_.id()); }
+
+ protected:
+  std::size_t hold_id(Kind kind) const {
+    return ThreadFieldHolds::id(backend_.id(), key_, std::to_string(static_cast<int>(kind)));
+  }
+
+  /// One attempt by `send`, whose undo (the release of `field`) is written
+  /// behind it only if no other lock object of this thread holds `kind`:
+  /// the owner is the thread, so that release could take the other's hold.
+  template <class Send>
+  std::optional<Attempt> attempt_field(Kind kind, const Script& release, Args release_keys,
+                                       const std::string& field, SteadyClock::time_point deadline,
+                                       Send&& send) {
+    const bool undo = !held_here(kind);
+    return attempt_or_undo(backend_, deadline, std::forward<Send>(send),
+                           [&](Connection& connection) {
+                             if (undo) connection.send_eval_behind(release, release_keys, {field});
+                           });
+  }
+
+  template <class Send>
+  TokenCheck checked(Send&& send) {
+    return send_checked(backend_, no_deadline, std::forward<Send>(send));
+  }
+
+  Backend backend_;
+  const std::string key_;
+  const std::string channel_;
+  const Decimal ttl_;
+};
+
+/// Renews hash-field holds (a ReentrantMutex hold, a SharedMutex write
+/// hold: the field is the lease's token) with one hash_field_renew call per
+/// batch.
+template <class Backend>
+class FieldRenewer final : public Renewer {
+ public:
+  explicit FieldRenewer(Backend backend) : backend_(std::move(backend)) {}
+  BatchKey batch_key() const noexcept override { return {&kind_tag, &backend_.options()}; }
+  void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
+             SteadyClock::time_point deadline) noexcept override {
+    renew_by_script(backend_, scripts::hash_field_renew, leases, outcomes, deadline,
+                    [](const LeaseState& lease, auto& keys, auto& args) {
+                      keys.push_back(lease.key);
+                      args.push_back(lease.token);
+                      args.push_back(lease.ttl_text);
+                    });
+  }
+
+ private:
+  static constexpr char kind_tag = 0;
+  Backend backend_;
+};
+
+/// Renews SharedMutex read holds (the lease's aux is the owner's
+/// timeout-key stem) with one read_renew call per batch.
+template <class Backend>
+class ReadRenewer final : public Renewer {
+ public:
+  explicit ReadRenewer(Backend backend) : backend_(std::move(backend)) {}
+  BatchKey batch_key() const noexcept override { return {&kind_tag, &backend_.options()}; }
+  void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
+             SteadyClock::time_point deadline) noexcept override {
+    renew_by_script(backend_, scripts::read_renew, leases, outcomes, deadline,
+                    [](const LeaseState& lease, auto& keys, auto& args) {
+                      keys.push_back(lease.key);
+                      keys.push_back(lease.aux);
+                      args.push_back(lease.token);
+                      args.push_back(lease.ttl_text);
+                    });
+  }
+
+ private:
+  static constexpr char kind_tag = 0;
+  Backend backend_;
 };
 
 }  // namespace distlock::detail

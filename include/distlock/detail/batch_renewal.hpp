@@ -1,0 +1,75 @@
+// Renewal of many leases by one script, in batches: the common part of
+// every scripted lock type's Renewer.
+//
+// The leases go out in calls of up to Watchdog::batch_size, all calls in
+// one pipeline on one connection borrowed from the lease's own backend, so
+// a round over N leases costs one round trip. Each script returns the
+// 1-based positions of the leases it found gone; a call that fails leaves
+// its leases unknown (the Watchdog tries them again soon).
+#pragma once
+
+#include <algorithm>
+#include <string_view>
+#include <vector>
+
+#include "distlock/connection.hpp"
+#include "distlock/detail/acquire.hpp"
+#include "distlock/error.hpp"
+#include "distlock/lease.hpp"
+#include "distlock/reply.hpp"
+#include "distlock/watchdog.hpp"
+
+namespace distlock::detail {
+
+/// Renews `leases` with `script`; `add(lease, keys, args)` appends one
+/// lease's KEYS and ARGV to its call's.
+template <class Backend, class AddLease>
+void renew_by_script(Backend& backend, const Script& script, const std::vector<LeaseState*>& leases,
+                     std::vector<Renewed>& outcomes, SteadyClock::time_point deadline,
+                     AddLease&& add) noexcept {
+  constexpr std::size_t batch = Watchdog::batch_size;
+  try {
+    auto connection = backend.borrow(deadline);
+    connection->set_timeout(reply_timeout(backend.options().command_timeout, deadline));
+    std::vector<std::vector<std::string_view>> calls;  // keys, args, keys, args, ...
+    for (std::size_t first = 0; first < leases.size(); first += batch) {
+      std::vector<std::string_view> keys;
+      std::vector<std::string_view> args;
+      for (std::size_t i = first; i < std::min(first + batch, leases.size()); ++i) {
+        add(*leases[i], keys, args);
+      }
+      connection->append_evalsha(script, keys, args);
+      calls.push_back(std::move(keys));
+      calls.push_back(std::move(args));
+    }
+    connection->flush();
+    const auto settle = [&](std::size_t call, const ReplyView& gone) {
+      const std::size_t first = call * batch;
+      const std::size_t count = std::min(batch, leases.size() - first);
+      for (std::size_t i = 0; i < count; ++i) outcomes[first + i] = Renewed::yes;
+      for (std::size_t g = 0; g < gone.size(); ++g) {
+        const auto position = static_cast<std::size_t>(gone[g].integer());
+        if (position >= 1 && position <= count) outcomes[first + position - 1] = Renewed::gone;
+      }
+    };
+    std::vector<std::size_t> unloaded;  // calls that met NOSCRIPT
+    for (std::size_t call = 0; call < calls.size() / 2; ++call) {
+      const Reply& reply = connection->read_reply();
+      if (reply.is_error()) {
+        if (classify_server_error(reply.str()) == ServerErrorKind::noscript) {
+          unloaded.push_back(call);
+        }
+        continue;  // other errors: unknown, tried again soon
+      }
+      settle(call, reply.view());
+    }
+    for (const std::size_t call : unloaded) {
+      const Reply reply = connection->eval(script, calls[2 * call], calls[2 * call + 1]);
+      settle(call, reply.view());
+    }
+  } catch (...) {
+    // Whatever was not settled stays unknown.
+  }
+}
+
+}  // namespace distlock::detail

@@ -1,0 +1,411 @@
+// Lifecycle: everything a lock object does between its wire protocol and
+// its user, written once for every lock type.
+//
+// It keeps the object's holds (the lease record: id, fence, expiry, the
+// Watchdog's record, the depth of re-entry), runs the acquire loop under
+// the deadline rules of detail/acquire.hpp (attempt; subscribe to the
+// release channel; sleep until a release, the policy's pause, the holder's
+// lease or the deadline; try again), decides re-entry and "held by this
+// object", registers renewed leases with the Watchdog, and does the
+// bookkeeping of release and extend. A Protocol supplies the server steps:
+//
+//   using Kind;                        the kinds of hold (read/write, or one)
+//   static constexpr bool per_thread;  holds belong to threads (re-entrant)
+//                                      rather than to the object
+//   check_process()                    throws Error(forked) in a forked child
+//   id_for(kind), before_first(kind, depth_of)   hold id; refusals (upgrade)
+//   attempt(kind, id, deadline)        -> optional<Attempt>, undo included
+//   release(kind, id) / extend(kind, id, ttl)  -> TokenCheck
+//   holder_pttl(deadline), subscribe(deadline), wake()   for waiting
+//   watched(kind, id, sent, options)   -> the Watchdog's LeaseState or null
+//   watchdog(), margin(ttl), held(kind, +1/-1), key()
+//
+// Holds: with per_thread false (Mutex, SimpleMutex, Redlock) the object
+// has at most one, as a shared std::mutex: another thread of the object
+// waits for it, the holding thread may not lock again, any thread may
+// unlock. With per_thread true (ReentrantMutex, SharedMutex) each thread
+// has its own per kind, counted locally: only a thread's first lock and
+// last unlock of a kind reach Redis.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "distlock/detail/acquire.hpp"
+#include "distlock/detail/time.hpp"
+#include "distlock/error.hpp"
+#include "distlock/lease.hpp"
+#include "distlock/lock_options.hpp"
+#include "distlock/notifier.hpp"
+#include "distlock/watchdog.hpp"
+
+namespace distlock::detail {
+
+template <class Protocol, class Policy>
+class Lifecycle {
+ public:
+  using Kind = typename Protocol::Kind;
+  using clock = SteadyClock;
+
+  Lifecycle(Protocol protocol, LockOptions options, Policy policy)
+      : protocol_(std::move(protocol)), options_(std::move(options)), policy_(std::move(policy)) {}
+
+  /// Gives back every hold the object still has, of any thread.
+  ~Lifecycle() { give_back_all(); }
+
+  Lifecycle(const Lifecycle&) = delete;
+  Lifecycle& operator=(const Lifecycle&) = delete;
+
+  /// Acquires a hold of `kind` for the calling thread (see the top of file).
+  Outcome acquire(Kind kind, clock::time_point deadline, bool wait) {
+    const std::uint64_t cancel_seen = cancellation_.generation();
+    if (reenter(kind)) return Outcome::acquired;
+    const std::string id = protocol_.id_for(kind);
+    std::optional<Notifier::Subscription> subscription;
+    bool subscribed = false;
+    for (unsigned attempt = 1;; ++attempt) {
+      // Read before the attempt, so a release announced between a failed
+      // attempt and the sleep ends that sleep at once.
+      const std::uint64_t seen = subscription ? subscription->generation() : 0;
+      const clock::time_point sent = clock::now();
+      const bool last_chance = !wait || sent >= deadline;
+      // The first attempt of a call whose deadline has passed already is a
+      // try_lock(); a last attempt after waiting gets what little is left.
+      clock::time_point step_deadline = deadline;
+      if (last_chance) {
+        step_deadline = attempt == 1 ? no_deadline : std::max(deadline, sent + last_step);
+      }
+      Attempt result;
+      const bool local_holder = busy_here();
+      if (local_holder) {
+        result.holder_pttl = -1;  // our own holder: wait for its unlock, not for Redis
+      } else {
+        const std::optional<Attempt> answered = protocol_.attempt(kind, id, step_deadline);
+        if (!answered) return Outcome::timed_out;  // the deadline cut the step short
+        result = *answered;
+        if (result.acquired) {
+          if (adopt(kind, id, result.fence, sent)) return Outcome::acquired;
+          return acquire(kind, deadline, wait);  // another thread of this object got there first
+        }
+      }
+      if (last_chance) return Outcome::timed_out;
+      if (cancellation_.since(cancel_seen)) return Outcome::cancelled;
+      if (!subscribed && options_.wake_on_release()) {
+        // Subscribed (and confirmed) before the next attempt: a release from
+        // now on cannot go unannounced to us.
+        subscribed = true;
+        if (std::optional<Notifier::Subscription> made = protocol_.subscribe(deadline)) {
+          subscription.emplace(std::move(*made));
+          continue;
+        }
+      }
+      long long holder_pttl = result.holder_pttl;
+      if (holder_pttl == -3) {
+        const std::optional<long long> pttl = protocol_.holder_pttl(deadline);
+        if (!pttl) return Outcome::timed_out;
+        holder_pttl = *pttl;
+      }
+      // While the server confirms our subscription, the release announcement
+      // is what wakes us; the holder's lease bounds the wait in case it is
+      // lost. Otherwise we poll at the policy's pace.
+      const bool announced = subscription && subscription->active();
+      const clock::time_point until =
+          next_attempt_at(policy_, attempt, holder_pttl, deadline, announced);
+      if (subscription && !local_holder) {
+        subscription->wait(seen, until);
+      } else {
+        cancellation_.sleep_until(cancel_seen, until);
+      }
+      if (cancellation_.since(cancel_seen)) return Outcome::cancelled;
+    }
+  }
+
+  /// Gives back one hold of `kind` and says what happened (see Mutex).
+  Release release(Kind kind) {
+    protocol_.check_process();  // a forked child gives back nothing
+    std::unique_lock guard(mutex_);
+    Hold* hold = find_for_release(kind);
+    if (hold == nullptr) throw NotHeldError(not_held_message(kind));
+    if (hold->depth > 1) {
+      --hold->depth;
+      return hold->lost() ? Release::lost : Release::released;
+    }
+    const Hold last = take(hold);
+    guard.unlock();
+    protocol_.held(kind, -1);
+    cancellation_.nudge();
+    if (last.lease) {
+      protocol_.watchdog().remove(*last.lease);  // no renewal of it is sent after this
+      if (last.lease->lost) return Release::lost;
+    }
+    return to_release(protocol_.release(kind, last.id));
+  }
+
+  /// release(), never throwing; does nothing if the caller holds nothing.
+  void unlock(Kind kind) noexcept {
+    try {
+      if (owns(kind)) static_cast<void>(release(kind));
+    } catch (...) {
+      // The lease expires by itself; unlock() runs in destructors and must not throw.
+    }
+  }
+
+  /// Sets the hold's lease to `ttl` if it is still ours (see Mutex::extend).
+  bool extend(Kind kind, std::chrono::milliseconds ttl) {
+    std::string id;
+    std::shared_ptr<LeaseState> lease;
+    {
+      std::lock_guard guard(mutex_);
+      const Hold* hold = find_for_release(kind);
+      if (hold == nullptr) throw NotHeldError(not_held_message(kind));
+      id = hold->id;
+      lease = hold->lease;
+    }
+    protocol_.check_process();
+    if (lease && lease->lost) {
+      forget(kind, id);
+      return false;
+    }
+    // Renewals of this lease wait meanwhile, so none sent before this
+    // extend can land after it and set the old lease back.
+    std::optional<Watchdog::HoldOff> quiet;
+    if (lease) quiet.emplace(protocol_.watchdog().hold_off(*lease));
+    const clock::time_point sent = clock::now();
+    if ((lease && lease->lost) || protocol_.extend(kind, id, ttl) != TokenCheck::done) {
+      quiet.reset();
+      forget(kind, id);
+      return false;
+    }
+    if (quiet) quiet->extended(ttl, sent);
+    std::lock_guard guard(mutex_);
+    for (Hold& hold : holds_) {
+      if (hold.id == id && hold.kind == kind) {
+        hold.expires = sent + ttl - std::chrono::ceil<clock::duration>(protocol_.margin(ttl));
+      }
+    }
+    return true;
+  }
+
+  bool owns(Kind kind) const noexcept {
+    std::lock_guard guard(mutex_);
+    return find_for_release(kind) != nullptr;
+  }
+  unsigned depth(Kind kind) const noexcept {
+    std::lock_guard guard(mutex_);
+    const Hold* hold = find_for_release(kind);
+    return hold == nullptr ? 0 : hold->depth;
+  }
+  bool lost(Kind kind) const noexcept {
+    std::lock_guard guard(mutex_);
+    const Hold* hold = find_for_release(kind);
+    return hold != nullptr && hold->lost();
+  }
+  std::chrono::milliseconds validity(Kind kind) const noexcept {
+    std::lock_guard guard(mutex_);
+    const Hold* hold = find_for_release(kind);
+    if (hold == nullptr || hold->lost()) return std::chrono::milliseconds(0);
+    const clock::time_point end = hold->lease ? hold->lease->expires() : hold->expires;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now());
+    return std::max(left, std::chrono::milliseconds(0));
+  }
+  /// The hold's id (a token, or a hash field); empty when not held.
+  std::string id(Kind kind) const {
+    std::lock_guard guard(mutex_);
+    const Hold* hold = find_for_release(kind);
+    return hold == nullptr ? std::string() : hold->id;
+  }
+  long long fence(Kind kind) const {
+    if (!options_.fencing()) throw InvalidArgument("fencing is off for " + protocol_.key());
+    std::lock_guard guard(mutex_);
+    const Hold* hold = find_for_release(kind);
+    if (hold == nullptr) throw NotHeldError(not_held_message(kind));
+    return hold->fence;
+  }
+
+  /// Makes every acquire of this object that is waiting now give up.
+  void cancel_waits() {
+    cancellation_.cancel();
+    if (options_.wake_on_release()) protocol_.wake();
+  }
+
+  Protocol& protocol() noexcept { return protocol_; }
+  const Protocol& protocol() const noexcept { return protocol_; }
+  const LockOptions& options() const noexcept { return options_; }
+
+ private:
+  struct Hold {
+    std::thread::id thread;
+    Kind kind;
+    unsigned depth = 1;
+    std::string id;
+    long long fence = 0;
+    clock::time_point expires{};
+    std::shared_ptr<LeaseState> lease;  // set while the watchdog renews it
+    bool lost() const noexcept { return lease && lease->lost; }
+  };
+
+  // The time a last attempt after waiting may take past the deadline.
+  static constexpr std::chrono::milliseconds last_step{2};
+
+  // Counts one more hold if the calling thread has one of `kind` (re-
+  // entrant protocols), or refuses the lock (the others; or a protocol rule).
+  bool reenter(Kind kind) {
+    std::lock_guard guard(mutex_);
+    const std::thread::id me = std::this_thread::get_id();
+    for (Hold& hold : holds_) {
+      if (hold.thread != me) continue;
+      if (!Protocol::per_thread) {
+        throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
+                                protocol_.key() + " is already held by this thread");
+      }
+      if (hold.kind != kind) continue;
+      if (hold.lost()) {
+        throw LockLostError(protocol_.key() +
+                            " was lost while this thread held it; unlock it before locking again");
+      }
+      ++hold.depth;
+      return true;
+    }
+    protocol_.before_first(kind, [&](Kind other) { return depth_locked(me, other); });
+    return false;
+  }
+
+  // Another thread holds this single-holder object: as with a shared
+  // std::mutex, wait for its unlock rather than race it in Redis (should
+  // its lease have run out there, taking the key would overwrite its record
+  // here, and its unlock would then release our lock).
+  bool busy_here() const {
+    if (Protocol::per_thread) return false;
+    std::lock_guard guard(mutex_);
+    return !holds_.empty();
+  }
+
+  // Records the hold just taken; false, after giving it back, if another
+  // thread of a single-holder object recorded one meanwhile.
+  bool adopt(Kind kind, const std::string& id, long long fence, clock::time_point sent) {
+    Hold hold;
+    hold.thread = std::this_thread::get_id();
+    hold.kind = kind;
+    hold.id = id;
+    hold.fence = fence;
+    hold.expires = sent + options_.ttl() -
+                   std::chrono::ceil<clock::duration>(protocol_.margin(options_.ttl()));
+    if (options_.auto_renew()) hold.lease = protocol_.watched(kind, id, sent, options_);
+    {
+      std::lock_guard guard(mutex_);
+      if (Protocol::per_thread || holds_.empty()) {
+        // Registered under our mutex, so that no unlock from another thread
+        // can come between the record and the registration.
+        if (hold.lease) {
+          const clock::time_point cap = options_.max_hold().count() > 0 ? sent + options_.max_hold()
+                                                                        : clock::time_point::max();
+          protocol_.watchdog().add(hold.lease, cap);
+        }
+        holds_.push_back(std::move(hold));
+        protocol_.held(kind, +1);
+        return true;
+      }
+    }
+    try {
+      static_cast<void>(protocol_.release(kind, id));
+    } catch (...) {
+      // Best effort: if Redis cannot be reached now, the lease expires.
+    }
+    return false;
+  }
+
+  Hold* find_for_release(Kind kind) {
+    const std::thread::id me = std::this_thread::get_id();
+    for (Hold& hold : holds_) {
+      if (!Protocol::per_thread || (hold.thread == me && hold.kind == kind)) return &hold;
+    }
+    return nullptr;
+  }
+  const Hold* find_for_release(Kind kind) const {
+    return const_cast<Lifecycle*>(this)->find_for_release(kind);
+  }
+
+  unsigned depth_locked(std::thread::id thread, Kind kind) const {
+    for (const Hold& hold : holds_) {
+      if (hold.thread == thread && hold.kind == kind) return hold.depth;
+    }
+    return 0;
+  }
+
+  Hold take(Hold* hold) {
+    Hold taken = std::move(*hold);
+    holds_.erase(holds_.begin() + (hold - holds_.data()));
+    return taken;
+  }
+
+  // Drops the hold `id` of `kind` at every depth: it is gone on the server.
+  void forget(Kind kind, const std::string& id) {
+    std::shared_ptr<LeaseState> lease;
+    {
+      std::lock_guard guard(mutex_);
+      const auto it = std::find_if(holds_.begin(), holds_.end(), [&](const Hold& hold) {
+        return hold.kind == kind && hold.id == id;
+      });
+      if (it == holds_.end()) return;
+      lease = std::move(it->lease);
+      holds_.erase(it);
+    }
+    protocol_.held(kind, -1);
+    cancellation_.nudge();
+    if (lease) protocol_.watchdog().remove(*lease);
+  }
+
+  std::string not_held_message(Kind kind) const {
+    if (Protocol::per_thread && !holds_.empty()) {
+      return protocol_.key() + ": this thread holds no " + protocol_.describe(kind) +
+             "; only its owner may unlock it";
+    }
+    return protocol_.key() + " is not held";
+  }
+
+  void give_back_all() noexcept {
+    std::vector<Hold> holds;
+    {
+      std::lock_guard guard(mutex_);
+      holds.swap(holds_);
+    }
+    if (protocol_.forked()) return;  // the parent's holds stay the parent's
+    // Read holds first (SharedMutex): a write release then finds no readers
+    // left and frees the lock with one announcement.
+    std::stable_partition(holds.begin(), holds.end(),
+                          [](const Hold& hold) { return Protocol::given_back_first(hold.kind); });
+    for (const Hold& hold : holds) {
+      if (hold.thread == std::this_thread::get_id()) protocol_.held(hold.kind, -1);
+      try {
+        if (hold.lease) {
+          protocol_.watchdog().remove(*hold.lease);
+          if (hold.lease->lost) continue;
+        }
+        static_cast<void>(protocol_.release(hold.kind, hold.id));
+      } catch (...) {
+        // The lease expires by itself.
+      }
+    }
+  }
+
+  Protocol protocol_;
+  const LockOptions options_;
+  const Policy policy_;
+
+  // The holds as this object knows them; Redis, not this mutex, decides who
+  // holds the lock.
+  mutable std::mutex mutex_;
+  std::vector<Hold> holds_;
+  Cancellation cancellation_;
+};
+
+}  // namespace distlock::detail

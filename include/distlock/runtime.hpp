@@ -1,0 +1,70 @@
+// Runtime: the background parts beside one endpoint's transport, each
+// started on first use: the release Notifier (a subscriber connection and
+// its thread) and the lease Watchdog (a thread that renews leases through
+// each lease's own backend).
+//
+// A Runtime made before fork() is left untouched in the child: its threads
+// exist only in the parent, so stopping them there would wait forever on
+// threads and locks that are not there. The child leaves the objects be
+// (they stay reachable, so no leak is reported) and the Client refuses to be
+// used (Errc::forked).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "distlock/connection.hpp"
+#include "distlock/notifier.hpp"
+#include "distlock/token.hpp"
+#include "distlock/watchdog.hpp"
+
+namespace distlock::detail {
+
+/// Objects a forked child must neither use nor destroy, kept reachable.
+inline std::vector<void*>& left_behind_in_child() {
+  static auto* kept = new std::vector<void*>();  // never freed: see above
+  return *kept;
+}
+
+class Runtime {
+ public:
+  Runtime(ConnectionOptions options, std::size_t max_waiters)
+      : options_(std::move(options)),
+        max_waiters_(max_waiters),
+        generation_(fork_generation.load(std::memory_order_relaxed)) {}
+
+  ~Runtime() {
+    if (fork_generation.load(std::memory_order_relaxed) == generation_) return;
+    if (notifier_) left_behind_in_child().push_back(notifier_.release());
+    if (watchdog_) left_behind_in_child().push_back(watchdog_.release());
+  }
+
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  Notifier& notifier() {
+    std::call_once(notifier_started_,
+                   [this] { notifier_ = std::make_unique<Notifier>(options_, max_waiters_); });
+    return *notifier_;
+  }
+
+  Watchdog& watchdog() {
+    std::call_once(watchdog_started_, [this] { watchdog_ = std::make_unique<Watchdog>(); });
+    return *watchdog_;
+  }
+
+ private:
+  const ConnectionOptions options_;
+  const std::size_t max_waiters_;
+  const unsigned generation_;
+  std::once_flag notifier_started_;
+  std::unique_ptr<Notifier> notifier_;
+  std::once_flag watchdog_started_;
+  std::unique_ptr<Watchdog> watchdog_;
+};
+
+}  // namespace distlock::detail
