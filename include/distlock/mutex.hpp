@@ -15,6 +15,7 @@
 //   if (std::unique_lock lock{stock, 2s}) { ... }   // try_lock_for(2s)
 #pragma once
 
+#include <atomic>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,7 +81,7 @@ struct ScriptedLease {
     BatchKey batch_key() const noexcept override { return {&kind_tag, &backend_.options()}; }
     void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
                SteadyClock::time_point deadline) noexcept override {
-      renew_by_script(backend_, scripts::renew_batch, leases, outcomes, deadline,
+      renew_by_script(backend_, scripts::renew_batch, loaded_, leases, outcomes, deadline,
                       [](const LeaseState& lease, auto& keys, auto& args) {
                         keys.push_back(lease.key);
                         args.push_back(lease.token);
@@ -91,6 +92,7 @@ struct ScriptedLease {
    private:
     static constexpr char kind_tag = 0;
     Backend backend_;
+    std::atomic<bool> loaded_{false};
   };
 };
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <string_view>
 #include <vector>
 
@@ -22,15 +23,19 @@
 namespace distlock::detail {
 
 /// Renews `leases` with `script`; `add(lease, keys, args)` appends one
-/// lease's KEYS and ARGV to its call's.
+/// lease's KEYS and ARGV to its call's. Until `loaded` says the server has
+/// the script, the pipeline starts with a SCRIPT LOAD, so that a first
+/// round is not a round of NOSCRIPT answers and EVALs.
 template <class Backend, class AddLease>
-void renew_by_script(Backend& backend, const Script& script, const std::vector<LeaseState*>& leases,
-                     std::vector<Renewed>& outcomes, SteadyClock::time_point deadline,
-                     AddLease&& add) noexcept {
+void renew_by_script(Backend& backend, const Script& script, std::atomic<bool>& loaded,
+                     const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
+                     SteadyClock::time_point deadline, AddLease&& add) noexcept {
   constexpr std::size_t batch = Watchdog::batch_size;
   try {
     auto connection = backend.borrow(deadline);
     connection->set_timeout(reply_timeout(backend.options().command_timeout, deadline));
+    const bool load = !loaded.load(std::memory_order_relaxed);
+    if (load) connection->append("SCRIPT", "LOAD", script.source);
     std::vector<std::vector<std::string_view>> calls;  // keys, args, keys, args, ...
     for (std::size_t first = 0; first < leases.size(); first += batch) {
       std::vector<std::string_view> keys;
@@ -43,6 +48,7 @@ void renew_by_script(Backend& backend, const Script& script, const std::vector<L
       calls.push_back(std::move(args));
     }
     connection->flush();
+    if (load) loaded = !connection->read_reply().is_error();
     const auto settle = [&](std::size_t call, const ReplyView& gone) {
       const std::size_t first = call * batch;
       const std::size_t count = std::min(batch, leases.size() - first);
@@ -58,6 +64,7 @@ void renew_by_script(Backend& backend, const Script& script, const std::vector<L
       if (reply.is_error()) {
         if (classify_server_error(reply.str()) == ServerErrorKind::noscript) {
           unloaded.push_back(call);
+          loaded = false;  // flushed, or a restarted server: load it next round
         }
         continue;  // other errors: unknown, tried again soon
       }

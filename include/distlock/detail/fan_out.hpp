@@ -92,6 +92,7 @@ class FanOut {
   template <class How>
   void send(Args argv, How how) {
     script_ = nullptr;
+    verb_ = argv.size() == 0 ? std::string() : std::string(*argv.begin());
     round(how, [&](Connection& connection, Send) { connection.append_argv(argv); });
   }
 
@@ -101,6 +102,7 @@ class FanOut {
   template <class How>
   void send_script(const Script& script, Args keys, Args args, How how) {
     script_ = &script;
+    verb_ = "EVALSHA";
     keys_ = keys;
     args_ = args;
     round(how, [&](Connection& connection, Send send) {
@@ -115,6 +117,7 @@ class FanOut {
   /// Reads replies until every server waited on has answered or `deadline`
   /// has passed; the ones still silent then are timed_out.
   void collect(clock::time_point deadline) {
+    budget_ = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now());
     for (bool waiting = true; waiting;) {
       waiting = false;
       for (Node& node : nodes_) {
@@ -186,7 +189,8 @@ class FanOut {
       if (left <= clock::duration::zero()) {
         node.state = State::timed_out;
         node.error = Errc::timed_out;
-        node.message = node.backend->options().endpoint() + ": no reply in time";
+        node.message = node.backend->options().endpoint() + ": " + verb_ + ": no reply within " +
+                       std::to_string(budget_.count()) + " ms";
         return;
       }
       for (Node& other : nodes_) {
@@ -259,6 +263,8 @@ class FanOut {
 
   std::vector<Node> nodes_;
   const Script* script_ = nullptr;
+  std::string verb_;                    // the command of this round, for messages
+  std::chrono::milliseconds budget_{};  // the wait collect() was given, for messages
   Args keys_;
   Args args_;
 };

@@ -204,7 +204,7 @@ class FieldRenewer final : public Renewer {
   BatchKey batch_key() const noexcept override { return {&kind_tag, &backend_.options()}; }
   void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
              SteadyClock::time_point deadline) noexcept override {
-    renew_by_script(backend_, scripts::hash_field_renew, leases, outcomes, deadline,
+    renew_by_script(backend_, scripts::hash_field_renew, loaded_, leases, outcomes, deadline,
                     [](const LeaseState& lease, auto& keys, auto& args) {
                       keys.push_back(lease.key);
                       args.push_back(lease.token);
@@ -215,6 +215,7 @@ class FieldRenewer final : public Renewer {
  private:
   static constexpr char kind_tag = 0;
   Backend backend_;
+  std::atomic<bool> loaded_{false};
 };
 
 /// Renews SharedMutex read holds (the lease's aux is the owner's
@@ -226,7 +227,7 @@ class ReadRenewer final : public Renewer {
   BatchKey batch_key() const noexcept override { return {&kind_tag, &backend_.options()}; }
   void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
              SteadyClock::time_point deadline) noexcept override {
-    renew_by_script(backend_, scripts::read_renew, leases, outcomes, deadline,
+    renew_by_script(backend_, scripts::read_renew, loaded_, leases, outcomes, deadline,
                     [](const LeaseState& lease, auto& keys, auto& args) {
                       keys.push_back(lease.key);
                       keys.push_back(lease.aux);
@@ -238,6 +239,7 @@ class ReadRenewer final : public Renewer {
  private:
   static constexpr char kind_tag = 0;
   Backend backend_;
+  std::atomic<bool> loaded_{false};
 };
 
 }  // namespace distlock::detail

@@ -367,7 +367,7 @@ class Lifecycle {
   std::string not_held_message(Kind kind) const {
     if (Protocol::per_thread && !holds_.empty()) {
       return protocol_.key() + ": this thread holds no " + protocol_.describe(kind) +
-             "; only its owner may unlock it";
+             " (another thread does; only the owner may unlock it)";
     }
     return protocol_.key() + " is not held";
   }
