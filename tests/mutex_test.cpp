@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "distlock/simple_mutex.hpp"
+#include "support/faults.hpp"
 #include "support/fixture.hpp"
 #include "support/lock_helpers.hpp"
 #include "support/options.hpp"
@@ -457,16 +458,26 @@ TYPED_TEST(LeaseLockTest, NextCallReconnectsAfterServerRestart) {
 class MutexTest : public LeaseLockTest<Mutex> {};
 
 TEST_F(MutexTest, TimedOutAcquireLeavesNoLockBehind) {
-  // While writes are paused the SET waits in the server; the caller gives up
-  // first. When the pause ends the SET is applied, then the cleanup script,
-  // queued behind it, deletes it. (SimpleMutex's cleanup reads before it
-  // writes, so it can only remove a SET that had already landed.)
-  client().command("CLIENT", "PAUSE", "400", "WRITE");
+  // The server is stopped, so the SET waits in its socket and the caller
+  // gives up first. Once the server runs again it applies the SET after the
+  // caller gave up (a CLIENT PAUSE would not do: the server drops a closed
+  // client's queued commands), so only the undo can take the key away.
+  // (SimpleMutex's undo reads before it writes, so it can only remove a SET
+  // that had already landed.)
   Mutex lock(client(), "k");
+  {
+    Mutex warm(client(), "warm");  // the server caches the release script the undo runs
+    std::lock_guard guard(warm);
+  }
+  client().command("CONFIG", "RESETSTAT");
+  server().pause();
   EXPECT_FALSE(lock.try_lock_for(100ms));
   EXPECT_FALSE(lock.owns_lock());
-  std::this_thread::sleep_for(600ms);
-  EXPECT_EQ(client().command("EXISTS", "k").integer(), 0);
+  server().resume();
+  ASSERT_TRUE(testing::server_ran(client_options(server()), "set", 1)) << "the SET never landed";
+  EXPECT_TRUE(
+      testing::eventually([&] { return client().command("EXISTS", "k").integer() == 0; }, 2s))
+      << "the timed-out SET holds the lock for its whole lease";
 }
 
 TEST_F(MutexTest, OomFailsTheAcquireButReleaseStillWorks) {

@@ -15,7 +15,9 @@
 
 #include "distlock/mutex.hpp"
 #include "distlock/simple_mutex.hpp"
+#include "support/faults.hpp"
 #include "support/fixture.hpp"
+#include "support/lock_helpers.hpp"
 #include "support/options.hpp"
 
 namespace distlock {
@@ -23,6 +25,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using testing::command_calls;
 using SleepyMutex = BasicMutex<Client, FixedInterval>;
 const FixedInterval an_hour{1h};
 
@@ -206,6 +209,7 @@ TEST_F(NotifierTest, AWaiterCanBeCancelledFromAnotherThread) {
   SleepyMutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
   SleepyMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
   ASSERT_TRUE(holder.try_lock());
+  client().command("CONFIG", "RESETSTAT");
   auto timed = std::async(std::launch::async, [&] { return waiter.try_lock_for(20s); });
   auto blocking = std::async(std::launch::async, [&] {
     try {
@@ -215,7 +219,9 @@ TEST_F(NotifierTest, AWaiterCanBeCancelledFromAnotherThread) {
       return error.code() == Errc::cancelled;
     }
   });
-  std::this_thread::sleep_for(100ms);
+  // Each waiter reads the holder's PTTL just before it goes to sleep.
+  ASSERT_TRUE(testing::eventually([&] { return command_calls(client()).of("pttl") >= 2; }))
+      << "the waiters never went to sleep";
   const auto start = Clock::now();
   waiter.cancel_waits();
   EXPECT_FALSE(timed.get());
@@ -230,8 +236,11 @@ TEST_F(NotifierTest, CancellingAPollingWaiterWorksToo) {
                                            an_hour);
   Mutex holder(client(), "k");
   ASSERT_TRUE(holder.try_lock());
+  client().command("CONFIG", "RESETSTAT");
   auto timed = std::async(std::launch::async, [&] { return waiter.try_lock_for(20s); });
-  std::this_thread::sleep_for(50ms);
+  // The waiter reads the holder's PTTL just before it goes to sleep.
+  ASSERT_TRUE(testing::eventually([&] { return command_calls(client()).of("pttl") >= 1; }))
+      << "the waiter never went to sleep";
   waiter.cancel_waits();
   EXPECT_FALSE(timed.get());
 }

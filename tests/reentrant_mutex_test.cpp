@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/faults.hpp"
 #include "support/fixture.hpp"
 #include "support/lock_helpers.hpp"
 #include "support/options.hpp"
@@ -538,19 +539,31 @@ TEST_F(ReentrantMutexTest, AnExplicitLeaseIsNotRenewedAndHandsTheLockOn) {
 }
 
 TEST_F(ReentrantMutexTest, TimedOutAcquireLeavesNoHoldBehind) {
-  client().command("CLIENT", "PAUSE", "400", "WRITE");
+  // As MutexTest.TimedOutAcquireLeavesNoLockBehind: a stopped server applies
+  // the acquire after the caller gave up, so only the undo removes it.
   ReentrantMutex lock(client(), "k");
+  {
+    ReentrantMutex warm(client(), "warm");  // the server caches the scripts
+    std::lock_guard guard(warm);
+  }
+  client().command("CONFIG", "RESETSTAT");
+  server().pause();
   EXPECT_FALSE(lock.try_lock_for(100ms));  // the reply missed the caller's deadline
   EXPECT_FALSE(lock.owns_lock());
-  std::this_thread::sleep_for(600ms);
-  EXPECT_EQ(client().command("EXISTS", "k").integer(), 0);
+  server().resume();
+  ASSERT_TRUE(testing::server_ran(client_options(server()), "evalsha", 1))
+      << "the acquire never landed";
+  EXPECT_TRUE(
+      testing::eventually([&] { return client().command("EXISTS", "k").integer() == 0; }, 2s))
+      << "the timed-out acquire holds the lock for its whole lease";
 }
 
 TEST_F(ReentrantMutexTest, AWaiterCanBeCancelledFromAnotherThread) {
   Client other(client_options(server()));
   ReentrantMutex holder(other, "k", LockOptions{}.ttl(30s));
   SleepyReentrantMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
-  ASSERT_TRUE(holder.try_lock());
+  ASSERT_TRUE(holder.try_lock());  // also caches the script the waiters run
+  client().command("CONFIG", "RESETSTAT");
   auto timed = std::async(std::launch::async, [&] { return waiter.try_lock_for(20s); });
   auto blocking = std::async(std::launch::async, [&] {
     try {
@@ -560,7 +573,9 @@ TEST_F(ReentrantMutexTest, AWaiterCanBeCancelledFromAnotherThread) {
       return error.code() == Errc::cancelled;
     }
   });
-  std::this_thread::sleep_for(100ms);
+  // Each waiter attempts, subscribes and attempts again before it sleeps.
+  ASSERT_TRUE(testing::eventually([&] { return command_calls(client()).of("evalsha") >= 4; }))
+      << "the waiters never went to sleep";
   const auto start = Clock::now();
   waiter.cancel_waits();
   EXPECT_FALSE(timed.get());

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/faults.hpp"
 #include "support/fixture.hpp"
 #include "support/lock_helpers.hpp"
 #include "support/options.hpp"
@@ -665,12 +666,22 @@ TEST_F(SharedMutexTest, RejectsBadInputAndMisuseClearly) {
 }
 
 TEST_F(SharedMutexTest, TimedOutAcquireLeavesNoHoldBehind) {
-  client().command("CLIENT", "PAUSE", "400", "WRITE");
+  // As MutexTest.TimedOutAcquireLeavesNoLockBehind: a stopped server applies
+  // the acquire after the caller gave up, so only the undo removes it.
   SharedMutex lock(client(), "rw");
+  {
+    SharedMutex warm(client(), "warm");  // the server caches the scripts
+    std::shared_lock guard(warm);
+  }
+  client().command("CONFIG", "RESETSTAT");
+  server().pause();
   EXPECT_FALSE(lock.try_lock_shared_for(100ms));  // the reply missed the caller's deadline
   EXPECT_FALSE(lock.owns_lock_shared());
-  std::this_thread::sleep_for(600ms);
-  EXPECT_EQ(client().command("DBSIZE").integer(), 0);
+  server().resume();
+  ASSERT_TRUE(testing::server_ran(client_options(server()), "evalsha", 1))
+      << "the acquire never landed";
+  EXPECT_TRUE(testing::eventually([&] { return client().command("DBSIZE").integer() == 0; }, 2s))
+      << "the timed-out acquire holds a read lock for its whole lease";
 }
 
 TEST_F(SharedMutexTest, AWaiterCanBeCancelledFromAnotherThread) {
@@ -678,6 +689,11 @@ TEST_F(SharedMutexTest, AWaiterCanBeCancelledFromAnotherThread) {
   SharedMutex holder(other, "rw", LockOptions{}.ttl(30s));
   SleepySharedMutex waiter(client(), "rw", LockOptions{}.ttl(30s), an_hour);
   ASSERT_TRUE(holder.try_lock());
+  {
+    SleepySharedMutex warm(client(), "warm", LockOptions{}.ttl(30s), an_hour);
+    std::shared_lock guard(warm);  // the server caches the read script too
+  }
+  client().command("CONFIG", "RESETSTAT");
   auto reading = std::async(std::launch::async, [&] { return waiter.try_lock_shared_for(20s); });
   auto writing = std::async(std::launch::async, [&] {
     try {
@@ -687,7 +703,9 @@ TEST_F(SharedMutexTest, AWaiterCanBeCancelledFromAnotherThread) {
       return error.code() == Errc::cancelled;
     }
   });
-  std::this_thread::sleep_for(100ms);
+  // Each waiter attempts, subscribes and attempts again before it sleeps.
+  ASSERT_TRUE(testing::eventually([&] { return command_calls(client()).of("evalsha") >= 4; }))
+      << "the waiters never went to sleep";
   const auto start = Clock::now();
   waiter.cancel_waits();
   EXPECT_FALSE(reading.get());

@@ -13,11 +13,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "distlock/mutex.hpp"
 #include "distlock/simple_mutex.hpp"
+#include "support/faults.hpp"
 #include "support/fixture.hpp"
 #include "support/lock_helpers.hpp"
 #include "support/options.hpp"
@@ -116,20 +119,58 @@ TEST_F(WatchdogTest, ARoundOfManyLeasesIsBatchedNotOneCallPerLease) {
 }
 
 TEST_F(WatchdogTest, NoRenewalIsEverSentForAReleasedLease) {
-  Mutex lock(client(), "k", LockOptions{}.ttl(300ms).auto_renew(true));
-  ASSERT_TRUE(lock.try_lock());  // warm-up: the server caches the release script
-  lock.unlock();
-  client().command("CONFIG", "RESETSTAT");
-  constexpr int cycles = 10000;
-  for (int i = 0; i < cycles; ++i) {
-    ASSERT_TRUE(lock.try_lock());
-    lock.unlock();
+  // Leases live across their renewal deadlines (a 60 ms lease is due every
+  // 20 ms; holds last 0-44 ms), so holders unlock while renewals are due or
+  // in flight. MONITOR lists every release and every renewal with its
+  // token, in the server's order: no renewal may carry a released token.
+  testing::Monitor monitor(testing::client_options(server()));
+  constexpr int threads = 4;
+  constexpr int cycles = 30;
+  std::vector<std::thread> holders;
+  std::atomic<int> refused{0};
+  for (int t = 0; t < threads; ++t) {
+    holders.emplace_back([&, t] {
+      Mutex lock(client(), "k" + std::to_string(t), LockOptions{}.ttl(60ms).auto_renew(true));
+      for (int i = 0; i < cycles; ++i) {
+        if (!lock.try_lock()) {
+          ++refused;
+          continue;
+        }
+        // The workload under the lock, not a synchronisation.
+        std::this_thread::sleep_for(std::chrono::milliseconds((i * 7 + t * 13) % 45));
+        lock.unlock();
+      }
+    });
   }
-  std::this_thread::sleep_for(400ms);  // longer than a renewal period
-  const testing::CommandCalls calls = command_calls(client());
-  EXPECT_EQ(calls.of("set"), cycles);
-  EXPECT_EQ(calls.of("evalsha"), cycles) << "only the releases";  // no renewals
-  EXPECT_EQ(calls.of("eval"), 0);
+  for (auto& holder : holders) holder.join();
+  EXPECT_EQ(refused, 0);
+  // Past a renewal period after the last release: a renewal still
+  // scheduled for a released lease would be sent by now.
+  ASSERT_TRUE(testing::eventually([&] { return client().watchdog().size() == 0; }));
+  std::this_thread::sleep_for(100ms);
+
+  std::set<std::string> released;
+  int renewals = 0;
+  int late = 0;
+  std::string first_late;
+  for (const std::string& line : monitor.lines()) {
+    const std::vector<std::string> args = testing::monitor_args(line);
+    if (args.size() < 3 || (args[0] != "EVALSHA" && args[0] != "EVAL")) continue;
+    const bool release = args.size() == 6 && args[4].find(":released") != std::string::npos;
+    if (release) {
+      released.insert(args[5]);
+    } else if (args[1] == scripts::renew_batch.sha1) {
+      ++renewals;
+      for (std::size_t i = 3; i < args.size(); ++i) {
+        if (released.count(args[i]) != 0) {
+          if (late++ == 0) first_late = line;
+        }
+      }
+    }
+  }
+  EXPECT_GT(released.size(), 0u);
+  EXPECT_GT(renewals, 0) << "no renewal fell due: the test cannot see a late one";
+  EXPECT_EQ(late, 0) << "renewals of released leases, the first: " << first_late;
 }
 
 TEST_F(WatchdogTest, LeaseTakenByAnotherTokenIsReportedLostAndLeftAlone) {
