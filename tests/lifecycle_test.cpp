@@ -52,6 +52,9 @@ struct ExclusiveKind {
   static constexpr std::size_t masters = 1;
   static constexpr bool wakes = true;      // has wake_on_release
   static constexpr bool one_owner = true;  // one holder per object, not per thread
+  // Whether the undo of an attempt whose reply never came is ordered behind
+  // it, so that an attempt still queued in a stopped server is taken back.
+  static constexpr bool undo_behind = true;
   static constexpr const char* acquire_command = "evalsha";  // as INFO commandstats names it
   static constexpr const char* acquire_verb = "EVALSHA";
   using NoDeadlineError = TimeoutError;
@@ -76,6 +79,10 @@ struct MutexKind : ExclusiveKind<Mutex> {
 
 struct SimpleMutexKind : ExclusiveKind<SimpleMutex> {
   static constexpr const char* name = "SimpleMutex";
+  // Without scripts a token-checked delete needs a read first, so its undo
+  // cannot be queued blindly behind the SET (documented in simple_mutex.hpp):
+  // a SET still queued in a stopped server keeps the key for its lease.
+  static constexpr bool undo_behind = false;
   static constexpr const char* acquire_command = "set";
   static constexpr const char* acquire_verb = "SET";
 };
@@ -385,6 +392,10 @@ TYPED_TEST(LifecycleTest, CallsWithoutADeadlineFailAfterOneCommandTimeoutAndSayW
       EXPECT_NE(message.find(endpoint), std::string::npos) << what << ": " << message;
     }
     EXPECT_NE(message.find("300 ms"), std::string::npos) << what << ": " << message;
+    if (!TypeParam::undo_behind) {
+      this->on_all({"FLUSHALL"});  // the late SET keeps its lease; see undo_behind
+      continue;
+    }
     EXPECT_TRUE(testing::eventually([&] { return this->keys_on_all() == 0; }, 3s))
         << what << " left a lock behind:\n"
         << this->data();
@@ -406,6 +417,13 @@ TYPED_TEST(LifecycleTest, TheUndoOfATimedOutAcquireNeedsNoSecondConnection) {
   this->resume_all();
   // The stopped server applies the acquire after the caller gave up.
   ASSERT_TRUE(this->acquire_landed_everywhere()) << "the acquire never landed";
+  if (!TypeParam::undo_behind) {
+    // See undo_behind: the late SET is there, but only for its lease.
+    const long long pttl = masters.clients[0]->command("PTTL", "k").integer();
+    EXPECT_GT(pttl, 0);
+    EXPECT_LE(pttl, 30000);
+    return;
+  }
   EXPECT_TRUE(testing::eventually([&] { return this->keys_on_all() == 0; }, 2s))
       << "the timed-out acquire holds the lock:\n"
       << this->data();

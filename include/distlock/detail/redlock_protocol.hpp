@@ -79,7 +79,7 @@ class RedlockCore {
   RedlockAttempt extend(const std::string& token, std::chrono::milliseconds lease) {
     Fan fan(pointers_);
     RedlockAttempt result = extend_on_masters(fan, token, lease);
-    if (!result.succeeded) clean_up(fan, token, node_timeout_);
+    if (!result.succeeded) clean_up(fan, token, clock::now() + node_timeout_);
     return result;
   }
 
@@ -99,9 +99,7 @@ class RedlockCore {
                                      return std::nullopt;
                                    });
     result.succeeded = result.ok() >= quorum_ && result.validity > clock::duration::zero();
-    if (!result.succeeded) {
-      clean_up(fan, token, std::max<clock::duration>(budget, cleanup_floor));
-    }
+    if (!result.succeeded) clean_up(fan, token, start + budget);
     return result;
   }
 
@@ -181,19 +179,22 @@ class RedlockCore {
   // command still in flight, so if that command is applied late the release
   // is applied right after it; nobody waits for such a master. Errors are
   // swallowed: whatever is not released runs out with its lease.
-  void clean_up(Fan& fan, const std::string& token, clock::duration budget) noexcept {
+  void clean_up(Fan& fan, const std::string& token, clock::time_point until) noexcept {
     try {
       const std::string_view keys[] = {key_, channel_};
       const std::string_view args[] = {token};
-      fan.send_script(scripts::release, Args(keys, 2), Args(args, 1), [](const auto& node) {
+      // Past `until` (the caller's deadline) nobody is waited for: the
+      // release is queued behind on each connection all the same.
+      const bool wait = clock::now() < until;
+      fan.send_script(scripts::release, Args(keys, 2), Args(args, 1), [wait](const auto& node) {
         switch (node.state) {
           case FanState::idle:
           case FanState::unreachable: return FanSend::skip;
           case FanState::timed_out: return FanSend::without_waiting;
-          default: return FanSend::and_wait;
+          default: return wait ? FanSend::and_wait : FanSend::without_waiting;
         }
       });
-      fan.collect(clock::now() + budget);
+      fan.collect(until);
     } catch (...) {
       // Best effort: the leases expire by themselves.
     }
@@ -222,10 +223,6 @@ class RedlockCore {
   }
 
  private:
-  // A little past the caller's deadline is better than keys left behind
-  // for a whole lease.
-  static constexpr std::chrono::milliseconds cleanup_floor{10};
-
   std::vector<Backend> masters_;
   std::vector<Backend*> pointers_;
   const std::string key_;
@@ -298,6 +295,7 @@ class RedlockProtocol {
   // answers is a failure of the masters (NoQuorumError), not a lost race;
   // unless the deadline cut the wait short, which only means the time is up.
   std::optional<Attempt> attempt(Kind, const std::string& token, clock::time_point deadline) {
+    check_process();  // a master refusing in a forked child is not a vote
     const clock::time_point now = clock::now();
     clock::duration budget = core_->node_timeout();
     const bool clipped = deadline != no_deadline && deadline - now < budget;
