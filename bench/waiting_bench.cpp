@@ -14,6 +14,9 @@
 
 #include "bench_support.hpp"
 #include "distlock/mutex.hpp"
+#include "distlock/reentrant_mutex.hpp"
+#include "distlock/shared_mutex.hpp"
+#include "distlock/simple_mutex.hpp"
 
 namespace distlock::bench {
 namespace {
@@ -170,20 +173,42 @@ BENCHMARK(BM_Raw_Handoff_PubSub)->UseManualTime()->Iterations(2000);
 
 constexpr int leases = 1000;
 
-// One watchdog round over 1,000 held leases (batched renewal scripts).
-void BM_Watchdog_Renew1000(benchmark::State& state) {
+// One watchdog round over 1,000 held leases of one lock type: batched
+// renewal scripts (one transaction per batch for SimpleMutex). `take` takes
+// one lease on a fresh lock object.
+template <class Lock, class Take>
+void watchdog_round(benchmark::State& state, Take take) {
   Client client(server_options());
-  std::vector<std::unique_ptr<Mutex>> held;
+  std::vector<std::unique_ptr<Lock>> held;
   for (int i = 0; i < leases; ++i) {
-    held.push_back(std::make_unique<Mutex>(client, "bench:lease:" + std::to_string(i)));
-    if (!held.back()->try_lock()) {
+    held.push_back(std::make_unique<Lock>(client, "bench:lease:" + std::to_string(i)));
+    if (!take(*held.back())) {
       state.SkipWithError("lease was not free");
       return;
     }
   }
   for (auto _ : state) client.watchdog().renew_all_now();
 }
+
+void BM_Watchdog_Renew1000(benchmark::State& state) {
+  watchdog_round<Mutex>(state, [](Mutex& lock) { return lock.try_lock(); });
+}
 BENCHMARK(BM_Watchdog_Renew1000)->UseRealTime();
+
+void BM_Watchdog_Renew1000_Simple(benchmark::State& state) {
+  watchdog_round<SimpleMutex>(state, [](SimpleMutex& lock) { return lock.try_lock(); });
+}
+BENCHMARK(BM_Watchdog_Renew1000_Simple)->UseRealTime();
+
+void BM_Watchdog_Renew1000_Reentrant(benchmark::State& state) {
+  watchdog_round<ReentrantMutex>(state, [](ReentrantMutex& lock) { return lock.try_lock(); });
+}
+BENCHMARK(BM_Watchdog_Renew1000_Reentrant)->UseRealTime();
+
+void BM_Watchdog_Renew1000_SharedRead(benchmark::State& state) {
+  watchdog_round<SharedMutex>(state, [](SharedMutex& lock) { return lock.try_lock_shared(); });
+}
+BENCHMARK(BM_Watchdog_Renew1000_SharedRead)->UseRealTime();
 
 // Its floor: 1,000 plain PEXPIREs sent as one pipeline.
 void BM_Raw_Pexpire1000_Pipelined(benchmark::State& state) {

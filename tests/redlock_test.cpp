@@ -570,7 +570,9 @@ TEST_F(RedlockTest, TimeoutRulesWhileHeldByAnotherRedlock) {
     const auto took = Clock::now() - start;
     EXPECT_GE(took, c.at_least) << c.what;
     EXPECT_LE(took, c.at_most) << c.what;
-    EXPECT_EQ(waiter.last_attempt().count(NodeStatus::other_owner), count) << c.what;
+    // A majority refused (an attempt made at the deadline has only a few
+    // ms for the masters to answer; the slowest may miss them).
+    EXPECT_GE(waiter.last_attempt().count(NodeStatus::other_owner), waiter.quorum()) << c.what;
   }
   EXPECT_FALSE(waiter.owns_lock());
   // The loser's cleanup left the holder's keys alone.

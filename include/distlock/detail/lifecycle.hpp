@@ -253,8 +253,9 @@ class Lifecycle {
     bool lost() const noexcept { return lease && lease->lost; }
   };
 
-  // The time a last attempt after waiting may take past the deadline.
-  static constexpr std::chrono::milliseconds last_step{2};
+  // The time a last attempt after waiting may take past the deadline: a
+  // round trip to a few servers, and no more.
+  static constexpr std::chrono::milliseconds last_step{10};
 
   // Counts one more hold if the calling thread has one of `kind` (re-
   // entrant protocols), or refuses the lock (the others; or a protocol rule).
