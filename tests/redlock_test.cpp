@@ -706,5 +706,29 @@ TEST_F(RedlockTest, SurvivesScriptFlushOnTheMasters) {
   for (std::size_t i = 0; i < count; ++i) EXPECT_FALSE(has_key(i, "k")) << i;
 }
 
+TEST_F(RedlockTest, WatchdogRenewalGoesOnWithTheFirstMasterDown) {
+  // A minority may die, whichever masters it is: here the first of three,
+  // down before the lock is taken.
+  server(0).kill();
+  const std::vector<Client*> three{&client(0), &client(1), &client(2)};
+  std::atomic<int> lost_calls{0};
+  Redlock lock(
+      three, "renewed",
+      RedlockOptions{}.ttl(1s).auto_renew(true).on_lost([&](const LeaseInfo&) { ++lost_calls; }));
+  ASSERT_TRUE(lock.try_lock());
+  ASSERT_EQ(lock.last_attempt().ok(), 2u);
+  // Three leases long, unless the lock is reported lost first.
+  const auto acquired = Clock::now();
+  while (!lock.lost() && Clock::now() - acquired < 3s) std::this_thread::sleep_for(10ms);
+  EXPECT_FALSE(lock.lost())
+      << "reported lost after "
+      << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - acquired).count()
+      << " ms";
+  EXPECT_EQ(lost_calls, 0);
+  EXPECT_GT(lock.validity(), 0ms);
+  for (std::size_t i = 1; i < 3; ++i) EXPECT_EQ(on(i, {"GET", "renewed"}), lock.token()) << i;
+  EXPECT_EQ(lock.release(), Release::released);
+}
+
 }  // namespace
 }  // namespace distlock
