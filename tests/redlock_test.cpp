@@ -730,5 +730,35 @@ TEST_F(RedlockTest, WatchdogRenewalGoesOnWithTheFirstMasterDown) {
   EXPECT_EQ(lock.release(), Release::released);
 }
 
+TEST_F(RedlockTest, ExtendRacingRenewalsNeverLeavesAMastersLeaseShortOfTheRecord) {
+  // A renewal that read the old lease before extend() and reaches the
+  // masters after it must not set them back to the old lease while the
+  // record counts the new one.
+  const std::vector<Client*> three{&client(0), &client(1), &client(2)};
+  Redlock lock(three, "k", RedlockOptions{}.ttl(300ms).auto_renew(true));
+  ASSERT_TRUE(lock.try_lock());
+  const auto renew_round = [&] {
+    for (Client* master : three) master->watchdog().renew_all_now();
+  };
+  const auto check = [&](int iteration) {
+    ASSERT_FALSE(lock.lost()) << "iteration " << iteration;
+    for (std::size_t i = 0; i < three.size(); ++i) {
+      const auto before = Clock::now();
+      const std::chrono::milliseconds claimed = lock.validity();
+      const long long pttl = client(i).command("PTTL", "k").integer();
+      const auto between =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - before);
+      EXPECT_GE(pttl, (claimed - between - 50ms).count())
+          << "iteration " << iteration << ", master " << i << ": validity() says "
+          << claimed.count() << " ms";
+    }
+  };
+  const int ran = testing::extend_against_renewal_rounds(lock, 60s, 300ms, renew_round, check);
+  if (!HasFailure()) {
+    EXPECT_GE(ran, 100);  // enough rounds to have met the race
+  }
+  EXPECT_EQ(lock.release(), Release::released);
+}
+
 }  // namespace
 }  // namespace distlock

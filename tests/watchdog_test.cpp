@@ -13,10 +13,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "distlock/mutex.hpp"
+#include "distlock/reentrant_mutex.hpp"
 #include "distlock/simple_mutex.hpp"
 #include "support/fixture.hpp"
 #include "support/lock_helpers.hpp"
@@ -52,7 +54,23 @@ struct LostLog {
   }
 };
 
-class WatchdogTest : public testing::RedisClientTest {};
+class WatchdogTest : public testing::RedisClientTest {
+ protected:
+  // While the lease is not reported lost, the server's lease of `key` must
+  // cover what `lock` says is left of it. The record is read first, so the
+  // time between the two reads is allowed for.
+  template <class Lock>
+  void expect_server_lease_covers_record(const Lock& lock, const std::string& key, int iteration) {
+    const auto before = Clock::now();
+    const std::chrono::milliseconds claimed = lock.validity();
+    const long long pttl = client().command("PTTL", key).integer();
+    const auto between =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - before);
+    ASSERT_FALSE(lock.lost()) << "iteration " << iteration;
+    EXPECT_GE(pttl, (claimed - between - 50ms).count())
+        << "iteration " << iteration << ": validity() says " << claimed.count() << " ms";
+  }
+};
 
 TEST_F(WatchdogTest, DefaultLeaseIsRenewedAndAnExplicitOneIsNot) {
   EXPECT_TRUE(LockOptions{}.auto_renew());
@@ -273,6 +291,33 @@ TEST_F(WatchdogTest, KilledHolderProcessFreesTheLockWithinItsLease) {
   Mutex waiter(client(), "k", LockOptions{}.ttl(5s));
   ASSERT_TRUE(waiter.try_lock_for(5s));
   EXPECT_LE(Clock::now() - killed, ttl + ttl / 3 + 200ms);
+}
+
+TEST_F(WatchdogTest, ExtendRacingRenewalsNeverLeavesTheServerLeaseShortOfTheRecord) {
+  // A renewal that read the old lease before extend() and reaches the
+  // server after it must not set the key back to the old lease while the
+  // record counts the new one.
+  Mutex lock(client(), "k", LockOptions{}.ttl(300ms).auto_renew(true));
+  ASSERT_TRUE(lock.try_lock());
+  const int ran = testing::extend_against_renewal_rounds(
+      lock, 60s, 300ms, [&] { client().watchdog().renew_all_now(); },
+      [&](int i) { expect_server_lease_covers_record(lock, "k", i); });
+  if (!HasFailure()) {
+    EXPECT_GE(ran, 100);  // enough rounds to have met the race
+  }
+  EXPECT_EQ(lock.release(), Release::released);
+}
+
+TEST_F(WatchdogTest, ReentrantExtendRacingRenewalsNeverLeavesTheServerLeaseShortOfTheRecord) {
+  ReentrantMutex lock(client(), "k", LockOptions{}.ttl(300ms).auto_renew(true));
+  ASSERT_TRUE(lock.try_lock());
+  const int ran = testing::extend_against_renewal_rounds(
+      lock, 60s, 300ms, [&] { client().watchdog().renew_all_now(); },
+      [&](int i) { expect_server_lease_covers_record(lock, "k", i); });
+  if (!HasFailure()) {
+    EXPECT_GE(ran, 100);  // enough rounds to have met the race
+  }
+  EXPECT_EQ(lock.release(), Release::released);
 }
 
 }  // namespace
