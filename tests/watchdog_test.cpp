@@ -9,11 +9,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -318,6 +320,97 @@ TEST_F(WatchdogTest, ReentrantExtendRacingRenewalsNeverLeavesTheServerLeaseShort
     EXPECT_GE(ran, 100);  // enough rounds to have met the race
   }
   EXPECT_EQ(lock.release(), Release::released);
+}
+
+TEST_F(WatchdogTest, UnlockWhileARenewalFindsTheLeaseGoneWaitsItOutSafely) {
+  Mutex lock(client(), "k", LockOptions{}.ttl(2s).auto_renew(true));
+  ASSERT_TRUE(lock.try_lock());
+  client().watchdog().renew_all_now();  // the watchdog's connection is open, its script loaded
+  client().command("DEL", "k");         // the next renewal finds the lease gone...
+  client().command("CLIENT", "PAUSE", "300", "WRITE");  // ...once the pause lets it run
+  auto round = std::async(std::launch::async, [&] { client().watchdog().renew_all_now(); });
+  const auto blocked = [&] {
+    const std::string info(client().command("INFO", "clients").str());
+    return info.find("blocked_clients:0") == std::string::npos;
+  };
+  const auto deadline = Clock::now() + 2s;
+  while (!blocked() && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(blocked()) << "the renewal never reached the paused server";
+  // The renewal is in flight: release() waits for it, and it comes back
+  // with the lease gone.
+  const Release released = lock.release();
+  round.get();
+  EXPECT_TRUE(released == Release::lost || released == Release::expired) << to_string(released);
+  EXPECT_FALSE(lock.owns_lock());
+  EXPECT_EQ(client().watchdog().size(), 0u);
+  EXPECT_EQ(client().command("EXISTS", "k").integer(), 0);
+}
+
+TEST_F(WatchdogTest, UnlockRacingRenewalsThatFindLeasesGoneThousandsOfTimes) {
+  // Threads take short auto-renewed leases, have another connection delete
+  // them, and give them back while renewal rounds run back to back: many
+  // unlocks meet a renewal in flight that comes back with the lease gone.
+  constexpr int threads = 4;
+  constexpr int locks_per_thread = 8;
+  constexpr int cycles_per_thread = 300;  // of locks_per_thread unlocks each
+  Client deleter(testing::client_options(server()));
+  std::atomic<bool> stop{false};
+  std::atomic<int> unlocks{0};
+  std::atomic<int> found_lost{0};
+  std::atomic<int> unexpected{0};
+  std::thread renewer([&] {
+    while (!stop) client().watchdog().renew_all_now();
+  });
+  const auto deadline = Clock::now() + 3s;
+  const auto hold_and_give_back = [&](int t) {
+    std::vector<std::unique_ptr<Mutex>> locks;
+    for (int i = 0; i < locks_per_thread; ++i) {
+      locks.push_back(
+          std::make_unique<Mutex>(client(), "stress:" + std::to_string(t) + ":" + std::to_string(i),
+                                  LockOptions{}.ttl(300ms).auto_renew(true)));
+    }
+    std::vector<std::string_view> del{"DEL"};
+    for (const auto& lock : locks) del.push_back(lock->key());
+    for (int cycle = 0; cycle < cycles_per_thread && Clock::now() < deadline; ++cycle) {
+      for (auto& lock : locks) {
+        if (!lock->try_lock()) ++unexpected;
+      }
+      deleter.borrow()->command_argv(del);
+      for (int i = 0; i < locks_per_thread; ++i) {
+        if (!locks[i]->owns_lock()) continue;
+        if ((cycle + i) % 2 == 0) {
+          locks[i]->unlock();
+        } else {
+          try {
+            const Release released = locks[i]->release();
+            if (released == Release::lost) ++found_lost;
+            if (released != Release::lost && released != Release::expired) ++unexpected;
+          } catch (const Error&) {
+            ++unexpected;
+          }
+        }
+        ++unlocks;
+      }
+    }
+  };
+  std::vector<std::thread> holders;
+  for (int t = 0; t < threads; ++t) {
+    holders.emplace_back([&, t] {
+      try {
+        hold_and_give_back(t);
+      } catch (const std::exception&) {
+        ++unexpected;  // Redis failed: not what this test is about, but not a pass
+      }
+    });
+  }
+  for (auto& holder : holders) holder.join();
+  stop = true;
+  renewer.join();
+  EXPECT_EQ(unexpected, 0);
+  EXPECT_GE(unlocks, 1000);
+  EXPECT_GT(found_lost, 0) << "no renewal found a lease gone before its unlock";
+  EXPECT_EQ(client().watchdog().size(), 0u);
+  EXPECT_EQ(client().command("DBSIZE").integer(), 0);
 }
 
 }  // namespace
