@@ -299,10 +299,10 @@ TEST_F(WatchdogTest, ExtendRacingRenewalsNeverLeavesTheServerLeaseShortOfTheReco
   // A renewal that read the old lease before extend() and reaches the
   // server after it must not set the key back to the old lease while the
   // record counts the new one.
-  Mutex lock(client(), "k", LockOptions{}.ttl(300ms).auto_renew(true));
+  Mutex lock(client(), "k", LockOptions{}.ttl(1s).auto_renew(true));
   ASSERT_TRUE(lock.try_lock());
   const int ran = testing::extend_against_renewal_rounds(
-      lock, 60s, 300ms, [&] { client().watchdog().renew_all_now(); },
+      lock, 60s, 1s, [&] { client().watchdog().renew_all_now(); },
       [&](int i) { expect_server_lease_covers_record(lock, "k", i); });
   if (!HasFailure()) {
     EXPECT_GE(ran, 100);  // enough rounds to have met the race
@@ -311,10 +311,10 @@ TEST_F(WatchdogTest, ExtendRacingRenewalsNeverLeavesTheServerLeaseShortOfTheReco
 }
 
 TEST_F(WatchdogTest, ReentrantExtendRacingRenewalsNeverLeavesTheServerLeaseShortOfTheRecord) {
-  ReentrantMutex lock(client(), "k", LockOptions{}.ttl(300ms).auto_renew(true));
+  ReentrantMutex lock(client(), "k", LockOptions{}.ttl(1s).auto_renew(true));
   ASSERT_TRUE(lock.try_lock());
   const int ran = testing::extend_against_renewal_rounds(
-      lock, 60s, 300ms, [&] { client().watchdog().renew_all_now(); },
+      lock, 60s, 1s, [&] { client().watchdog().renew_all_now(); },
       [&](int i) { expect_server_lease_covers_record(lock, "k", i); });
   if (!HasFailure()) {
     EXPECT_GE(ran, 100);  // enough rounds to have met the race
