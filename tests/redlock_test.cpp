@@ -708,5 +708,59 @@ TEST_F(RedlockTest, SurvivesScriptFlushOnTheMasters) {
   for (std::size_t i = 0; i < count; ++i) EXPECT_FALSE(has_key(i, "k")) << i;
 }
 
+TEST_F(RedlockTest, WatchdogRenewalGoesOnWithTheFirstMasterDown) {
+  // A minority may die, whichever masters it is: here the first of three,
+  // down before the lock is taken.
+  server(0).kill();
+  const std::vector<Client*> three{&client(0), &client(1), &client(2)};
+  std::atomic<int> lost_calls{0};
+  Redlock lock(
+      three, "renewed",
+      RedlockOptions{}.ttl(1s).auto_renew(true).on_lost([&](const LeaseInfo&) { ++lost_calls; }));
+  ASSERT_TRUE(lock.try_lock());
+  ASSERT_EQ(lock.last_attempt().ok(), 2u);
+  // Three leases long, unless the lock is reported lost first.
+  const auto acquired = Clock::now();
+  while (!lock.lost() && Clock::now() - acquired < 3s) std::this_thread::sleep_for(10ms);
+  EXPECT_FALSE(lock.lost())
+      << "reported lost after "
+      << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - acquired).count()
+      << " ms";
+  EXPECT_EQ(lost_calls, 0);
+  EXPECT_GT(lock.validity(), 0ms);
+  for (std::size_t i = 1; i < 3; ++i) EXPECT_EQ(on(i, {"GET", "renewed"}), lock.token()) << i;
+  EXPECT_EQ(lock.release(), Release::released);
+}
+
+TEST_F(RedlockTest, ExtendRacingRenewalsNeverLeavesAMastersLeaseShortOfTheRecord) {
+  // A renewal that read the old lease before extend() and reaches the
+  // masters after it must not set them back to the old lease while the
+  // record counts the new one.
+  const std::vector<Client*> three{&client(0), &client(1), &client(2)};
+  Redlock lock(three, "k", RedlockOptions{}.ttl(1s).auto_renew(true));
+  ASSERT_TRUE(lock.try_lock());
+  const auto renew_round = [&] {
+    for (Client* master : three) master->watchdog().renew_all_now();
+  };
+  const auto check = [&](int iteration) {
+    ASSERT_FALSE(lock.lost()) << "iteration " << iteration;
+    for (std::size_t i = 0; i < three.size(); ++i) {
+      const auto before = Clock::now();
+      const std::chrono::milliseconds claimed = lock.validity();
+      const long long pttl = client(i).command("PTTL", "k").integer();
+      const auto between =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - before);
+      EXPECT_GE(pttl, (claimed - between - 50ms).count())
+          << "iteration " << iteration << ", master " << i << ": validity() says "
+          << claimed.count() << " ms";
+    }
+  };
+  const int ran = testing::extend_against_renewal_rounds(lock, 60s, 1s, renew_round, check);
+  if (!HasFailure()) {
+    EXPECT_GE(ran, 100);  // enough rounds to have met the race
+  }
+  EXPECT_EQ(lock.release(), Release::released);
+}
+
 }  // namespace
 }  // namespace distlock

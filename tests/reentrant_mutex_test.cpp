@@ -594,5 +594,32 @@ TEST_F(ReentrantMutexTest, DestroyingAHeldLockGivesItBack) {
   EXPECT_EQ(client().watchdog().size(), 0u);
 }
 
+TEST_F(ReentrantMutexTest, ANestedHoldNeverShortensTheOuterHoldsLease) {
+  // Two lock objects of one thread on one name are one owner to Redis and
+  // share one hash: the inner object's shorter lease, taken or given back,
+  // must not become the outer hold's lease while the outer's record still
+  // counts a long one.
+  ReentrantMutex outer(client(), "k", LockOptions{}.ttl(60s).auto_renew(false));
+  ReentrantMutex inner(client(), "k", LockOptions{}.ttl(1s).auto_renew(false));
+  // The server's lease may never be shorter than the record claims; the
+  // record is read first, so the time between the two reads is allowed for.
+  const auto expect_server_keeps_outer_lease = [&](const char* when) {
+    const auto read = Clock::now();
+    const std::chrono::milliseconds claimed = outer.validity();
+    const long long pttl = client().command("PTTL", "k").integer();
+    const auto between = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - read);
+    EXPECT_GE(pttl, (claimed - between - 50ms).count())
+        << when << ": the outer hold's validity() says " << claimed.count() << " ms";
+  };
+  ASSERT_TRUE(outer.try_lock());
+  expect_server_keeps_outer_lease("after the outer lock");
+  ASSERT_TRUE(inner.try_lock());
+  expect_server_keeps_outer_lease("after the inner lock");
+  inner.unlock();
+  expect_server_keeps_outer_lease("after the inner unlock");
+  EXPECT_EQ(client().command("HGET", "k", outer.owner_id()).str(), "1");
+  EXPECT_EQ(outer.release(), Release::released);
+}
+
 }  // namespace
 }  // namespace distlock

@@ -729,5 +729,37 @@ TEST_F(SharedMutexTest, ARedissonReaderSharesWithUsAndKeepsOurWriterOut) {
   EXPECT_GT(client().command("PTTL", "rw").integer(), 15000);
 }
 
+TEST_F(SharedMutexTest, ReleasingANestedReadHoldLeavesTheOtherHoldsLeaseAlone) {
+  // Two read holds of one thread on one name, through two objects: one
+  // owner to Redis, with a lease per hold. Giving back the short one must
+  // end the short one's lease, not the long one's.
+  SharedMutex short_hold(client(), "rw", LockOptions{}.ttl(1s).auto_renew(false));
+  SharedMutex long_hold(client(), "rw", LockOptions{}.ttl(60s).auto_renew(false));
+  ASSERT_TRUE(short_hold.try_lock_shared());
+  const auto short_taken = Clock::now();
+  ASSERT_TRUE(long_hold.try_lock_shared());
+  // The long hold's record ends 60 s after its acquire was sent: no later
+  // than this.
+  const auto long_record_ends = Clock::now() + 60s;
+  const auto expect_server_keeps_long_lease = [&](const char* when) {
+    const auto claimed =
+        std::chrono::duration_cast<std::chrono::milliseconds>(long_record_ends - Clock::now());
+    const long long pttl = client().command("PTTL", "rw").integer();
+    EXPECT_GE(pttl, (claimed - 50ms).count())
+        << when << ": the long hold's record has " << claimed.count() << " ms left";
+  };
+  expect_server_keeps_long_lease("with both held");
+  short_hold.unlock_shared();
+  expect_server_keeps_long_lease("after the short hold's release");
+  // Past the short hold's lease the long one still holds the lock.
+  std::this_thread::sleep_until(short_taken + 1500ms);
+  expect_server_keeps_long_lease("past the short hold's lease");
+  EXPECT_EQ(client().command("HEXISTS", "rw", long_hold.owner_id()).integer(), 1);
+  Client other(client_options(server()));
+  SharedMutex writer(other, "rw");
+  EXPECT_FALSE(writer.try_lock());
+  EXPECT_EQ(long_hold.release_shared(), Release::released);
+}
+
 }  // namespace
 }  // namespace distlock

@@ -9,16 +9,19 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "distlock/mutex.hpp"
+#include "distlock/reentrant_mutex.hpp"
 #include "distlock/simple_mutex.hpp"
 #include "support/faults.hpp"
 #include "support/fixture.hpp"
@@ -55,7 +58,23 @@ struct LostLog {
   }
 };
 
-class WatchdogTest : public testing::RedisClientTest {};
+class WatchdogTest : public testing::RedisClientTest {
+ protected:
+  // While the lease is not reported lost, the server's lease of `key` must
+  // cover what `lock` says is left of it. The record is read first, so the
+  // time between the two reads is allowed for.
+  template <class Lock>
+  void expect_server_lease_covers_record(const Lock& lock, const std::string& key, int iteration) {
+    const auto before = Clock::now();
+    const std::chrono::milliseconds claimed = lock.validity();
+    const long long pttl = client().command("PTTL", key).integer();
+    const auto between =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - before);
+    ASSERT_FALSE(lock.lost()) << "iteration " << iteration;
+    EXPECT_GE(pttl, (claimed - between - 50ms).count())
+        << "iteration " << iteration << ": validity() says " << claimed.count() << " ms";
+  }
+};
 
 TEST_F(WatchdogTest, DefaultLeaseIsRenewedAndAnExplicitOneIsNot) {
   EXPECT_TRUE(LockOptions{}.auto_renew());
@@ -314,6 +333,124 @@ TEST_F(WatchdogTest, KilledHolderProcessFreesTheLockWithinItsLease) {
   Mutex waiter(client(), "k", LockOptions{}.ttl(5s));
   ASSERT_TRUE(waiter.try_lock_for(5s));
   EXPECT_LE(Clock::now() - killed, ttl + ttl / 3 + 200ms);
+}
+
+TEST_F(WatchdogTest, ExtendRacingRenewalsNeverLeavesTheServerLeaseShortOfTheRecord) {
+  // A renewal that read the old lease before extend() and reaches the
+  // server after it must not set the key back to the old lease while the
+  // record counts the new one.
+  Mutex lock(client(), "k", LockOptions{}.ttl(1s).auto_renew(true));
+  ASSERT_TRUE(lock.try_lock());
+  const int ran = testing::extend_against_renewal_rounds(
+      lock, 60s, 1s, [&] { client().watchdog().renew_all_now(); },
+      [&](int i) { expect_server_lease_covers_record(lock, "k", i); });
+  if (!HasFailure()) {
+    EXPECT_GE(ran, 100);  // enough rounds to have met the race
+  }
+  EXPECT_EQ(lock.release(), Release::released);
+}
+
+TEST_F(WatchdogTest, ReentrantExtendRacingRenewalsNeverLeavesTheServerLeaseShortOfTheRecord) {
+  ReentrantMutex lock(client(), "k", LockOptions{}.ttl(1s).auto_renew(true));
+  ASSERT_TRUE(lock.try_lock());
+  const int ran = testing::extend_against_renewal_rounds(
+      lock, 60s, 1s, [&] { client().watchdog().renew_all_now(); },
+      [&](int i) { expect_server_lease_covers_record(lock, "k", i); });
+  if (!HasFailure()) {
+    EXPECT_GE(ran, 100);  // enough rounds to have met the race
+  }
+  EXPECT_EQ(lock.release(), Release::released);
+}
+
+TEST_F(WatchdogTest, UnlockWhileARenewalFindsTheLeaseGoneWaitsItOutSafely) {
+  Mutex lock(client(), "k", LockOptions{}.ttl(2s).auto_renew(true));
+  ASSERT_TRUE(lock.try_lock());
+  client().watchdog().renew_all_now();  // the watchdog's connection is open, its script loaded
+  client().command("DEL", "k");         // the next renewal finds the lease gone...
+  client().command("CLIENT", "PAUSE", "300", "WRITE");  // ...once the pause lets it run
+  auto round = std::async(std::launch::async, [&] { client().watchdog().renew_all_now(); });
+  const auto blocked = [&] {
+    const std::string info(client().command("INFO", "clients").str());
+    return info.find("blocked_clients:0") == std::string::npos;
+  };
+  const auto deadline = Clock::now() + 2s;
+  while (!blocked() && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(blocked()) << "the renewal never reached the paused server";
+  // The renewal is in flight: release() waits for it, and it comes back
+  // with the lease gone.
+  const Release released = lock.release();
+  round.get();
+  EXPECT_TRUE(released == Release::lost || released == Release::expired) << to_string(released);
+  EXPECT_FALSE(lock.owns_lock());
+  EXPECT_EQ(client().watchdog().size(), 0u);
+  EXPECT_EQ(client().command("EXISTS", "k").integer(), 0);
+}
+
+TEST_F(WatchdogTest, UnlockRacingRenewalsThatFindLeasesGoneThousandsOfTimes) {
+  // Threads take short auto-renewed leases, have another connection delete
+  // them, and give them back while renewal rounds run back to back: many
+  // unlocks meet a renewal in flight that comes back with the lease gone.
+  constexpr int threads = 4;
+  constexpr int locks_per_thread = 8;
+  constexpr int cycles_per_thread = 300;  // of locks_per_thread unlocks each
+  Client deleter(testing::client_options(server()));
+  std::atomic<bool> stop{false};
+  std::atomic<int> unlocks{0};
+  std::atomic<int> found_lost{0};
+  std::atomic<int> unexpected{0};
+  std::thread renewer([&] {
+    while (!stop) client().watchdog().renew_all_now();
+  });
+  const auto deadline = Clock::now() + 3s;
+  const auto hold_and_give_back = [&](int t) {
+    std::vector<std::unique_ptr<Mutex>> locks;
+    for (int i = 0; i < locks_per_thread; ++i) {
+      locks.push_back(
+          std::make_unique<Mutex>(client(), "stress:" + std::to_string(t) + ":" + std::to_string(i),
+                                  LockOptions{}.ttl(300ms).auto_renew(true)));
+    }
+    std::vector<std::string_view> del{"DEL"};
+    for (const auto& lock : locks) del.push_back(lock->key());
+    for (int cycle = 0; cycle < cycles_per_thread && Clock::now() < deadline; ++cycle) {
+      for (auto& lock : locks) {
+        if (!lock->try_lock()) ++unexpected;
+      }
+      deleter.borrow()->command_argv(del);
+      for (int i = 0; i < locks_per_thread; ++i) {
+        if (!locks[i]->owns_lock()) continue;
+        if ((cycle + i) % 2 == 0) {
+          locks[i]->unlock();
+        } else {
+          try {
+            const Release released = locks[i]->release();
+            if (released == Release::lost) ++found_lost;
+            if (released != Release::lost && released != Release::expired) ++unexpected;
+          } catch (const Error&) {
+            ++unexpected;
+          }
+        }
+        ++unlocks;
+      }
+    }
+  };
+  std::vector<std::thread> holders;
+  for (int t = 0; t < threads; ++t) {
+    holders.emplace_back([&, t] {
+      try {
+        hold_and_give_back(t);
+      } catch (const std::exception&) {
+        ++unexpected;  // Redis failed: not what this test is about, but not a pass
+      }
+    });
+  }
+  for (auto& holder : holders) holder.join();
+  stop = true;
+  renewer.join();
+  EXPECT_EQ(unexpected, 0);
+  EXPECT_GE(unlocks, 1000);
+  EXPECT_GT(found_lost, 0) << "no renewal found a lease gone before its unlock";
+  EXPECT_EQ(client().watchdog().size(), 0u);
+  EXPECT_EQ(client().command("DBSIZE").integer(), 0);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Helpers for lock tests: a deliberately unsafe read-modify-write that only a
 // working lock keeps exact, child processes for cross-process exclusion, the
 // server's per-command call counts, an out-of-memory check, and a raw
-// subscriber that sees what a lock publishes.
+// subscriber that sees what a lock publishes, and a driver that races
+// extend() against the watchdog's renewal rounds.
 #pragma once
 
 #include <sys/wait.h>
@@ -9,6 +10,7 @@
 
 #include <chrono>
 #include <exception>
+#include <future>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -134,5 +136,43 @@ class RawSubscriber {
  private:
   Connection connection_;
 };
+
+/// Races `lock.extend(long_lease)` against renewal rounds: each iteration
+/// starts `renew_round()` (one watchdog round, run to its end) on another
+/// thread, waits a few microseconds (a different number each time, so that
+/// some extends land inside the round, before or after its renewal reaches
+/// the server), extends to `long_lease`, waits for the round to end and
+/// calls `check(iteration)`, then extends back to `short_lease` so that the
+/// next round sends the short lease again. Stops after `iterations` or once
+/// `limit` has passed, or at the first failed extend; returns the
+/// iterations run.
+template <class Lock, class RenewRound, class Check>
+int extend_against_renewal_rounds(Lock& lock, std::chrono::milliseconds long_lease,
+                                  std::chrono::milliseconds short_lease, RenewRound renew_round,
+                                  Check check, int iterations = 2000,
+                                  std::chrono::milliseconds limit = std::chrono::seconds(3)) {
+  using Clock = std::chrono::steady_clock;
+  const auto end = Clock::now() + limit;
+  int i = 0;
+  for (; i < iterations && Clock::now() < end; ++i) {
+    auto round = std::async(std::launch::async, renew_round);
+    const auto spin_until = Clock::now() + std::chrono::microseconds((i * 37) % 250);
+    while (Clock::now() < spin_until) {
+    }
+    const bool extended = lock.extend(long_lease);
+    round.get();
+    if (!extended) {
+      ADD_FAILURE() << "extend to the long lease failed in iteration " << i;
+      break;
+    }
+    check(i);
+    if (::testing::Test::HasFailure()) break;
+    if (!lock.extend(short_lease)) {
+      ADD_FAILURE() << "extend to the short lease failed in iteration " << i;
+      break;
+    }
+  }
+  return i;
+}
 
 }  // namespace distlock::testing
