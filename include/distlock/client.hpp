@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "distlock/connection.hpp"
+#include "distlock/detail/thread_annotations.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
 #include "distlock/reply.hpp"
@@ -120,10 +121,10 @@ class Endpoint {
   const ClientOptions options_;
   const std::string id_;
   const unsigned generation_;
-  std::mutex mutex_;
+  Mutex mutex_;
   std::condition_variable returned_;
-  std::vector<std::unique_ptr<Connection>> idle_;
-  std::size_t open_ = 0;  // idle plus lent out
+  std::vector<std::unique_ptr<Connection>> idle_ DISTLOCK_GUARDED_BY(mutex_);
+  std::size_t open_ DISTLOCK_GUARDED_BY(mutex_) = 0;  // idle plus lent out
 
   // Declared last so it stops first: its threads use the options above.
   Runtime runtime_;
@@ -233,9 +234,10 @@ inline std::unique_ptr<Connection> Endpoint::take(SteadyClock::time_point deadli
   const SteadyClock::time_point now = SteadyClock::now();
   const SteadyClock::time_point pool_deadline =
       deadline - now < options_.pool_wait_timeout ? deadline : now + options_.pool_wait_timeout;
-  std::unique_lock lock(mutex_);
-  const bool available = returned_.wait_until(
-      lock, pool_deadline, [this] { return !idle_.empty() || open_ < options_.pool_size; });
+  MutexLock lock(mutex_);
+  const bool available = lock.wait_until(
+      returned_, pool_deadline,
+      [this]() DISTLOCK_REQUIRES(mutex_) { return !idle_.empty() || open_ < options_.pool_size; });
   if (!available) {
     throw TimeoutError(Errc::pool_exhausted,
                        options_.endpoint() + ": all " + std::to_string(options_.pool_size) +
@@ -289,7 +291,7 @@ inline void Endpoint::give_back(std::unique_ptr<Connection> connection) noexcept
     connection.reset();
   }
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (connection) {
       idle_.push_back(std::move(connection));
     } else {

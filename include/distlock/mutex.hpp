@@ -15,8 +15,8 @@
 //   if (std::unique_lock lock{stock, 2s}) { ... }   // try_lock_for(2s)
 #pragma once
 
-#include <atomic>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -73,27 +73,18 @@ struct ScriptedLease {
     }
   }
 
-  // Renews a batch of Mutex leases by one script call per Watchdog::batch_size.
-  template <class Backend>
-  class Renewer final : public detail::Renewer {
-   public:
-    explicit Renewer(Backend backend) : backend_(std::move(backend)) {}
-    BatchKey batch_key() const noexcept override { return {&kind_tag, &backend_.options()}; }
-    void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
-               SteadyClock::time_point deadline) noexcept override {
-      renew_by_script(backend_, scripts::renew_batch, loaded_, leases, outcomes, deadline,
-                      [](const LeaseState& lease, auto& keys, auto& args) {
-                        keys.push_back(lease.key);
-                        args.push_back(lease.token);
-                        args.push_back(lease.ttl_text);
-                      });
+  // Renewal: renew_batch, one call per Watchdog::batch_size leases.
+  struct Leases {
+    static constexpr const Script& script = scripts::renew_batch;
+    static void add(const LeaseState& lease, std::vector<std::string_view>& keys,
+                    std::vector<std::string_view>& args) {
+      keys.push_back(lease.key);
+      args.push_back(lease.token);
+      args.push_back(lease.ttl_text);
     }
-
-   private:
-    static constexpr char kind_tag = 0;
-    Backend backend_;
-    std::atomic<bool> loaded_{false};
   };
+  template <class Backend>
+  using Renewer = ScriptRenewer<Backend, Leases>;
 };
 
 }  // namespace detail

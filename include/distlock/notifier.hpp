@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "distlock/connection.hpp"
+#include "distlock/detail/thread_annotations.hpp"
 #include "distlock/error.hpp"
 
 namespace distlock {
@@ -132,13 +133,14 @@ class Notifier {
   const std::size_t max_waiters_;
   const int wake_fd_;
 
-  mutable std::mutex mutex_;
+  mutable detail::Mutex mutex_;
   std::condition_variable connected_;
-  std::unordered_map<std::string, std::unique_ptr<Channel>> channels_;
-  std::size_t waiters_ = 0;
-  bool up_ = false;
-  bool stopping_ = false;
-  std::uint64_t connects_ = 0;
+  // Channel objects are guarded by mutex_ too.
+  std::unordered_map<std::string, std::unique_ptr<Channel>> channels_ DISTLOCK_GUARDED_BY(mutex_);
+  std::size_t waiters_ DISTLOCK_GUARDED_BY(mutex_) = 0;
+  bool up_ DISTLOCK_GUARDED_BY(mutex_) = false;
+  bool stopping_ DISTLOCK_GUARDED_BY(mutex_) = false;
+  std::uint64_t connects_ DISTLOCK_GUARDED_BY(mutex_) = 0;
 
   // Touched by the notifier thread only.
   std::unique_ptr<Connection> connection_;
@@ -155,7 +157,7 @@ inline Notifier::Notifier(ConnectionOptions options, std::size_t max_waiters)
 
 inline Notifier::~Notifier() {
   {
-    std::lock_guard lock(mutex_);
+    detail::MutexLock lock(mutex_);
     stopping_ = true;
   }
   poke();
@@ -165,7 +167,7 @@ inline Notifier::~Notifier() {
 
 inline Notifier::Subscription Notifier::subscribe(const std::string& channel,
                                                   clock::time_point deadline) {
-  std::unique_lock lock(mutex_);
+  detail::MutexLock lock(mutex_);
   if (waiters_ >= max_waiters_) {
     throw Error(Errc::too_many_waiters,
                 "more than " + std::to_string(max_waiters_) + " waiters on " + options_.endpoint());
@@ -187,12 +189,13 @@ inline Notifier::Subscription Notifier::subscribe(const std::string& channel,
   // Never wait on a subscriber connection that cannot be made: without a
   // confirmation the waiter falls back to its timer.
   const clock::time_point give_up = std::min(deadline, clock::now() + options_.command_timeout);
-  entry.changed.wait_until(lock, give_up, [&] { return entry.confirmed || stopping_; });
+  lock.wait_until(entry.changed, give_up,
+                  [&]() DISTLOCK_REQUIRES(mutex_) { return entry.confirmed || stopping_; });
   return subscription;
 }
 
 inline void Notifier::leave(Channel& channel) {
-  std::lock_guard lock(mutex_);
+  detail::MutexLock lock(mutex_);
   --waiters_;
   // No wake-up for the thread: it unsubscribes lingering channels on its own
   // timer, and a waiter's return is not delayed by it.
@@ -200,22 +203,22 @@ inline void Notifier::leave(Channel& channel) {
 }
 
 inline std::uint64_t Notifier::generation_of(Channel& channel) {
-  std::lock_guard lock(mutex_);
+  detail::MutexLock lock(mutex_);
   return channel.generation;
 }
 
 inline bool Notifier::wait_on(Channel& channel, std::uint64_t seen, clock::time_point until) {
-  std::unique_lock lock(mutex_);
-  return channel.changed.wait_until(lock, until, [&] { return channel.generation != seen; });
+  detail::MutexLock lock(mutex_);
+  return lock.wait_until(channel.changed, until, [&] { return channel.generation != seen; });
 }
 
 inline bool Notifier::is_active(Channel& channel) {
-  std::lock_guard lock(mutex_);
+  detail::MutexLock lock(mutex_);
   return up_ && channel.confirmed;
 }
 
 inline void Notifier::wake(const std::string& channel) {
-  std::lock_guard lock(mutex_);
+  detail::MutexLock lock(mutex_);
   if (const auto it = channels_.find(channel); it != channels_.end()) {
     ++it->second->generation;
     it->second->changed.notify_all();
@@ -223,12 +226,12 @@ inline void Notifier::wake(const std::string& channel) {
 }
 
 inline std::size_t Notifier::channel_count() const {
-  std::lock_guard lock(mutex_);
+  detail::MutexLock lock(mutex_);
   return channels_.size();
 }
 
 inline std::uint64_t Notifier::connects() const {
-  std::lock_guard lock(mutex_);
+  detail::MutexLock lock(mutex_);
   return connects_;
 }
 
@@ -241,7 +244,7 @@ inline void Notifier::run() {
   auto retry_pause = std::chrono::milliseconds(10);
   for (;;) {
     {
-      std::unique_lock lock(mutex_);
+      detail::MutexLock lock(mutex_);
       if (stopping_) return;
     }
     if (!connection_ && !connect_once()) {
@@ -278,7 +281,7 @@ inline bool Notifier::connect_once() {
   } catch (const Error&) {
     return false;
   }
-  std::lock_guard lock(mutex_);
+  detail::MutexLock lock(mutex_);
   up_ = true;
   ++connects_;
   // Releases may have gone unannounced while we were away: everyone looks again.
@@ -299,7 +302,7 @@ inline int Notifier::sync_subscriptions() {
   std::vector<std::string> unsubscribe;
   clock::time_point next_due = clock::time_point::max();
   {
-    std::lock_guard lock(mutex_);
+    detail::MutexLock lock(mutex_);
     const clock::time_point now = clock::now();
     // leave() does not wake this thread, so while any channel is known the
     // thread looks again at least every `linger`.
@@ -338,7 +341,7 @@ inline void Notifier::handle(const Reply& reply) {
   if (!reply.is_array() || reply.size() < 3) return;
   const std::string_view kind = reply[0].str();
   const std::string name(reply[1].str());
-  std::lock_guard lock(mutex_);
+  detail::MutexLock lock(mutex_);
   const auto it = channels_.find(name);
   if (it == channels_.end()) return;
   Channel& channel = *it->second;
@@ -354,7 +357,7 @@ inline void Notifier::handle(const Reply& reply) {
 
 inline void Notifier::drop_connection() {
   connection_.reset();
-  std::lock_guard lock(mutex_);
+  detail::MutexLock lock(mutex_);
   up_ = false;
   for (auto& [name, channel] : channels_) {
     channel->sent = false;

@@ -295,12 +295,11 @@ return gone
     "9a0351cf03db52ec6283e48a04a486e1a791e408"};
 
 /// SharedMutex read extend. KEYS[1] hash, KEYS[2] the owner's timeout-key
-/// stem, KEYS[3] the lock's ("{name}"); ARGV[1] owner, ARGV[2] TTL in ms.
-/// An owner with one read hold gets exactly the TTL; with more, which are
-/// interchangeable in Redis, every timeout key only ever lengthens. The hash
-/// then lives as long as the longest reader (or keeps its writer's lease).
-/// Returns 1 extended, 0 our lease had run out (or no hash), -1 another
-/// owner's hash.
+/// stem; ARGV[1] owner, ARGV[2] TTL in ms. An owner with one read hold gets
+/// exactly the TTL; with more, which are interchangeable in Redis, every
+/// timeout key only ever lengthens. The hash is lengthened to outlive it if
+/// needed (never shortened: a release recomputes it). Returns 1 extended,
+/// 0 our lease had run out (or no hash), -1 another owner's hash.
 inline constexpr Script read_extend{
     R"lua(local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 if not holds then return -redis.call('exists', KEYS[1]) end
@@ -311,22 +310,10 @@ for n = 1, holds do
   if left == -2 then return 0 end
   if holds == 1 or left < ttl then redis.call('pexpire', key, ttl) end
 end
-if redis.call('hget', KEYS[1], 'mode') == 'write' then return 1 end
-local longest = 0
-local fields = redis.call('hgetall', KEYS[1])
-for i = 1, #fields, 2 do
-  local count = tonumber(fields[i + 1])
-  if count then
-    for n = 1, count do
-      local key = KEYS[3] .. ':' .. fields[i] .. ':rwlock_timeout:' .. n
-      longest = math.max(longest, redis.call('pttl', key))
-    end
-  end
-end
-redis.call('pexpire', KEYS[1], math.max(longest, 1))
+if redis.call('pttl', KEYS[1]) < ttl then redis.call('pexpire', KEYS[1], ttl) end
 return 1
 )lua",
-    "b897e8daa2aa1d094e5ae6889cdd76d5497961e7"};
+    "b2ebf65821b221aa5b0d026f95713c88975acba0"};
 
 /// SharedMutex write acquire. KEYS[1] hash; ARGV[1] TTL in ms, ARGV[2]
 /// "<owner>:write", ARGV[3] owner. Granted when the lock is free or

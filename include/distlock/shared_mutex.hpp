@@ -128,8 +128,7 @@ class SharedProtocol : public HashFieldCore<Backend, SharedKind> {
     const Decimal lease(ttl.count());
     return this->checked([&](Connection& connection) {
       if (kind == Kind::read) {
-        return field_check(connection.eval(scripts::read_extend,
-                                           {this->key_, timeout_stem(field), timeout_stem_},
+        return field_check(connection.eval(scripts::read_extend, {this->key_, timeout_stem(field)},
                                            {field, lease}));
       }
       return field_check(connection.eval(scripts::hash_field_extend, {this->key_}, {field, lease}));

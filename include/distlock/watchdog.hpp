@@ -36,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "distlock/detail/thread_annotations.hpp"
 #include "distlock/lease.hpp"
 
 namespace distlock {
@@ -53,12 +54,13 @@ class Watchdog {
 
   Watchdog() : state_(std::make_shared<State>()) {
     thread_ = std::thread([state = state_] { run(*state); });
+    detail::MutexLock lock(state_->mutex);
     state_->thread_id = thread_.get_id();
   }
 
   ~Watchdog() {
     {
-      std::lock_guard lock(state_->mutex);
+      detail::MutexLock lock(state_->mutex);
       state_->stopping = true;
     }
     state_->changed.notify_all();
@@ -111,7 +113,7 @@ class Watchdog {
 
   /// Leases being renewed.
   std::size_t size() const {
-    std::lock_guard lock(state_->mutex);
+    detail::MutexLock lock(state_->mutex);
     return state_->entries.size();
   }
 
@@ -127,20 +129,22 @@ class Watchdog {
  public:
   /// Shared by the Watchdog and its thread (see the top of this file).
   struct State {
-    std::mutex mutex;
+    detail::Mutex mutex;
     std::condition_variable changed;     // wakes the thread
     std::condition_variable round_done;  // wakes remove(), hold_off(), renew_all_now()
-    std::unordered_map<const detail::LeaseState*, Entry> entries;
-    std::uint64_t changes = 0;         // leases added or rescheduled: recompute the wake-up
-    clock::time_point planned_wake{};  // when the thread wakes next, unless notified
-    std::uint64_t forced_rounds = 0;   // rounds run for renew_all_now()
-    bool force_round = false;
-    bool stopping = false;
-    std::thread::id thread_id;
+    std::unordered_map<const detail::LeaseState*, Entry> entries DISTLOCK_GUARDED_BY(mutex);
+    // Leases added or rescheduled: the thread recomputes its wake-up.
+    std::uint64_t changes DISTLOCK_GUARDED_BY(mutex) = 0;
+    // When the thread wakes next, unless notified.
+    clock::time_point planned_wake DISTLOCK_GUARDED_BY(mutex){};
+    std::uint64_t forced_rounds DISTLOCK_GUARDED_BY(mutex) = 0;  // rounds run for renew_all_now()
+    bool force_round DISTLOCK_GUARDED_BY(mutex) = false;
+    bool stopping DISTLOCK_GUARDED_BY(mutex) = false;
+    std::thread::id thread_id DISTLOCK_GUARDED_BY(mutex);
 
     // Waits until `lease` has no renewal in flight; false if it is not registered.
-    bool settle(std::unique_lock<std::mutex>& lock, const detail::LeaseState* lease) {
-      round_done.wait(lock, [&] {
+    bool settle(detail::MutexLock& lock, const detail::LeaseState* lease) DISTLOCK_REQUIRES(mutex) {
+      lock.wait(round_done, [&]() DISTLOCK_REQUIRES(mutex) {
         const auto it = entries.find(lease);
         return it == entries.end() || !it->second.in_flight;
       });
@@ -162,7 +166,7 @@ class Watchdog {
 inline void Watchdog::add(std::shared_ptr<detail::LeaseState> lease, clock::time_point hold_until) {
   bool sooner;
   {
-    std::lock_guard lock(state_->mutex);
+    detail::MutexLock lock(state_->mutex);
     Entry entry;
     entry.next_renewal = renewal_after(lease->acquired, lease->ttl);
     entry.hold_until = hold_until;
@@ -179,14 +183,14 @@ inline void Watchdog::add(std::shared_ptr<detail::LeaseState> lease, clock::time
 }
 
 inline void Watchdog::remove(const detail::LeaseState& lease) noexcept {
-  std::unique_lock lock(state_->mutex);
+  detail::MutexLock lock(state_->mutex);
   // Looked up again after the wait: the thread may have dropped the entry
   // (lost) meanwhile.
   if (state_->settle(lock, &lease)) state_->entries.erase(&lease);
 }
 
 inline Watchdog::HoldOff Watchdog::hold_off(const detail::LeaseState& lease) {
-  std::unique_lock lock(state_->mutex);
+  detail::MutexLock lock(state_->mutex);
   if (!state_->settle(lock, &lease)) return HoldOff(nullptr, nullptr);
   state_->entries.at(&lease).held_off = true;
   return HoldOff(state_, &lease);
@@ -195,7 +199,7 @@ inline Watchdog::HoldOff Watchdog::hold_off(const detail::LeaseState& lease) {
 inline void Watchdog::HoldOff::extended(std::chrono::milliseconds ttl, clock::time_point sent) {
   if (!state_) return;
   {
-    std::lock_guard lock(state_->mutex);
+    detail::MutexLock lock(state_->mutex);
     const auto it = state_->entries.find(lease_);
     if (it == state_->entries.end()) return;
     detail::LeaseState& record = *it->second.lease;
@@ -211,7 +215,7 @@ inline void Watchdog::HoldOff::extended(std::chrono::milliseconds ttl, clock::ti
 inline void Watchdog::HoldOff::release() noexcept {
   if (!state_) return;
   {
-    std::lock_guard lock(state_->mutex);
+    detail::MutexLock lock(state_->mutex);
     const auto it = state_->entries.find(lease_);
     if (it != state_->entries.end()) it->second.held_off = false;
     ++state_->changes;
@@ -221,17 +225,18 @@ inline void Watchdog::HoldOff::release() noexcept {
 }
 
 inline void Watchdog::renew_all_now() {
-  std::unique_lock lock(state_->mutex);
+  detail::MutexLock lock(state_->mutex);
   state_->force_round = true;
   const std::uint64_t target = state_->forced_rounds + 1;
   state_->changed.notify_all();
   if (std::this_thread::get_id() == state_->thread_id) return;  // would wait for itself
-  state_->round_done.wait(lock,
-                          [&] { return state_->forced_rounds >= target || state_->stopping; });
+  lock.wait(state_->round_done, [&]() DISTLOCK_REQUIRES(state_->mutex) {
+    return state_->forced_rounds >= target || state_->stopping;
+  });
 }
 
 inline void Watchdog::run(State& state) {
-  std::unique_lock lock(state.mutex);
+  detail::MutexLock lock(state.mutex);
   std::vector<Entry*> work;
   std::vector<detail::Renewed> outcomes;
   while (!state.stopping) {
@@ -246,8 +251,9 @@ inline void Watchdog::run(State& state) {
     wake = std::min(wake, clock::now() + idle_look);
     state.planned_wake = wake;
     const std::uint64_t seen = state.changes;
-    state.changed.wait_until(
-        lock, wake, [&] { return state.stopping || state.force_round || state.changes != seen; });
+    lock.wait_until(state.changed, wake, [&]() DISTLOCK_REQUIRES(state.mutex) {
+      return state.stopping || state.force_round || state.changes != seen;
+    });
     if (state.stopping) break;
 
     const clock::time_point now = clock::now();

@@ -27,6 +27,7 @@
 
 #include "distlock/acquire_policy.hpp"
 #include "distlock/connection.hpp"
+#include "distlock/detail/thread_annotations.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
 
@@ -54,12 +55,12 @@ inline constexpr SteadyClock::time_point no_deadline = SteadyClock::time_point::
 class Cancellation {
  public:
   std::uint64_t generation() const {
-    std::lock_guard guard(mutex_);
+    MutexLock guard(mutex_);
     return generation_;
   }
 
   bool since(std::uint64_t seen) const {
-    std::lock_guard guard(mutex_);
+    MutexLock guard(mutex_);
     return generation_ != seen;
   }
 
@@ -67,7 +68,7 @@ class Cancellation {
   /// a subscription is woken by the caller through the Notifier.
   void cancel() {
     {
-      std::lock_guard guard(mutex_);
+      MutexLock guard(mutex_);
       ++generation_;
     }
     cancelled_.notify_all();
@@ -79,15 +80,15 @@ class Cancellation {
 
   /// Sleeps until `until`, a cancel after generation `seen`, or a nudge.
   void sleep_until(std::uint64_t seen, SteadyClock::time_point until) {
-    std::unique_lock guard(mutex_);
+    MutexLock guard(mutex_);
     if (generation_ != seen) return;
-    cancelled_.wait_until(guard, until);
+    guard.wait_until(cancelled_, until);
   }
 
  private:
-  mutable std::mutex mutex_;
+  mutable Mutex mutex_;
   std::condition_variable cancelled_;
-  std::uint64_t generation_ = 0;
+  std::uint64_t generation_ DISTLOCK_GUARDED_BY(mutex_) = 0;
 };
 
 /// The reply timeout for a step: the command timeout, cut to the time left

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "distlock/connection.hpp"
@@ -78,5 +79,24 @@ void renew_by_script(Backend& backend, const Script& script, std::atomic<bool>& 
     // Whatever was not settled stays unknown.
   }
 }
+
+/// Renews leases of one kind by one script per batch (renew_by_script).
+/// `Kind` names the script and how a lease goes into a call:
+///   static constexpr const Script& script;
+///   static void add(const LeaseState&, keys, args);
+template <class Backend, class Kind>
+class ScriptRenewer final : public Renewer {
+ public:
+  explicit ScriptRenewer(Backend backend) : backend_(std::move(backend)) {}
+  BatchKey batch_key() const noexcept override { return {&Kind::script, &backend_.options()}; }
+  void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
+             SteadyClock::time_point deadline) noexcept override {
+    renew_by_script(backend_, Kind::script, loaded_, leases, outcomes, deadline, &Kind::add);
+  }
+
+ private:
+  Backend backend_;
+  std::atomic<bool> loaded_{false};
+};
 
 }  // namespace distlock::detail

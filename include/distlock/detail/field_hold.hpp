@@ -194,52 +194,33 @@ class HashFieldCore {
   const Decimal ttl_;
 };
 
-/// Renews hash-field holds (a ReentrantMutex hold, a SharedMutex write
-/// hold: the field is the lease's token) with one hash_field_renew call per
-/// batch.
-template <class Backend>
-class FieldRenewer final : public Renewer {
- public:
-  explicit FieldRenewer(Backend backend) : backend_(std::move(backend)) {}
-  BatchKey batch_key() const noexcept override { return {&kind_tag, &backend_.options()}; }
-  void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
-             SteadyClock::time_point deadline) noexcept override {
-    renew_by_script(backend_, scripts::hash_field_renew, loaded_, leases, outcomes, deadline,
-                    [](const LeaseState& lease, auto& keys, auto& args) {
-                      keys.push_back(lease.key);
-                      args.push_back(lease.token);
-                      args.push_back(lease.ttl_text);
-                    });
+/// Renewal of hash-field holds (a ReentrantMutex hold, a SharedMutex write
+/// hold: the field is the lease's token), one hash_field_renew per batch.
+struct FieldLeases {
+  static constexpr const Script& script = scripts::hash_field_renew;
+  static void add(const LeaseState& lease, std::vector<std::string_view>& keys,
+                  std::vector<std::string_view>& args) {
+    keys.push_back(lease.key);
+    args.push_back(lease.token);
+    args.push_back(lease.ttl_text);
   }
-
- private:
-  static constexpr char kind_tag = 0;
-  Backend backend_;
-  std::atomic<bool> loaded_{false};
 };
-
-/// Renews SharedMutex read holds (the lease's aux is the owner's
-/// timeout-key stem) with one read_renew call per batch.
 template <class Backend>
-class ReadRenewer final : public Renewer {
- public:
-  explicit ReadRenewer(Backend backend) : backend_(std::move(backend)) {}
-  BatchKey batch_key() const noexcept override { return {&kind_tag, &backend_.options()}; }
-  void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
-             SteadyClock::time_point deadline) noexcept override {
-    renew_by_script(backend_, scripts::read_renew, loaded_, leases, outcomes, deadline,
-                    [](const LeaseState& lease, auto& keys, auto& args) {
-                      keys.push_back(lease.key);
-                      keys.push_back(lease.aux);
-                      args.push_back(lease.token);
-                      args.push_back(lease.ttl_text);
-                    });
-  }
+using FieldRenewer = ScriptRenewer<Backend, FieldLeases>;
 
- private:
-  static constexpr char kind_tag = 0;
-  Backend backend_;
-  std::atomic<bool> loaded_{false};
+/// Renewal of SharedMutex read holds (the lease's aux is the owner's
+/// timeout-key stem), one read_renew per batch.
+struct ReadLeases {
+  static constexpr const Script& script = scripts::read_renew;
+  static void add(const LeaseState& lease, std::vector<std::string_view>& keys,
+                  std::vector<std::string_view>& args) {
+    keys.push_back(lease.key);
+    keys.push_back(lease.aux);
+    args.push_back(lease.token);
+    args.push_back(lease.ttl_text);
+  }
 };
+template <class Backend>
+using ReadRenewer = ScriptRenewer<Backend, ReadLeases>;
 
 }  // namespace distlock::detail

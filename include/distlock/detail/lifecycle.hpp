@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "distlock/detail/acquire.hpp"
+#include "distlock/detail/thread_annotations.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lease.hpp"
@@ -132,7 +133,7 @@ class Lifecycle {
   /// Gives back one hold of `kind` and says what happened (see Mutex).
   Release release(Kind kind) {
     protocol_.check_process();  // a forked child gives back nothing
-    std::unique_lock guard(mutex_);
+    MutexLock guard(mutex_);
     Hold* hold = find_for_release(kind);
     if (hold == nullptr) throw NotHeldError(not_held_message(kind));
     if (hold->depth > 1) {
@@ -164,7 +165,7 @@ class Lifecycle {
     std::string id;
     std::shared_ptr<LeaseState> lease;
     {
-      std::lock_guard guard(mutex_);
+      MutexLock guard(mutex_);
       const Hold* hold = find_for_release(kind);
       if (hold == nullptr) throw NotHeldError(not_held_message(kind));
       id = hold->id;
@@ -186,7 +187,7 @@ class Lifecycle {
       return false;
     }
     if (quiet) quiet->extended(ttl, sent);
-    std::lock_guard guard(mutex_);
+    MutexLock guard(mutex_);
     for (Hold& hold : holds_) {
       if (hold.id == id && hold.kind == kind) {
         hold.expires = sent + ttl - std::chrono::ceil<clock::duration>(protocol_.margin(ttl));
@@ -196,36 +197,38 @@ class Lifecycle {
   }
 
   bool owns(Kind kind) const noexcept {
-    std::lock_guard guard(mutex_);
+    MutexLock guard(mutex_);
     return find_for_release(kind) != nullptr;
   }
   unsigned depth(Kind kind) const noexcept {
-    std::lock_guard guard(mutex_);
+    MutexLock guard(mutex_);
     const Hold* hold = find_for_release(kind);
     return hold == nullptr ? 0 : hold->depth;
   }
+  /// In a forked child every inherited hold counts as lost: it is the
+  /// parent's, and nothing in the child renews it.
   bool lost(Kind kind) const noexcept {
-    std::lock_guard guard(mutex_);
+    MutexLock guard(mutex_);
     const Hold* hold = find_for_release(kind);
-    return hold != nullptr && hold->lost();
+    return hold != nullptr && (hold->lost() || protocol_.forked());
   }
   std::chrono::milliseconds validity(Kind kind) const noexcept {
-    std::lock_guard guard(mutex_);
+    MutexLock guard(mutex_);
     const Hold* hold = find_for_release(kind);
-    if (hold == nullptr || hold->lost()) return std::chrono::milliseconds(0);
+    if (hold == nullptr || hold->lost() || protocol_.forked()) return std::chrono::milliseconds(0);
     const clock::time_point end = hold->lease ? hold->lease->expires() : hold->expires;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now());
     return std::max(left, std::chrono::milliseconds(0));
   }
   /// The hold's id (a token, or a hash field); empty when not held.
   std::string id(Kind kind) const {
-    std::lock_guard guard(mutex_);
+    MutexLock guard(mutex_);
     const Hold* hold = find_for_release(kind);
     return hold == nullptr ? std::string() : hold->id;
   }
   long long fence(Kind kind) const {
     if (!options_.fencing()) throw InvalidArgument("fencing is off for " + protocol_.key());
-    std::lock_guard guard(mutex_);
+    MutexLock guard(mutex_);
     const Hold* hold = find_for_release(kind);
     if (hold == nullptr) throw NotHeldError(not_held_message(kind));
     return hold->fence;
@@ -260,7 +263,7 @@ class Lifecycle {
   // Counts one more hold if the calling thread has one of `kind` (re-
   // entrant protocols), or refuses the lock (the others; or a protocol rule).
   bool reenter(Kind kind) {
-    std::lock_guard guard(mutex_);
+    MutexLock guard(mutex_);
     const std::thread::id me = std::this_thread::get_id();
     for (Hold& hold : holds_) {
       if (hold.thread != me) continue;
@@ -276,7 +279,10 @@ class Lifecycle {
       ++hold.depth;
       return true;
     }
-    protocol_.before_first(kind, [&](Kind other) { return depth_locked(me, other); });
+    // before_first() calls it at once, under our mutex.
+    protocol_.before_first(kind, [&](Kind other) DISTLOCK_NO_THREAD_SAFETY_ANALYSIS {
+      return depth_locked(me, other);
+    });
     return false;
   }
 
@@ -286,7 +292,7 @@ class Lifecycle {
   // here, and its unlock would then release our lock).
   bool busy_here() const {
     if (Protocol::per_thread) return false;
-    std::lock_guard guard(mutex_);
+    MutexLock guard(mutex_);
     return !holds_.empty();
   }
 
@@ -302,7 +308,7 @@ class Lifecycle {
                    std::chrono::ceil<clock::duration>(protocol_.margin(options_.ttl()));
     if (options_.auto_renew()) hold.lease = protocol_.watched(kind, id, sent, options_);
     {
-      std::lock_guard guard(mutex_);
+      MutexLock guard(mutex_);
       if (Protocol::per_thread || holds_.empty()) {
         // Registered under our mutex, so that no unlock from another thread
         // can come between the record and the registration.
@@ -324,25 +330,25 @@ class Lifecycle {
     return false;
   }
 
-  Hold* find_for_release(Kind kind) {
+  Hold* find_for_release(Kind kind) DISTLOCK_REQUIRES(mutex_) {
     const std::thread::id me = std::this_thread::get_id();
     for (Hold& hold : holds_) {
       if (!Protocol::per_thread || (hold.thread == me && hold.kind == kind)) return &hold;
     }
     return nullptr;
   }
-  const Hold* find_for_release(Kind kind) const {
+  const Hold* find_for_release(Kind kind) const DISTLOCK_REQUIRES(mutex_) {
     return const_cast<Lifecycle*>(this)->find_for_release(kind);
   }
 
-  unsigned depth_locked(std::thread::id thread, Kind kind) const {
+  unsigned depth_locked(std::thread::id thread, Kind kind) const DISTLOCK_REQUIRES(mutex_) {
     for (const Hold& hold : holds_) {
       if (hold.thread == thread && hold.kind == kind) return hold.depth;
     }
     return 0;
   }
 
-  Hold take(Hold* hold) {
+  Hold take(Hold* hold) DISTLOCK_REQUIRES(mutex_) {
     Hold taken = std::move(*hold);
     holds_.erase(holds_.begin() + (hold - holds_.data()));
     return taken;
@@ -352,7 +358,7 @@ class Lifecycle {
   void forget(Kind kind, const std::string& id) {
     std::shared_ptr<LeaseState> lease;
     {
-      std::lock_guard guard(mutex_);
+      MutexLock guard(mutex_);
       const auto it = std::find_if(holds_.begin(), holds_.end(), [&](const Hold& hold) {
         return hold.kind == kind && hold.id == id;
       });
@@ -365,7 +371,7 @@ class Lifecycle {
     if (lease) protocol_.watchdog().remove(*lease);
   }
 
-  std::string not_held_message(Kind kind) const {
+  std::string not_held_message(Kind kind) const DISTLOCK_REQUIRES(mutex_) {
     if (Protocol::per_thread && !holds_.empty()) {
       return protocol_.key() + ": this thread holds no " + protocol_.describe(kind) +
              " (another thread does; only the owner may unlock it)";
@@ -376,7 +382,7 @@ class Lifecycle {
   void give_back_all() noexcept {
     std::vector<Hold> holds;
     {
-      std::lock_guard guard(mutex_);
+      MutexLock guard(mutex_);
       holds.swap(holds_);
     }
     if (protocol_.forked()) return;  // the parent's holds stay the parent's
@@ -404,8 +410,8 @@ class Lifecycle {
 
   // The holds as this object knows them; Redis, not this mutex, decides who
   // holds the lock.
-  mutable std::mutex mutex_;
-  std::vector<Hold> holds_;
+  mutable Mutex mutex_;
+  std::vector<Hold> holds_ DISTLOCK_GUARDED_BY(mutex_);
   Cancellation cancellation_;
 };
 

@@ -23,6 +23,7 @@
 #include "distlock/detail/acquire.hpp"
 #include "distlock/detail/args.hpp"
 #include "distlock/detail/fan_out.hpp"
+#include "distlock/detail/thread_annotations.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lease.hpp"
@@ -213,12 +214,12 @@ class RedlockCore {
   }
 
   void remember(RedlockAttempt result) {
-    std::lock_guard guard(mutex_);
+    MutexLock guard(mutex_);
     last_attempt_ = std::move(result);
   }
 
   RedlockAttempt last_attempt() const {
-    std::lock_guard guard(mutex_);
+    MutexLock guard(mutex_);
     return last_attempt_;
   }
 
@@ -230,8 +231,8 @@ class RedlockCore {
   const std::chrono::milliseconds node_timeout_;
   const std::size_t quorum_;
 
-  mutable std::mutex mutex_;
-  RedlockAttempt last_attempt_;
+  mutable Mutex mutex_;
+  RedlockAttempt last_attempt_ DISTLOCK_GUARDED_BY(mutex_);
 };
 
 /// Renews one Redlock's lease with an extend on every master; a quorum
