@@ -241,7 +241,7 @@ const char* layout_text(Layout layout) {
     case Layout::lease: return "string lease (Mutex, SimpleMutex, Redlock; SET key token PX ttl)";
     case Layout::reentrant: return "Redisson hash lock (ReentrantMutex, RLock)";
     case Layout::rwlock: return "Redisson read-write lock (SharedMutex, RReadWriteLock)";
-    case Layout::other: return "not a lock";
+    case Layout::other: return "not a lock (no expiry, or not a string or hash)";
     case Layout::none: break;
   }
   return "none";
@@ -274,6 +274,10 @@ LockState read_state(Client& client, const std::string& key) {
   state.pttl = client.command("PTTL", key).integer();
   if (state.redis_type == "none") {
     state.layout = Layout::none;
+  } else if (state.pttl < 0) {
+    // Every layout sets the key and its expiry in one step: a key that never
+    // expires is not a lock's.
+    state.layout = Layout::other;
   } else if (state.redis_type == "string") {
     state.layout = Layout::lease;
     const Reply value = client.command("GET", key);
