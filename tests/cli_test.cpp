@@ -91,6 +91,13 @@ class Tool {
                                      O_WRONLY | O_CREAT | O_TRUNC, 0600);
     posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path_.c_str(),
                                      O_WRONLY | O_CREAT | O_TRUNC, 0600);
+#if defined(__GLIBC__) && defined(__GLIBC_PREREQ)
+#if __GLIBC_PREREQ(2, 34)
+    // Only stdin, stdout and stderr: the test's own Redis connections are
+    // not the tool's to pass on.
+    posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
+#endif
+#endif
     // Whatever the test runner ignores or blocks, the tool starts clean.
     sigset_t none;
     sigset_t all;
@@ -443,6 +450,14 @@ TEST_F(Cli, KillingDistlockStopsTheCommandAndLeavesOnlyALeaseThatExpires) {
   EXPECT_TRUE(eventually([&] { return read_file(path("got")) == "term\n"; }))
       << "the command was not told that distlock died";
   EXPECT_TRUE(eventually([&] { return !exists("nightly"); }, 3s)) << "the lease never expired";
+}
+
+TEST_F(Cli, TheCommandInheritsNoneOfDistlocksRedisConnections) {
+  const std::string job = "ls -l /proc/self/fd/ > '" + path("fds") + "'";
+  ASSERT_EQ(run({"run", "nightly", "--", "sh", "-c", job}).status(), 0);
+  const std::string fds = read_file(path("fds"));
+  EXPECT_NE(fds.find(path("fds")), std::string::npos) << fds;  // the listing works
+  EXPECT_EQ(fds.find("socket:"), std::string::npos) << fds;
 }
 
 TEST_F(Cli, FencingPassesRisingFencesToTheCommand) {
