@@ -485,6 +485,7 @@ TEST_F(Cli, StatusDescribesEachLayoutAndItsJsonParses) {
   EXPECT_NE(l.out().find("\"held\":true,\"kind\":\"lease\""), std::string::npos) << l.out();
   EXPECT_NE(l.out().find("\"id\":\"" + lease.token().substr(0, 8) + "\""), std::string::npos);
   EXPECT_NE(l.out().find("\"fence\":1}"), std::string::npos) << l.out();
+  EXPECT_NE(l.out().find("\"exclusive\":true"), std::string::npos) << l.out();
 
   Tool& r = run({"status", "--json", "reentrant"});
   EXPECT_EQ(r.status(), 0);
@@ -499,6 +500,7 @@ TEST_F(Cli, StatusDescribesEachLayoutAndItsJsonParses) {
   EXPECT_TRUE(JsonChecker::valid(s.out())) << s.out();
   EXPECT_NE(s.out().find("\"kind\":\"rwlock\""), std::string::npos) << s.out();
   EXPECT_NE(s.out().find("\"mode\":\"read\""), std::string::npos) << s.out();
+  EXPECT_NE(s.out().find("\"holds\":1,\"exclusive\":false"), std::string::npos) << s.out();
 
   Tool& free = run({"status", "--json", "free\"name"});
   EXPECT_EQ(free.status(), 1);

@@ -250,7 +250,7 @@ const char* layout_text(Layout layout) {
 struct Holder {
   std::string id;
   long long holds = 1;
-  bool write = false;
+  bool exclusive = true;  // false for a SharedMutex reader
 };
 
 struct LockState {
@@ -297,6 +297,10 @@ LockState read_state(Client& client, const std::string& key) {
       const bool write = field.size() > write_suffix.size() &&
                          field.substr(field.size() - write_suffix.size()) == write_suffix;
       state.holders.push_back({id_prefix(field), to_integer(value), write});
+    }
+    // A Redisson lock's owner holds it alone; in a read-write lock only the writer does.
+    if (state.layout == Layout::reentrant) {
+      for (Holder& h : state.holders) h.exclusive = true;
     }
   } else {
     state.layout = Layout::other;
@@ -697,7 +701,7 @@ int show_status(const StatusArgs& args) {
     for (std::size_t i = 0; i < state.holders.size(); ++i) {
       const Holder& h = state.holders[i];
       out << (i == 0 ? "" : ",") << "{\"id\":" << json_string(h.id) << ",\"holds\":" << h.holds
-          << ",\"write\":" << (h.write ? "true" : "false") << "}";
+          << ",\"exclusive\":" << (h.exclusive ? "true" : "false") << "}";
     }
     out << "],\"fence\":" << (state.fence ? std::to_string(*state.fence) : "null") << "}\n";
     std::fputs(out.str().c_str(), stdout);
@@ -712,7 +716,7 @@ int show_status(const StatusArgs& args) {
         std::printf("holder:  %s", h.id.c_str());
         if (state.layout != Layout::lease) {
           std::printf(" (%lld hold%s%s)", h.holds, h.holds == 1 ? "" : "s",
-                      state.layout == Layout::rwlock ? (h.write ? ", write" : ", read") : "");
+                      state.layout == Layout::rwlock ? (h.exclusive ? ", write" : ", read") : "");
         }
         std::printf("\n");
       }
@@ -914,7 +918,7 @@ int main_(int argc, char** argv) {
   add_where_options(*status_cmd, status_args.where);
   status_cmd->add_flag("--json", status_args.json,
                        "one JSON object: name, held, kind (lease|reentrant|rwlock|other|null), "
-                       "redis_type, ttl_ms, mode, holders [{id, holds, write}], fence");
+                       "redis_type, ttl_ms, mode, holders [{id, holds, exclusive}], fence");
   status_cmd->add_option("NAME", status_args.name, "the lock's name")->required();
   status_cmd->footer(exit_status_help);
 
