@@ -204,7 +204,7 @@ void check_name(const std::string& name) {
 // ---------------------------------------------------------------- key layouts
 //
 // The names below are the layouts the README documents; the tool rebuilds
-// them here because the library keeps its own helpers in detail::.
+// them here because the library keeps its own functions for them in detail::.
 
 // "{key}:suffix", or "key:suffix" when key already has a non-empty hash tag.
 std::string companion(const std::string& key, const std::string& suffix) {
