@@ -1,0 +1,610 @@
+// Tests for tools/distlock.cpp, the command-line tool: each runs the built
+// binary (DISTLOCK_CLI_PATH) as a subprocess against its own redis-server
+// and looks at exit statuses, stderr, files the command wrote and the keys.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "distlock/mutex.hpp"
+#include "distlock/reentrant_mutex.hpp"
+#include "distlock/shared_mutex.hpp"
+#include "support/fixture.hpp"
+
+#ifndef DISTLOCK_CLI_PATH
+#error "DISTLOCK_CLI_PATH must name the built distlock binary"
+#endif
+
+extern char** environ;
+
+namespace distlock {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* tool_path = DISTLOCK_CLI_PATH;
+
+/// Polls `done` until it holds or `limit` passes; true if it held.
+bool eventually(const std::function<bool()>& done, std::chrono::milliseconds limit = 5s) {
+  const auto deadline = Clock::now() + limit;
+  while (!done()) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+/// One run of the distlock binary, its stdout and stderr in files.
+class Tool {
+ public:
+  Tool(const std::vector<std::string>& args, const std::string& dir,
+       const std::vector<std::string>& environment) {
+    static int counter = 0;
+    const std::string base = dir + "/tool" + std::to_string(++counter);
+    out_path_ = base + ".out";
+    err_path_ = base + ".err";
+    std::vector<std::string> argv{tool_path};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> argv_ptrs;
+    for (std::string& a : argv) argv_ptrs.push_back(a.data());
+    argv_ptrs.push_back(nullptr);
+    std::vector<std::string> env = environment;
+    std::vector<char*> env_ptrs;
+    for (std::string& e : env) env_ptrs.push_back(e.data());
+    env_ptrs.push_back(nullptr);
+
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attributes;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawnattr_init(&attributes);
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path_.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path_.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+#if defined(__GLIBC__) && defined(__GLIBC_PREREQ)
+#if __GLIBC_PREREQ(2, 34)
+    // Only stdin, stdout and stderr: the test's own Redis connections are
+    // not the tool's to pass on.
+    posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
+#endif
+#endif
+    // Whatever the test runner ignores or blocks, the tool starts clean.
+    sigset_t none;
+    sigset_t all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&attributes, &none);
+    posix_spawnattr_setsigdefault(&attributes, &all);
+    posix_spawnattr_setflags(&attributes,
+                             static_cast<short>(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF));
+    started_ = Clock::now();
+    const int error =
+        ::posix_spawn(&pid_, tool_path, &actions, &attributes, argv_ptrs.data(), env_ptrs.data());
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attributes);
+    if (error != 0) {
+      ADD_FAILURE() << "posix_spawn(" << tool_path << "): " << std::strerror(error);
+      pid_ = -1;
+    }
+  }
+
+  ~Tool() {
+    if (pid_ > 0 && !exited_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status_, 0);
+    }
+  }
+
+  Tool(const Tool&) = delete;
+  Tool& operator=(const Tool&) = delete;
+
+  /// Whether the tool has exited, without waiting.
+  bool exited() {
+    if (!exited_ && pid_ > 0 && ::waitpid(pid_, &status_, WNOHANG) == pid_) {
+      exited_ = true;
+      took_ = Clock::now() - started_;
+    }
+    return exited_;
+  }
+
+  /// Waits up to `limit` for the tool to exit; true if it did.
+  bool wait(std::chrono::milliseconds limit = 10s) {
+    return eventually([&] { return exited(); }, limit);
+  }
+
+  /// The exit status (128 + N if killed by signal N); -1 while running.
+  int status() {
+    if (!wait()) return -1;
+    if (WIFEXITED(status_)) return WEXITSTATUS(status_);
+    return WIFSIGNALED(status_) ? 128 + WTERMSIG(status_) : -1;
+  }
+  Clock::duration took() const { return took_; }
+  std::string out() const { return read_file(out_path_); }
+  std::string err() const { return read_file(err_path_); }
+  void signal(int number) const { ::kill(pid_, number); }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int status_ = 0;
+  bool exited_ = false;
+  Clock::time_point started_;
+  Clock::duration took_{};
+  std::string out_path_;
+  std::string err_path_;
+};
+
+/// A minimal JSON syntax check: true if text is one JSON value.
+class JsonChecker {
+ public:
+  static bool valid(const std::string& text) {
+    JsonChecker c{text};
+    c.space();
+    if (!c.value()) return false;
+    c.space();
+    return c.at_ == text.size();
+  }
+
+ private:
+  explicit JsonChecker(const std::string& text) : text_(text) {}
+  void space() {
+    while (at_ < text_.size() && std::strchr(" \t\r\n", text_[at_]) != nullptr) ++at_;
+  }
+  bool eat(char c) {
+    space();
+    if (at_ < text_.size() && text_[at_] == c) {
+      ++at_;
+      return true;
+    }
+    return false;
+  }
+  bool literal(const char* word) {
+    const std::size_t n = std::strlen(word);
+    if (text_.compare(at_, n, word) != 0) return false;
+    at_ += n;
+    return true;
+  }
+  bool string() {
+    if (!eat('"')) return false;
+    while (at_ < text_.size() && text_[at_] != '"') {
+      if (static_cast<unsigned char>(text_[at_]) < 0x20) return false;
+      at_ += text_[at_] == '\\' ? 2 : 1;
+    }
+    return eat('"');
+  }
+  bool number() {
+    const std::size_t start = at_;
+    if (at_ < text_.size() && text_[at_] == '-') ++at_;
+    while (at_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[at_]))) ++at_;
+    return at_ > start && text_[at_ - 1] != '-';
+  }
+  bool value() {
+    space();
+    if (at_ >= text_.size()) return false;
+    switch (text_[at_]) {
+      case '{': {
+        ++at_;
+        if (eat('}')) return true;
+        do {
+          if (!string() || !eat(':') || !value()) return false;
+        } while (eat(','));
+        return eat('}');
+      }
+      case '[': {
+        ++at_;
+        if (eat(']')) return true;
+        do {
+          if (!value()) return false;
+        } while (eat(','));
+        return eat(']');
+      }
+      case '"': return string();
+      case 't': return literal("true");
+      case 'f': return literal("false");
+      case 'n': return literal("null");
+      default: return number();
+    }
+  }
+
+  const std::string& text_;
+  std::size_t at_ = 0;
+};
+
+class Cli : public testing::RedisClientTest {
+ protected:
+  void SetUp() override {
+    RedisClientTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    std::string pattern = (std::filesystem::temp_directory_path() / "distlock-cli-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+
+  void TearDown() override {
+    tools_.clear();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    RedisClientTest::TearDown();
+  }
+
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(server_->port()); }
+  std::string path(const std::string& file) const { return dir_ + "/" + file; }
+
+  /// This process's environment less any Redis URL, plus DISTLOCK_URL of
+  /// the test's server.
+  std::vector<std::string> environment() const {
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry = *e;
+      if (entry.rfind("DISTLOCK_", 0) == 0 || entry.rfind("REDIS_URL=", 0) == 0) continue;
+      env.push_back(entry);
+    }
+    env.push_back("DISTLOCK_URL=" + url());
+    return env;
+  }
+
+  /// Starts the tool; it is killed, if still running, at the end of the test.
+  Tool& start(const std::vector<std::string>& args) {
+    tools_.push_back(std::make_unique<Tool>(args, dir_, environment()));
+    return *tools_.back();
+  }
+
+  /// Runs the tool to its end (10 s at most) and returns it.
+  Tool& run(const std::vector<std::string>& args) {
+    Tool& tool = start(args);
+    EXPECT_TRUE(tool.wait()) << "distlock did not exit within 10 s";
+    return tool;
+  }
+
+  bool exists(const std::string& key) { return client().command("EXISTS", key).integer() == 1; }
+
+  std::string dir_;
+  std::vector<std::unique_ptr<Tool>> tools_;
+};
+
+// A shell snippet that waits (10 s at most) for a file to appear.
+std::string wait_for_file(const std::string& file) {
+  return "i=0; while [ ! -e '" + file + "' ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i+1)); done";
+}
+
+TEST_F(Cli, OfThreeConcurrentRunsOneRunsTheCommandAndTheOthersExit75AtOnce) {
+  const std::string job = "echo run >> '" + path("runs") + "'; " + wait_for_file(path("go"));
+  std::vector<Tool*> runs;
+  for (int i = 0; i < 3; ++i) runs.push_back(&start({"run", "nightly", "--", "sh", "-c", job}));
+
+  const auto refused_runs = [&] {
+    int n = 0;
+    for (Tool* t : runs) n += t->exited() ? 1 : 0;
+    return n;
+  };
+  ASSERT_TRUE(eventually([&] { return refused_runs() >= 2; }));
+  int refused = 0;
+  for (Tool* t : runs) {
+    if (!t->exited()) continue;  // the one running the command
+    ++refused;
+    EXPECT_EQ(t->status(), 75);
+    EXPECT_LT(t->took(), 3s) << "a refused run must not wait";
+    const std::vector<std::string> err = lines_of(t->err());
+    ASSERT_EQ(err.size(), 1u) << t->err();
+    EXPECT_NE(err[0].find("nightly is held by someone else"), std::string::npos) << err[0];
+  }
+  EXPECT_EQ(refused, 2);
+  std::ofstream(path("go")).put('\n');
+  for (Tool* t : runs) EXPECT_TRUE(t->wait());
+  EXPECT_EQ(lines_of(read_file(path("runs"))).size(), 1u);
+  for (Tool* t : runs) EXPECT_TRUE(t->status() == 0 || t->status() == 75);
+  EXPECT_FALSE(exists("nightly")) << "released when the command exited";
+}
+
+TEST_F(Cli, WithWaitConcurrentRunsRunOneAfterAnother) {
+  const std::string log = path("log");
+  const std::string job =
+      "echo start >> '" + log + "'; sleep 0.2; echo end >> '" + log + "'; exit 3";
+  std::vector<Tool*> runs;
+  for (int i = 0; i < 3; ++i) {
+    runs.push_back(&start({"run", "--wait", "5s", "nightly", "--", "sh", "-c", job}));
+  }
+  for (Tool* t : runs) EXPECT_EQ(t->status(), 3) << t->err();  // the command's own status
+  EXPECT_EQ(lines_of(read_file(log)),
+            (std::vector<std::string>{"start", "end", "start", "end", "start", "end"}));
+}
+
+TEST_F(Cli, AJobLongerThanThreeLeasesKeepsItsLock) {
+  // The command itself tries to take its own lock after 4 leases' time.
+  const std::string job = "sleep 1.2; '" + std::string(tool_path) +
+                          "' run -q nightly -- true; echo $? > '" + path("probe") + "'";
+  Tool& t = run({"run", "--ttl", "300ms", "nightly", "--", "sh", "-c", job});
+  EXPECT_EQ(t.status(), 0) << t.err();
+  EXPECT_EQ(read_file(path("probe")), "75\n");
+  EXPECT_EQ(t.err(), "");
+}
+
+// A command that records its pid, and what it was told, until told to stop.
+std::string obedient_job(const std::string& dir) {
+  return "echo $$ > '" + dir + "/pid'; trap \"echo term >> '" + dir +
+         "/got'; exit 0\" TERM; while :; do sleep 0.02; done";
+}
+
+TEST_F(Cli, ALostLeaseStopsTheCommandAndExitsWithTheLostStatus) {
+  Tool& t = start({"run", "--ttl", "500ms", "nightly", "--", "sh", "-c", obedient_job(dir_)});
+  ASSERT_TRUE(eventually([&] { return std::filesystem::exists(path("pid")); }));
+  client().command("DEL", "nightly");  // from another connection: the lease is gone
+  ASSERT_TRUE(t.wait(5s));
+  EXPECT_EQ(t.status(), 76) << "the command exited 0, but the lock was lost";
+  EXPECT_EQ(read_file(path("got")), "term\n");
+  const std::vector<std::string> err = lines_of(t.err());
+  ASSERT_EQ(err.size(), 1u) << t.err();
+  EXPECT_NE(err[0].find("lost the lock on nightly: the key was deleted"), std::string::npos);
+}
+
+TEST_F(Cli, APausedServerLetsTheLeaseRunOutAndStopsTheCommand) {
+  Tool& t = start({"run", "--ttl", "400ms", "--command-timeout", "200ms", "nightly", "--", "sh",
+                   "-c", obedient_job(dir_)});
+  ASSERT_TRUE(eventually([&] { return std::filesystem::exists(path("pid")); }));
+  client().command("CLIENT", "PAUSE", "1500");
+  ASSERT_TRUE(t.wait(5s));
+  EXPECT_EQ(t.status(), 76) << t.err();
+  EXPECT_EQ(read_file(path("got")), "term\n");
+  EXPECT_NE(t.err().find("ran out without a renewal"), std::string::npos) << t.err();
+}
+
+TEST_F(Cli, ACommandThatIgnoresSigtermIsKilledAfterTheGrace) {
+  const std::string job =
+      "echo $$ > '" + path("pid") + "'; trap '' TERM; while :; do sleep 0.02; done";
+  Tool& t = start({"run", "--ttl", "500ms", "--grace", "200ms", "nightly", "--", "sh", "-c", job});
+  ASSERT_TRUE(eventually([&] { return std::filesystem::exists(path("pid")); }));
+  client().command("DEL", "nightly");
+  ASSERT_TRUE(t.wait(5s));
+  EXPECT_EQ(t.status(), 76);
+  EXPECT_NE(t.err().find("sent SIGKILL"), std::string::npos) << t.err();
+}
+
+TEST_F(Cli, OnLostKillSendsSigkillAtOnce) {
+  const std::string job =
+      "echo $$ > '" + path("pid") + "'; trap '' TERM; while :; do sleep 0.02; done";
+  Tool& t = start({"run", "--ttl", "500ms", "--on-lost", "kill", "nightly", "--", "sh", "-c", job});
+  ASSERT_TRUE(eventually([&] { return std::filesystem::exists(path("pid")); }));
+  client().command("DEL", "nightly");
+  ASSERT_TRUE(t.wait(5s));
+  EXPECT_EQ(t.status(), 76);
+  EXPECT_NE(t.err().find("with SIGKILL"), std::string::npos) << t.err();
+}
+
+TEST_F(Cli, MaxHoldEndsTheLeaseAndStopsTheCommand) {
+  Tool& t = start({"run", "--ttl", "300ms", "--max-hold", "600ms", "nightly", "--", "sh", "-c",
+                   obedient_job(dir_)});
+  ASSERT_TRUE(t.wait(5s));
+  EXPECT_EQ(t.status(), 76);
+  EXPECT_EQ(read_file(path("got")), "term\n");
+  EXPECT_NE(t.err().find("--max-hold 600ms was reached"), std::string::npos) << t.err();
+}
+
+TEST_F(Cli, SignalsAreForwardedToTheCommandAndTheLockIsReleasedAfterIt) {
+  const std::string got = path("got");
+  const std::string job = "echo $$ > '" + path("pid") + "'; trap \"echo hup >> '" + got +
+                          "'\" HUP; trap \"echo int >> '" + got + "'\" INT; trap \"echo term >> '" +
+                          got + "'; exit 7\" TERM; while :; do sleep 0.02; done";
+  Tool& t = start({"run", "nightly", "--", "sh", "-c", job});
+  ASSERT_TRUE(eventually([&] { return std::filesystem::exists(path("pid")); }));
+  t.signal(SIGHUP);
+  ASSERT_TRUE(eventually([&] { return read_file(got) == "hup\n"; })) << read_file(got);
+  t.signal(SIGINT);
+  ASSERT_TRUE(eventually([&] { return read_file(got) == "hup\nint\n"; })) << read_file(got);
+  EXPECT_TRUE(exists("nightly"));
+  t.signal(SIGTERM);
+  ASSERT_TRUE(t.wait(5s));
+  EXPECT_EQ(t.status(), 7) << t.err();
+  EXPECT_EQ(read_file(got), "hup\nint\nterm\n");
+  EXPECT_FALSE(exists("nightly"));
+}
+
+TEST_F(Cli, ASignalWhileWaitingStopsTheWaitAtOnce) {
+  Mutex holder(client(), "nightly");
+  ASSERT_TRUE(holder.try_lock());
+  Tool& t = start({"run", "--wait", "forever", "nightly", "--", "touch", path("ran")});
+  // Waiting: subscribed to the release channel.
+  ASSERT_TRUE(eventually([&] {
+    return client().command("PUBSUB", "NUMSUB", "{nightly}:released")[1].integer() == 1;
+  }));
+  t.signal(SIGTERM);
+  ASSERT_TRUE(t.wait(3s));
+  EXPECT_EQ(t.status(), 128 + SIGTERM);
+  EXPECT_FALSE(std::filesystem::exists(path("ran")));
+  EXPECT_EQ(holder.release(), Release::released);
+}
+
+TEST_F(Cli, KillingDistlockStopsTheCommandAndLeavesOnlyALeaseThatExpires) {
+  Tool& t = start({"run", "--ttl", "500ms", "nightly", "--", "sh", "-c", obedient_job(dir_)});
+  ASSERT_TRUE(eventually([&] { return std::filesystem::exists(path("pid")); }));
+  t.signal(SIGKILL);
+  ASSERT_TRUE(t.wait(3s));
+  EXPECT_TRUE(eventually([&] { return read_file(path("got")) == "term\n"; }))
+      << "the command was not told that distlock died";
+  EXPECT_TRUE(eventually([&] { return !exists("nightly"); }, 3s)) << "the lease never expired";
+}
+
+TEST_F(Cli, TheCommandInheritsNoneOfDistlocksRedisConnections) {
+  const std::string job = "ls -l /proc/self/fd/ > '" + path("fds") + "'";
+  ASSERT_EQ(run({"run", "nightly", "--", "sh", "-c", job}).status(), 0);
+  const std::string fds = read_file(path("fds"));
+  EXPECT_NE(fds.find(path("fds")), std::string::npos) << fds;  // the listing works
+  EXPECT_EQ(fds.find("socket:"), std::string::npos) << fds;
+}
+
+TEST_F(Cli, FencingPassesRisingFencesToTheCommand) {
+  const std::string job =
+      "echo $DISTLOCK_FENCE $DISTLOCK_NAME ${#DISTLOCK_TOKEN} >> '" + path("env") + "'";
+  EXPECT_EQ(run({"run", "--fencing", "nightly", "--", "sh", "-c", job}).status(), 0);
+  EXPECT_EQ(run({"run", "--fencing", "nightly", "--", "sh", "-c", job}).status(), 0);
+  EXPECT_EQ(run({"run", "--fencing", "--reentrant", "nightly", "--", "sh", "-c", job}).status(), 0);
+  EXPECT_EQ(run({"run", "nightly", "--", "sh", "-c", job}).status(), 0);
+  EXPECT_EQ(lines_of(read_file(path("env"))),
+            (std::vector<std::string>{"1 nightly 8", "2 nightly 8", "3 nightly 8", "nightly 8"}));
+}
+
+TEST_F(Cli, StatusDescribesEachLayoutAndItsJsonParses) {
+  Mutex lease(client(), "lease", LockOptions{}.fencing(true));
+  ASSERT_TRUE(lease.try_lock());
+  ReentrantMutex reentrant(client(), "reentrant");
+  ASSERT_TRUE(reentrant.try_lock());
+  SharedMutex rw(client(), "rw");
+  ASSERT_TRUE(rw.try_lock_shared());
+
+  Tool& l = run({"status", "--json", "lease"});
+  EXPECT_EQ(l.status(), 0);
+  EXPECT_TRUE(JsonChecker::valid(l.out())) << l.out();
+  EXPECT_NE(l.out().find("\"held\":true,\"kind\":\"lease\""), std::string::npos) << l.out();
+  EXPECT_NE(l.out().find("\"id\":\"" + lease.token().substr(0, 8) + "\""), std::string::npos);
+  EXPECT_NE(l.out().find("\"fence\":1}"), std::string::npos) << l.out();
+  EXPECT_NE(l.out().find("\"exclusive\":true"), std::string::npos) << l.out();
+
+  Tool& r = run({"status", "--json", "reentrant"});
+  EXPECT_EQ(r.status(), 0);
+  EXPECT_TRUE(JsonChecker::valid(r.out())) << r.out();
+  EXPECT_NE(r.out().find("\"kind\":\"reentrant\""), std::string::npos) << r.out();
+  EXPECT_NE(r.out().find("\"id\":\"" + reentrant.owner_id().substr(0, 8) + "\",\"holds\":1"),
+            std::string::npos)
+      << r.out();
+
+  Tool& s = run({"status", "--json", "rw"});
+  EXPECT_EQ(s.status(), 0);
+  EXPECT_TRUE(JsonChecker::valid(s.out())) << s.out();
+  EXPECT_NE(s.out().find("\"kind\":\"rwlock\""), std::string::npos) << s.out();
+  EXPECT_NE(s.out().find("\"mode\":\"read\""), std::string::npos) << s.out();
+  EXPECT_NE(s.out().find("\"holds\":1,\"exclusive\":false"), std::string::npos) << s.out();
+
+  Tool& free = run({"status", "--json", "free\"name"});
+  EXPECT_EQ(free.status(), 1);
+  EXPECT_TRUE(JsonChecker::valid(free.out())) << free.out();
+  EXPECT_NE(free.out().find("\"held\":false"), std::string::npos) << free.out();
+
+  Tool& text = run({"status", "lease"});
+  EXPECT_EQ(text.status(), 0);
+  EXPECT_NE(text.out().find("state:   held"), std::string::npos) << text.out();
+}
+
+TEST_F(Cli, BadInputGivesOneLineAndItsDocumentedStatus) {
+  struct Case {
+    std::vector<std::string> args;
+    int status;
+    std::string says;
+  };
+  testing::RedisServer down;
+  const std::string down_url = "redis://127.0.0.1:" + std::to_string(down.port());
+  down.kill();
+  const std::vector<Case> cases{
+      {{"run", "nightly"}, 64, "no command given"},
+      {{"run", "--ttl", "30", "nightly", "--", "true"}, 64, "bad duration '30' for --ttl"},
+      {{"run", "--wait", "1.5s", "nightly", "--", "true"}, 64, "bad duration '1.5s' for --wait"},
+      {{"run", "--url", "http://x", "nightly", "--", "true"}, 64, "bad Redis URL"},
+      {{"run", "--url", down_url, "nightly", "--", "true"}, 69, "cannot reach Redis"},
+      {{"status", "--url", down_url, "nightly"}, 69, "cannot reach Redis"},
+      {{"run", "--on-lost", "stop", "nightly", "--", "true"}, 64, "bad --on-lost"},
+      {{"run", "--shared", "--fencing", "nightly", "--", "true"}, 64, "--fencing"},
+      {{"run", "nightly", "--", path("missing")}, 127, "cannot run"},
+      {{"release", "--force", "nightly"}, 64, "without --yes"},
+      {{"frobnicate"}, 64, "distlock: "},
+  };
+  for (const Case& c : cases) {
+    Tool& t = run(c.args);
+    std::string label;
+    for (const std::string& a : c.args) label += a + " ";
+    EXPECT_EQ(t.status(), c.status) << label << ": " << t.err();
+    const std::vector<std::string> err = lines_of(t.err());
+    ASSERT_EQ(err.size(), 1u) << label << ": " << t.err();
+    EXPECT_NE(err[0].find(c.says), std::string::npos) << label << ": " << err[0];
+  }
+}
+
+TEST_F(Cli, HelpAndVersion) {
+  Tool& v = run({"--version"});
+  EXPECT_EQ(v.status(), 0);
+  EXPECT_EQ(v.out().rfind("distlock ", 0), 0u) << v.out();
+  for (const char* sub : {"run", "status", "release", "wait"}) {
+    Tool& h = run({sub, "--help"});
+    EXPECT_EQ(h.status(), 0) << sub;
+    EXPECT_NE(h.out().find("Exit status:"), std::string::npos) << sub;
+  }
+}
+
+TEST_F(Cli, ReleaseForceDeletesTheLockAndWakesItsWaiter) {
+  Mutex holder(client(), "nightly");
+  ASSERT_TRUE(holder.try_lock());
+  Tool& waiter = start({"run", "--wait", "5s", "nightly", "--", "true"});
+  Tool& r = run({"release", "--force", "--yes", "nightly"});
+  EXPECT_EQ(r.status(), 0) << r.err();
+  EXPECT_NE(r.out().find("deleted nightly"), std::string::npos) << r.out();
+  EXPECT_EQ(waiter.status(), 0) << waiter.err();
+  EXPECT_EQ(holder.release(), Release::expired);
+  EXPECT_EQ(run({"release", "--force", "--yes", "nightly"}).status(), 1);
+  client().command("SET", "plain", "value");
+  EXPECT_EQ(run({"release", "--force", "--yes", "plain"}).status(), 65);
+  EXPECT_TRUE(exists("plain"));
+}
+
+TEST_F(Cli, WaitReturnsWhenTheLockIsFreedOr75AfterItsTimeout) {
+  Mutex holder(client(), "nightly");
+  ASSERT_TRUE(holder.try_lock());
+  EXPECT_EQ(run({"wait", "--timeout", "200ms", "nightly"}).status(), 75);
+  Tool& w = start({"wait", "nightly"});
+  EXPECT_FALSE(w.wait(300ms));
+  EXPECT_EQ(holder.release(), Release::released);
+  ASSERT_TRUE(w.wait(5s));
+  EXPECT_EQ(w.status(), 0);
+  EXPECT_EQ(run({"wait", "nightly"}).status(), 0);
+}
+
+TEST_F(Cli, SharedRunsBesideReadersButNotBesideAWriter) {
+  SharedMutex rw(client(), "catalog");
+  ASSERT_TRUE(rw.try_lock_shared());
+  EXPECT_EQ(run({"run", "--shared", "catalog", "--", "true"}).status(), 0);
+  EXPECT_EQ(run({"run", "catalog", "--", "true"}).status(), 75);  // a Mutex: the key exists
+  rw.unlock_shared();
+  ASSERT_TRUE(rw.try_lock());
+  EXPECT_EQ(run({"run", "--shared", "--conflict-exit-code", "9", "catalog", "--", "true"}).status(),
+            9);
+}
+
+TEST_F(Cli, ReentrantRunsInRedissonsLayout) {
+  ReentrantMutex other(client(), "tree");
+  ASSERT_TRUE(other.try_lock());
+  EXPECT_EQ(run({"run", "--reentrant", "tree", "--", "true"}).status(), 75);
+  other.unlock();
+  const std::string job =
+      "'" + std::string(tool_path) + "' status --json tree > '" + path("status") + "'";
+  EXPECT_EQ(run({"run", "--reentrant", "tree", "--", "sh", "-c", job}).status(), 0);
+  EXPECT_NE(read_file(path("status")).find("\"kind\":\"reentrant\""), std::string::npos);
+  EXPECT_FALSE(exists("tree"));
+}
+
+}  // namespace
+}  // namespace distlock
