@@ -140,13 +140,12 @@ class Client {
   class Borrowed {
    public:
     Borrowed(Borrowed&& other) noexcept
-        : endpoint_(std::exchange(other.endpoint_, nullptr)),
-          connection_(std::move(other.connection_)) {}
+        : endpoint_(std::move(other.endpoint_)), connection_(std::move(other.connection_)) {}
     Borrowed& operator=(Borrowed&&) = delete;
     Borrowed(const Borrowed&) = delete;
     Borrowed& operator=(const Borrowed&) = delete;
     ~Borrowed() {
-      if (endpoint_ != nullptr) endpoint_->give_back(std::move(connection_));
+      if (endpoint_) endpoint_->give_back(std::move(connection_));
     }
 
     Connection& operator*() const noexcept { return *connection_; }
@@ -154,9 +153,10 @@ class Client {
 
    private:
     friend class Client;
-    Borrowed(detail::Endpoint* endpoint, std::unique_ptr<Connection> connection) noexcept
-        : endpoint_(endpoint), connection_(std::move(connection)) {}
-    detail::Endpoint* endpoint_;  // kept alive by the Client handle that lent it
+    Borrowed(std::shared_ptr<detail::Endpoint> endpoint,
+             std::unique_ptr<Connection> connection) noexcept
+        : endpoint_(std::move(endpoint)), connection_(std::move(connection)) {}
+    std::shared_ptr<detail::Endpoint> endpoint_;  // it outlives every Client handle
     std::unique_ptr<Connection> connection_;
   };
 
@@ -173,7 +173,7 @@ class Client {
   /// Client was made.
   Borrowed borrow(std::chrono::steady_clock::time_point deadline =
                       std::chrono::steady_clock::time_point::max()) {
-    return Borrowed(endpoint_.get(), endpoint_->take(deadline));
+    return Borrowed(endpoint_, endpoint_->take(deadline));
   }
 
   /// One command on a borrowed connection; error replies throw ServerError.

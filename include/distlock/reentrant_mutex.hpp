@@ -72,7 +72,7 @@ class ReentrantProtocol : public HashFieldCore<Backend, ReentrantKind> {
   std::optional<Attempt> attempt(Kind kind, const std::string& owner,
                                  SteadyClock::time_point deadline) {
     return this->attempt_field(
-        kind, scripts::reentrant_release, {this->key_, this->channel_}, owner, deadline,
+        kind, scripts::reentrant_release, {this->key_, this->channel_}, {owner}, deadline,
         [&](Connection& connection) { return send_acquire(connection, owner); });
   }
 

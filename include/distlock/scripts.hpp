@@ -339,11 +339,13 @@ return redis.call('pttl', KEYS[1])
 )lua",
     "0cc15af2c2ff011ff887a1a15db39d5bceefe079"};
 
-/// SharedMutex write release. KEYS[1] hash, KEYS[2] channel; ARGV[1]
-/// "<owner>:write". The last write hold deletes the hash, or, when the
-/// owner also holds read locks (a downgrade), leaves them in read mode;
-/// either way "1" is published so that every waiter looks again. Returns 1
-/// released, 0 no hash, -1 another owner's hash.
+/// SharedMutex write release. KEYS[1] hash, KEYS[2] channel, KEYS[3] the
+/// owner's timeout-key stem; ARGV[1] "<owner>:write", ARGV[2] the owner.
+/// The last write hold deletes the hash, or, when the owner also holds read
+/// locks (a downgrade), leaves them in read mode, with the hash living at
+/// least as long as the longest of their leases; either way "1" is
+/// published so that every waiter looks again. Returns 1 released, 0 no
+/// hash, -1 another owner's hash.
 inline constexpr Script write_release{
     R"lua(local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 if not holds then return -redis.call('exists', KEYS[1]) end
@@ -354,13 +356,18 @@ end
 if redis.call('hlen', KEYS[1]) > 2 then
   redis.call('hdel', KEYS[1], ARGV[1])
   redis.call('hset', KEYS[1], 'mode', 'read')
+  local longest = redis.call('pttl', KEYS[1])
+  for n = 1, tonumber(redis.call('hget', KEYS[1], ARGV[2])) or 0 do
+    longest = math.max(longest, redis.call('pttl', KEYS[3] .. ':' .. n))
+  end
+  if longest > 0 then redis.call('pexpire', KEYS[1], longest) end
 else
   redis.call('del', KEYS[1])
 end
 redis.call('publish', KEYS[2], '1')
 return 1
 )lua",
-    "7abb5352b4ad8cde09ca7dfd2df77ddc110e2485"};
+    "243da534fd23f61dd763fe22183d0cf7921fef48"};
 
 /// Every script above, for checks that cover them all.
 inline constexpr const Script* all[] = {&release,           &extend,

@@ -95,15 +95,16 @@ class SharedProtocol : public HashFieldCore<Backend, SharedKind> {
     if (kind == Kind::read) {
       const std::string stem = timeout_stem(field);
       return this->attempt_field(
-          kind, scripts::read_release, {this->key_, this->channel_, stem, timeout_stem_}, field,
+          kind, scripts::read_release, {this->key_, this->channel_, stem, timeout_stem_}, {field},
           deadline, [&](Connection& connection) {
             return refused_by_pttl(connection.eval(scripts::read_acquire, {this->key_, stem},
                                                    {this->ttl_, field, field + ":write"}));
           });
     }
-    const std::string owner = this->owner();
+    const std::string owner = owner_of(field);
+    const std::string stem = timeout_stem(owner);
     return this->attempt_field(
-        kind, scripts::write_release, {this->key_, this->channel_}, field, deadline,
+        kind, scripts::write_release, {this->key_, this->channel_, stem}, {field, owner}, deadline,
         [&](Connection& connection) {
           const Reply reply =
               connection.eval(scripts::write_acquire, {this->key_}, {this->ttl_, field, owner});
@@ -119,8 +120,10 @@ class SharedProtocol : public HashFieldCore<Backend, SharedKind> {
             scripts::read_release, {this->key_, this->channel_, timeout_stem(field), timeout_stem_},
             {field}));
       }
-      return field_check(
-          connection.eval(scripts::write_release, {this->key_, this->channel_}, {field}));
+      const std::string owner = owner_of(field);
+      return field_check(connection.eval(scripts::write_release,
+                                         {this->key_, this->channel_, timeout_stem(owner)},
+                                         {field, owner}));
     });
   }
 
@@ -168,6 +171,12 @@ class SharedProtocol : public HashFieldCore<Backend, SharedKind> {
                              this->key_ +
                                  ": this thread holds the read lock; taking the write lock "
                                  "too would wait for itself (unlock_shared() first)");
+  }
+
+  // The owner of a write field "<owner>:write" (the hold's, not the calling
+  // thread's: a destructor gives back every thread's holds).
+  static std::string owner_of(const std::string& write_field) {
+    return write_field.substr(0, write_field.size() - std::string_view(":write").size());
   }
 
   // "{key}:<owner>:rwlock_timeout": hold n of the owner has its lease in

@@ -123,7 +123,7 @@ class Watchdog {
     clock::time_point next_renewal;
     clock::time_point hold_until;
     bool in_flight = false;  // part of the round being sent
-    bool held_off = false;   // its holder is extending it
+    unsigned held_off = 0;   // extends of it under way (threads may share a lock)
   };
 
  public:
@@ -192,7 +192,7 @@ inline void Watchdog::remove(const detail::LeaseState& lease) noexcept {
 inline Watchdog::HoldOff Watchdog::hold_off(const detail::LeaseState& lease) {
   detail::MutexLock lock(state_->mutex);
   if (!state_->settle(lock, &lease)) return HoldOff(nullptr, nullptr);
-  state_->entries.at(&lease).held_off = true;
+  ++state_->entries.at(&lease).held_off;
   return HoldOff(state_, &lease);
 }
 
@@ -217,7 +217,7 @@ inline void Watchdog::HoldOff::release() noexcept {
   {
     detail::MutexLock lock(state_->mutex);
     const auto it = state_->entries.find(lease_);
-    if (it != state_->entries.end()) it->second.held_off = false;
+    if (it != state_->entries.end()) --it->second.held_off;
     ++state_->changes;
   }
   state_->changed.notify_all();
@@ -336,9 +336,20 @@ inline void Watchdog::renew_round(std::vector<Entry*>& work,
   for (std::size_t i = 0; i < work.size(); ++i) {
     kinds[work[i]->lease->renewer->batch_key()].push_back(i);
   }
+  // The batch whose lease runs out first goes first: an endpoint that
+  // stalls then delays only leases that have longer left.
+  std::vector<std::pair<clock::time_point, const std::vector<std::size_t>*>> order;
+  for (const auto& [kind, positions] : kinds) {
+    clock::time_point first = clock::time_point::max();
+    for (const std::size_t i : positions) first = std::min(first, work[i]->lease->expires());
+    order.emplace_back(first, &positions);
+  }
+  std::sort(order.begin(), order.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<detail::LeaseState*> leases;
   std::vector<detail::Renewed> found;
-  for (const auto& [kind, positions] : kinds) {
+  for (const auto& [first_expiry, batch] : order) {
+    const std::vector<std::size_t>& positions = *batch;
     // A renewal that cannot be confirmed before a lease runs out is as good
     // as none: give up on it then, so the loss is reported on time.
     clock::time_point deadline = clock::time_point::max();

@@ -38,9 +38,9 @@ struct Attempt {
   bool acquired = false;
   long long fence = 0;         ///< with fencing, when acquired
   long long holder_pttl = -3;  ///< when refused: the holder's PTTL, -3 if not asked
-  /// When acquired: when the lease runs out by the steady clock, if the
-  /// protocol knows better than "sent + ttl" (a Redlock's validity).
-  std::optional<SteadyClock::time_point> expires;
+  /// When acquired under an id of the attempt's own (a Redlock's fresh
+  /// token per attempt): that id; empty for the id the attempt was given.
+  std::string id;
 };
 
 /// How an acquire ended.

@@ -86,6 +86,10 @@ class FanOut {
   FanOut(const FanOut&) = delete;
   FanOut& operator=(const FanOut&) = delete;
 
+  /// Connections borrowed from now on (pool wait, connect) are cut to
+  /// `deadline`, as a caller's deadline cuts every step.
+  void borrow_by(clock::time_point deadline) noexcept { borrow_deadline_ = deadline; }
+
   /// Sends argv to the servers how(node) picks, borrowing a connection from
   /// each that has none, and flushes them all. A server that cannot be
   /// reached is marked unreachable; nothing throws for it.
@@ -150,7 +154,7 @@ class FanOut {
                                 (send == Send::and_wait && (*node.connection)->pending() != 0))) {
           node.connection.reset();
         }
-        if (!node.connection) node.connection.emplace(node.backend->borrow());
+        if (!node.connection) node.connection.emplace(node.backend->borrow(borrow_deadline_));
         append(**node.connection, send);
         node.queued = true;
         if (send == Send::and_wait) node.state = State::waiting;
@@ -263,6 +267,7 @@ class FanOut {
 
   std::vector<Node> nodes_;
   const Script* script_ = nullptr;
+  clock::time_point borrow_deadline_ = clock::time_point::max();
   std::string verb_;                    // the command of this round, for messages
   std::chrono::milliseconds budget_{};  // the wait collect() was given, for messages
   Args keys_;

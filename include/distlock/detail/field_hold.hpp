@@ -169,17 +169,19 @@ class HashFieldCore {
     return ThreadFieldHolds::id(backend_.id(), key_, std::to_string(static_cast<int>(kind)));
   }
 
-  /// One attempt by `send`, whose undo (the release of `field`) is written
-  /// behind it only if no other lock object of this thread holds `kind`:
-  /// the owner is the thread, so that release could take the other's hold.
+  /// One attempt by `send`, whose undo (the script `release` on
+  /// release_keys and release_args) is written behind it only if no other
+  /// lock object of this thread holds `kind`: the owner is the thread, so
+  /// that release could take the other's hold.
   template <class Send>
   std::optional<Attempt> attempt_field(Kind kind, const Script& release, Args release_keys,
-                                       const std::string& field, SteadyClock::time_point deadline,
+                                       Args release_args, SteadyClock::time_point deadline,
                                        Send&& send) {
     const bool undo = !held_here(kind);
     return attempt_or_undo(backend_, deadline, std::forward<Send>(send),
                            [&](Connection& connection) {
-                             if (undo) connection.send_eval_behind(release, release_keys, {field});
+                             if (undo)
+                               connection.send_eval_behind(release, release_keys, release_args);
                            });
   }
 

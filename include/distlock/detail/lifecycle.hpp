@@ -12,13 +12,14 @@
 //   using Kind;                        the kinds of hold (read/write, or one)
 //   static constexpr bool per_thread;  holds belong to threads (re-entrant)
 //                                      rather than to the object
-//   check_process()                    throws Error(forked) in a forked child
+//   given_back_first(kind)             which kinds a destructor releases first
+//   check_process(), forked()          Error(forked) / true in a forked child
 //   id_for(kind), before_first(kind, depth_of)   hold id; refusals (upgrade)
 //   attempt(kind, id, deadline)        -> optional<Attempt>, undo included
 //   release(kind, id) / extend(kind, id, ttl)  -> TokenCheck
 //   holder_pttl(deadline), subscribe(deadline), wake()   for waiting
-//   watched(kind, id, sent, options)   -> the Watchdog's LeaseState or null
-//   watchdog(), margin(ttl), held(kind, +1/-1), key()
+//   watched(kind, id, sent, options)   -> the Watchdog's LeaseState
+//   watchdog(), margin(ttl), held(kind, +1/-1), key(), describe(kind)
 //
 // Holds: with per_thread false (Mutex, SimpleMutex, Redlock) the object
 // has at most one, as a shared std::mutex: another thread of the object
@@ -86,7 +87,7 @@ class Lifecycle {
         step_deadline = attempt == 1 ? no_deadline : std::max(deadline, sent + last_step);
       }
       Attempt result;
-      const bool local_holder = busy_here();
+      bool local_holder = busy_here();
       if (local_holder) {
         result.holder_pttl = -1;  // our own holder: wait for its unlock, not for Redis
       } else {
@@ -94,8 +95,13 @@ class Lifecycle {
         if (!answered) return Outcome::timed_out;  // the deadline cut the step short
         result = *answered;
         if (result.acquired) {
-          if (adopt(kind, id, result.fence, sent)) return Outcome::acquired;
-          return acquire(kind, deadline, wait);  // another thread of this object got there first
+          if (adopt(kind, result.id.empty() ? id : result.id, result.fence, sent)) {
+            return Outcome::acquired;
+          }
+          // Another thread of this object got there first: wait for its unlock.
+          local_holder = true;
+          result = Attempt{};
+          result.holder_pttl = -1;
         }
       }
       if (last_chance) return Outcome::timed_out;
@@ -153,6 +159,7 @@ class Lifecycle {
 
   /// release(), never throwing; does nothing if the caller holds nothing.
   void unlock(Kind kind) noexcept {
+    if (protocol_.forked()) return;  // the parent's holds stay the parent's
     try {
       if (owns(kind)) static_cast<void>(release(kind));
     } catch (...) {
@@ -380,12 +387,14 @@ class Lifecycle {
   }
 
   void give_back_all() noexcept {
+    // A child must not even take our mutex: a parent thread may have held
+    // it at the fork. The parent's holds stay the parent's.
+    if (protocol_.forked()) return;
     std::vector<Hold> holds;
     {
       MutexLock guard(mutex_);
       holds.swap(holds_);
     }
-    if (protocol_.forked()) return;  // the parent's holds stay the parent's
     // Read holds first (SharedMutex): a write release then finds no readers
     // left and frees the lock with one announcement.
     std::stable_partition(holds.begin(), holds.end(),

@@ -1,0 +1,267 @@
+// RedlockCore: the quorum steps of a Redlock (see redlock.hpp for the
+// algorithm). It holds the masters, the names and the timing, and sends
+// every step to all masters at once (detail/fan_out.hpp). It is shared by
+// the lock's Protocol and by its Renewer, so the Watchdog's renewals go
+// through each master's own Client: a master that is down costs its vote,
+// not the round.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "distlock/connection.hpp"
+#include "distlock/detail/acquire.hpp"
+#include "distlock/detail/args.hpp"
+#include "distlock/detail/fan_out.hpp"
+#include "distlock/detail/thread_annotations.hpp"
+#include "distlock/detail/time.hpp"
+#include "distlock/error.hpp"
+#include "distlock/lease.hpp"
+#include "distlock/lock_options.hpp"
+#include "distlock/notifier.hpp"
+#include "distlock/redlock_options.hpp"
+#include "distlock/scripts.hpp"
+#include "distlock/token.hpp"
+#include "distlock/watchdog.hpp"
+
+namespace distlock::detail {
+
+template <class Backend>
+class RedlockCore {
+ public:
+  using clock = std::chrono::steady_clock;
+  using Fan = FanOut<Backend>;
+  using FanState = typename Fan::State;
+  using FanSend = typename Fan::Send;
+
+  RedlockCore(const std::vector<Backend*>& masters, std::string key,
+              std::chrono::milliseconds node_timeout)
+      : key_(std::move(key)),
+        channel_(companion_key(key_, "released")),
+        node_timeout_(node_timeout),
+        quorum_(masters.size() / 2 + 1) {
+    masters_.reserve(masters.size());
+    for (Backend* master : masters) masters_.push_back(*master);
+    for (Backend& master : masters_) pointers_.push_back(&master);
+  }
+
+  RedlockCore(const RedlockCore&) = delete;
+  RedlockCore& operator=(const RedlockCore&) = delete;
+
+  /// The masters, as pointers to this core's own handles (stable).
+  const std::vector<Backend*>& masters() const noexcept { return pointers_; }
+  const std::string& key() const noexcept { return key_; }
+  std::size_t quorum() const noexcept { return quorum_; }
+  std::chrono::milliseconds node_timeout() const noexcept { return node_timeout_; }
+
+  /// The token-checked release on every master at once.
+  RedlockAttempt release(const std::string& token) {
+    Fan fan(pointers_);
+    const std::string_view keys[] = {key_, channel_};
+    const std::string_view args[] = {token};
+    RedlockAttempt result =
+        run_script(fan, RedlockStep::release, scripts::release, Args(keys, 2), Args(args, 1), {});
+    result.succeeded = result.ok() >= quorum_;
+    return result;
+  }
+
+  /// extend_on_masters with a Fan of its own; what a lost extend may have
+  /// left is taken back.
+  RedlockAttempt extend(const std::string& token, std::chrono::milliseconds lease) {
+    Fan fan(pointers_);
+    RedlockAttempt result = extend_on_masters(fan, token, lease);
+    if (!result.succeeded) clean_up(fan, token, clock::now() + node_timeout_);
+    return result;
+  }
+
+  /// One acquire attempt on every master, `budget` for all; a failed one
+  /// is taken back at once.
+  RedlockAttempt acquire_step(const std::string& token, std::chrono::milliseconds lease,
+                              clock::duration budget) {
+    const Decimal ttl(lease.count());
+    Fan fan(pointers_);
+    const clock::time_point start = clock::now();
+    fan.borrow_by(start + budget);
+    fan.send({"SET", key_, token, "NX", "PX", ttl}, [](const auto&) { return FanSend::and_wait; });
+    fan.collect(start + budget);
+    RedlockAttempt result = record(fan, RedlockStep::acquire, start, lease,
+                                   [](const Reply& reply) -> std::optional<NodeStatus> {
+                                     if (reply.is_ok()) return NodeStatus::ok;
+                                     if (reply.is_nil()) return NodeStatus::other_owner;
+                                     return std::nullopt;
+                                   });
+    result.succeeded = result.ok() >= quorum_ && result.validity > clock::duration::zero();
+    if (!result.succeeded) clean_up(fan, token, start + budget);
+    return result;
+  }
+
+  // Runs a token-checked script (1 done, 0 no key, -1 another token) on
+  // every master at once.
+  RedlockAttempt run_script(Fan& fan, RedlockStep step, const Script& script, Args keys, Args args,
+                            std::chrono::milliseconds lease) {
+    const clock::time_point start = clock::now();
+    fan.borrow_by(start + node_timeout_);
+    fan.send_script(script, keys, args, [](const auto&) { return FanSend::and_wait; });
+    fan.collect(start + node_timeout_);
+    return record(fan, step, start, lease, [](const Reply& reply) -> std::optional<NodeStatus> {
+      if (!reply.is_integer()) return std::nullopt;
+      switch (reply.integer()) {
+        case 1: return NodeStatus::ok;
+        case 0: return NodeStatus::no_key;
+        default: return NodeStatus::other_owner;
+      }
+    });
+  }
+
+  // What a step found: timing, validity, and each master's answer as
+  // answer(reply) reads it, or its failure.
+  template <class Answer>
+  RedlockAttempt record(const Fan& fan, RedlockStep step, clock::time_point start,
+                        std::chrono::milliseconds lease, Answer answer) const {
+    RedlockAttempt result;
+    result.step = step;
+    result.quorum = quorum_;
+    result.started = start;
+    result.elapsed = clock::now() - start;
+    if (lease.count() > 0) result.validity = lease - result.elapsed - redlock_drift(lease);
+    result.nodes.resize(fan.size());
+    for (std::size_t i = 0; i < fan.size(); ++i) {
+      NodeOutcome& node = result.nodes[i];
+      switch (fan[i].state) {
+        case FanState::replied:
+          if (const std::optional<NodeStatus> status = answer(fan[i].reply)) {
+            node.status = *status;
+          } else if (fan[i].reply.is_error()) {
+            node.error = Errc::server_error;
+            node.message =
+                fan[i].backend->options().endpoint() + ": " + std::string(fan[i].reply.str());
+          } else {
+            node.error = Errc::protocol_error;
+            node.message =
+                fan[i].backend->options().endpoint() + ": unexpected reply to " + to_string(step);
+          }
+          break;
+        case FanState::timed_out: node.status = NodeStatus::timed_out; [[fallthrough]];
+        default:
+          node.error = fan[i].error;
+          node.message = fan[i].message;
+          break;
+      }
+    }
+    return result;
+  }
+
+  // Sets the lease to `lease` on every master at once. Succeeded when a
+  // quorum did and the new validity is positive; throws NoQuorumError when
+  // fewer than a quorum answered at all.
+  RedlockAttempt extend_on_masters(Fan& fan, const std::string& token,
+                                   std::chrono::milliseconds lease) {
+    const Decimal lease_text(lease.count());
+    const std::string_view keys[] = {key_};
+    const std::string_view args[] = {token, lease_text};
+    RedlockAttempt result =
+        run_script(fan, RedlockStep::extend, scripts::extend, Args(keys, 1), Args(args, 2), lease);
+    result.succeeded = result.ok() >= quorum_ && result.validity > clock::duration::zero();
+    if (!result.succeeded && result.answered() < quorum_) throw no_quorum(std::move(result));
+    return result;
+  }
+
+  /// The Watchdog's renewal: renew_batch on every master at once, which
+  /// only ever lengthens a lease (so a renewal that lands late cannot cut
+  /// back an extend), giving up at `deadline` or the node timeout. As
+  /// extend_on_masters otherwise.
+  RedlockAttempt renew(const std::string& token, std::chrono::milliseconds lease,
+                       clock::time_point deadline) {
+    Fan fan(pointers_);
+    const clock::time_point start = clock::now();
+    const clock::time_point until = std::min(deadline, start + node_timeout_);
+    fan.borrow_by(until);
+    const Decimal lease_text(lease.count());
+    const std::string_view keys[] = {key_};
+    const std::string_view args[] = {token, lease_text};
+    fan.send_script(scripts::renew_batch, Args(keys, 1), Args(args, 2),
+                    [](const auto&) { return FanSend::and_wait; });
+    fan.collect(until);
+    // The script answers the positions of the leases it found gone.
+    RedlockAttempt result =
+        record(fan, RedlockStep::extend, start, lease,
+               [](const Reply& reply) -> std::optional<NodeStatus> {
+                 if (!reply.is_array()) return std::nullopt;
+                 return reply.size() == 0 ? NodeStatus::ok : NodeStatus::other_owner;
+               });
+    result.succeeded = result.ok() >= quorum_ && result.validity > clock::duration::zero();
+    if (!result.succeeded && result.answered() < quorum_) throw no_quorum(std::move(result));
+    return result;
+  }
+
+  // Takes back what a failed attempt or a lost extend may have left: the
+  // release script goes to every master the step reached. A master that
+  // never answered gets it on the same connection, queued behind the
+  // command still in flight, so if that command is applied late the release
+  // is applied right after it; nobody waits for such a master. Errors are
+  // swallowed: whatever is not released runs out with its lease.
+  void clean_up(Fan& fan, const std::string& token, clock::time_point until) noexcept {
+    try {
+      const std::string_view keys[] = {key_, channel_};
+      const std::string_view args[] = {token};
+      // Past `until` (the caller's deadline) nobody is waited for: the
+      // release is queued behind on each connection all the same.
+      const bool wait = clock::now() < until;
+      fan.send_script(scripts::release, Args(keys, 2), Args(args, 1), [wait](const auto& node) {
+        switch (node.state) {
+          case FanState::idle:
+          case FanState::unreachable:
+          case FanState::broken: return FanSend::skip;  // nothing to queue behind
+          case FanState::timed_out: return FanSend::without_waiting;
+          default: return wait ? FanSend::and_wait : FanSend::without_waiting;
+        }
+      });
+      fan.collect(until);
+    } catch (...) {
+      // Best effort: the leases expire by themselves.
+    }
+  }
+
+  NoQuorumError no_quorum(RedlockAttempt result) {
+    std::string what = key_ + ": " + to_string(result.step) + " had answers from " +
+                       std::to_string(result.answered()) + " of " +
+                       std::to_string(result.nodes.size()) + " masters; " +
+                       std::to_string(quorum_) + " needed";
+    for (const NodeOutcome& node : result.nodes) {
+      if (!node.message.empty()) what += "; " + node.message;
+    }
+    remember(result);  // a copy: the exception carries the original
+    return NoQuorumError(what, std::move(result));
+  }
+
+  void remember(RedlockAttempt result) {
+    MutexLock guard(mutex_);
+    last_attempt_ = std::move(result);
+  }
+
+  RedlockAttempt last_attempt() const {
+    MutexLock guard(mutex_);
+    return last_attempt_;
+  }
+
+ private:
+  std::vector<Backend> masters_;
+  std::vector<Backend*> pointers_;
+  const std::string key_;
+  const std::string channel_;  // the release script announces on it, as Mutex's does
+  const std::chrono::milliseconds node_timeout_;
+  const std::size_t quorum_;
+
+  mutable Mutex mutex_;
+  RedlockAttempt last_attempt_ DISTLOCK_GUARDED_BY(mutex_);
+};
+
+}  // namespace distlock::detail
