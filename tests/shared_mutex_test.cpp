@@ -761,5 +761,25 @@ TEST_F(SharedMutexTest, ReleasingANestedReadHoldLeavesTheOtherHoldsLeaseAlone) {
   EXPECT_EQ(long_hold.release_shared(), Release::released);
 }
 
+TEST_F(SharedMutexTest, AnExtendedReadHoldOutlivesTheWriteHoldItWasDowngradedFrom) {
+  // Write, read, lengthen the read hold, give the write hold back: the hash
+  // must live as long as the read hold's record says, not the writer's lease.
+  SharedMutex lock(client(), "rw", LockOptions{}.ttl(1s).auto_renew(false));
+  lock.lock();
+  lock.lock_shared();
+  ASSERT_TRUE(lock.extend_shared(60s));
+  const auto extended = Clock::now();
+  lock.unlock();
+  EXPECT_GE(client().command("PTTL", "rw").integer(), 59000);
+  EXPECT_GE(lock.validity_shared(), 59s);
+  // Past the writer's old lease the read hold still keeps writers out.
+  std::this_thread::sleep_until(extended + 1500ms);
+  EXPECT_EQ(client().command("HEXISTS", "rw", lock.owner_id()).integer(), 1);
+  Client other(client_options(server()));
+  SharedMutex writer(other, "rw");
+  EXPECT_FALSE(writer.try_lock());
+  EXPECT_EQ(lock.release_shared(), Release::released);
+}
+
 }  // namespace
 }  // namespace distlock
