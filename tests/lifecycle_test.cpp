@@ -12,8 +12,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <future>
@@ -135,8 +135,8 @@ struct KindName {
 using Kinds = ::testing::Types<MutexKind, SimpleMutexKind, ReentrantKind, SharedWriteKind,
                                SharedReadKind, RedlockKind>;
 // The kinds whose waiters can be woken by a release (a Redlock always polls).
-using WakingKinds = ::testing::Types<MutexKind, SimpleMutexKind, ReentrantKind, SharedWriteKind,
-                                     SharedReadKind>;
+using WakingKinds =
+    ::testing::Types<MutexKind, SimpleMutexKind, ReentrantKind, SharedWriteKind, SharedReadKind>;
 
 // One Client per master, owned here unless handed out.
 struct Masters {
