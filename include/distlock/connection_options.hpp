@@ -183,8 +183,7 @@ inline void split_query(std::string_view query, std::vector<UriOption>& options)
     }
     for (const UriOption& seen : options) {
       if (seen.name == name) {
-        throw uri_error("option '" + name + "' given twice" +
-                        (name == "db" ? " (the path's /N is the db too)" : ""));
+        throw uri_error("option '" + name + "' given twice");
       }
     }
     options.push_back({name, std::string(pair.substr(eq + 1))});
