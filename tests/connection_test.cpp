@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -290,21 +291,158 @@ TEST(ConnectionOptions, ParsesRedisUri) {
   const ConnectionOptions plain = ConnectionOptions::from_uri("redis://localhost");
   EXPECT_EQ(plain.host, "localhost");
   EXPECT_EQ(plain.port, 6379);
+  EXPECT_EQ(plain.db, 0);
+  EXPECT_TRUE(plain.username.empty());
   EXPECT_TRUE(plain.password.empty());
+  EXPECT_EQ(plain.connect_timeout, ConnectionOptions{}.connect_timeout);
+  EXPECT_EQ(plain.command_timeout, ConnectionOptions{}.command_timeout);
   const ConnectionOptions legacy = ConnectionOptions::from_uri("redis://:pw@h:1");
   EXPECT_TRUE(legacy.username.empty());
   EXPECT_EQ(legacy.password, "pw");
+  EXPECT_EQ(ConnectionOptions::from_uri("redis://10.0.0.7:7000/").host, "10.0.0.7");
+  EXPECT_EQ(ConnectionOptions::from_uri("redis://10.0.0.7:7000/").db, 0);
+  EXPECT_EQ(ConnectionOptions::from_uri("REDIS://h").host, "h");  // schemes ignore case
+}
+
+TEST(ConnectionOptions, ParsesBracketedIpv6Hosts) {
+  const ConnectionOptions with_port = ConnectionOptions::from_uri("redis://[::1]:6380");
+  EXPECT_EQ(with_port.host, "::1");
+  EXPECT_EQ(with_port.port, 6380);
+  EXPECT_EQ(with_port.endpoint(), "[::1]:6380");
+  const ConnectionOptions no_port = ConnectionOptions::from_uri("redis://[::1]");
+  EXPECT_EQ(no_port.host, "::1");
+  EXPECT_EQ(no_port.port, 6379);
+  const ConnectionOptions full =
+      ConnectionOptions::from_uri("redis://u:p@[fe80::1:2]:7000/3?command_timeout=50");
+  EXPECT_EQ(full.host, "fe80::1:2");
+  EXPECT_EQ(full.port, 7000);
+  EXPECT_EQ(full.db, 3);
+  EXPECT_EQ(full.username, "u");
+  EXPECT_EQ(full.password, "p");
+  EXPECT_EQ(full.command_timeout, 50ms);
+}
+
+TEST(ConnectionOptions, PercentDecodesUserAndPassword) {
+  const ConnectionOptions o = ConnectionOptions::from_uri("redis://al%69ce:p%40ss%2Fw%3a%25d@h");
+  EXPECT_EQ(o.username, "alice");
+  EXPECT_EQ(o.password, "p@ss/w:%d");
+  EXPECT_EQ(o.host, "h");
+  // Unencoded, the last '@' ends the credentials and the first ':' splits them.
+  const ConnectionOptions raw = ConnectionOptions::from_uri("redis://bob:a:b@c/d?e@h:1/2");
+  EXPECT_EQ(raw.username, "bob");
+  EXPECT_EQ(raw.password, "a:b@c/d?e");
+  EXPECT_EQ(raw.host, "h");
+  EXPECT_EQ(raw.port, 1);
+  EXPECT_EQ(raw.db, 2);
+}
+
+TEST(ConnectionOptions, ParsesTimeoutAndDbOptions) {
+  const ConnectionOptions o =
+      ConnectionOptions::from_uri("redis://h?connect_timeout=250&command_timeout=2s&db=5");
+  EXPECT_EQ(o.connect_timeout, 250ms);
+  EXPECT_EQ(o.command_timeout, 2s);
+  EXPECT_EQ(o.db, 5);
+  const ConnectionOptions units = ConnectionOptions::from_uri("redis://h:1/4?connect_timeout=75ms");
+  EXPECT_EQ(units.connect_timeout, 75ms);
+  EXPECT_EQ(units.db, 4);
+  EXPECT_EQ(ConnectionOptions::from_uri("redis://h?").host, "h");
+  EXPECT_EQ(ConnectionOptions::from_uri("redis://h?&db=1&").db, 1);
+}
+
+TEST(ConnectionOptions, ParsesUnixSocketUris) {
   const ConnectionOptions local = ConnectionOptions::from_uri("unix:///tmp/r.sock?db=4");
   EXPECT_EQ(local.unix_socket, "/tmp/r.sock");
   EXPECT_EQ(local.db, 4);
+  EXPECT_EQ(local.endpoint(), "/tmp/r.sock");
+  const ConnectionOptions timed =
+      ConnectionOptions::from_uri("unix:///run/redis.sock?command_timeout=300&connect_timeout=1s");
+  EXPECT_EQ(timed.unix_socket, "/run/redis.sock");
+  EXPECT_EQ(timed.db, 0);
+  EXPECT_EQ(timed.command_timeout, 300ms);
+  EXPECT_EQ(timed.connect_timeout, 1s);
 }
 
-TEST(ConnectionOptions, RejectsBadUrisAndValues) {
-  EXPECT_THROW(ConnectionOptions::from_uri("http://x"), InvalidArgument);
-  EXPECT_THROW(ConnectionOptions::from_uri("redis://"), InvalidArgument);
-  EXPECT_THROW(ConnectionOptions::from_uri("redis://h:notaport"), InvalidArgument);
-  EXPECT_THROW(ConnectionOptions::from_uri("redis://h:70000"), InvalidArgument);
-  EXPECT_THROW(ConnectionOptions::from_uri("unix://"), InvalidArgument);
+// The message of the InvalidArgument that from_uri throws for uri; fails
+// the test if it throws nothing or something else.
+template <class Options>
+std::string uri_error(const std::string& uri) {
+  try {
+    Options::from_uri(uri);
+  } catch (const InvalidArgument& error) {
+    EXPECT_EQ(error.code(), Errc::invalid_argument) << uri;
+    return error.what();
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << uri << ": not InvalidArgument: " << error.what();
+    return {};
+  }
+  ADD_FAILURE() << uri << ": accepted";
+  return {};
+}
+
+// The message of a refused URI must name the cause (needle) and, whatever
+// the cause, never show the password.
+#define EXPECT_URI_ERROR(Options, uri, needle)                                      \
+  do {                                                                              \
+    const std::string message = uri_error<Options>(uri);                            \
+    EXPECT_NE(message.find(needle), std::string::npos) << (uri) << ": " << message; \
+    EXPECT_EQ(message.find("hunter2"), std::string::npos) << message;               \
+  } while (false)
+
+TEST(ConnectionOptions, RejectsBadUrisWithClearMessages) {
+  EXPECT_URI_ERROR(ConnectionOptions, "http://x", "must start with redis:// or unix://");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://", "no host");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://u:hunter2@", "no host");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://:6379", "no host");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://h:notaport", "bad port 'notaport'");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://h:70000", "bad port '70000'");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://h:0", "bad port '0'");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://h:", "empty port");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://h/x", "bad db 'x'");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://h/-1", "bad db '-1'");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://h/1?db=2", "db given both");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://h?db=1&db=2", "option 'db' given twice");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://h/0?timeout=5", "unknown option 'timeout'");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://h?db", "'db' is not of the form name=value");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://h?connect_timeout=", "bad connect_timeout ''");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://h?command_timeout=5m", "bad command_timeout '5m'");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://h?command_timeout=-5", "bad command_timeout");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://h?command_timeout=0", "command_timeout must be");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://h?connect_timeout=0s", "connect_timeout must be");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://h?pool_size=4", "parse the URI with ClientOptions");
+  EXPECT_URI_ERROR(ConnectionOptions, "unix://", "no socket path");
+  EXPECT_URI_ERROR(ConnectionOptions, "unix://?db=1", "no socket path");
+  EXPECT_URI_ERROR(ConnectionOptions, "unix://relative.sock", "must be absolute");
+  EXPECT_URI_ERROR(ConnectionOptions, "unix:///s?db=x", "bad db 'x'");
+  EXPECT_URI_ERROR(ConnectionOptions, "unix:///s?password=hunter2", "unknown option 'password'");
+}
+
+TEST(ConnectionOptions, RefusesUnbracketedIpv6) {
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://::1", "IPv6 address needs brackets");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://fe80::1:6379/0", "IPv6 address needs brackets");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://[::1", "without ']'");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://[]:6379", "no host");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://[::1]6379", "after the IPv6 address");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://[::1]:", "empty port");
+}
+
+TEST(ConnectionOptions, RefusesTlsNamingTheMissingSslBuild) {
+  EXPECT_URI_ERROR(ConnectionOptions, "rediss://u:hunter2@h:6380", "TLS");
+  EXPECT_URI_ERROR(ConnectionOptions, "rediss://h", "hiredis built with SSL");
+  EXPECT_URI_ERROR(ClientOptions, "rediss://h", "hiredis built with SSL");
+}
+
+TEST(ConnectionOptions, BadCredentialsNeverShowThePassword) {
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://u:hunter2%zz@h", "bad %-escape in the password");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://u:hunter2%4@h", "bad %-escape in the password");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://u:hunter2%@h", "bad %-escape in the password");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://u%g1:hunter2@h", "bad %-escape in the user name");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://hunter2@h", "a user name without a password");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://u:hunter2@h:bad", "bad port 'bad'");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://u:hunter2@h?x=1", "unknown option 'x'");
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://u:hunter2@::1", "IPv6 address needs brackets");
+}
+
+TEST(ConnectionOptions, RejectsOutOfRangeValues) {
   ConnectionOptions o;
   o.command_timeout = 0ms;
   EXPECT_THROW(o.validate(), InvalidArgument);
@@ -315,6 +453,78 @@ TEST(ConnectionOptions, RejectsBadUrisAndValues) {
   o.db = -1;
   EXPECT_THROW(o.validate(), InvalidArgument);
   EXPECT_THROW(Connection{o}, InvalidArgument);
+}
+
+TEST(ClientOptionsUri, ParsesPoolOptionsBesideTheConnection) {
+  const ClientOptions o = ClientOptions::from_uri(
+      "redis://:pw@h:7000/1?pool_size=3&pool_wait_timeout=2s&max_waiters=50&command_timeout=300");
+  EXPECT_EQ(o.host, "h");
+  EXPECT_EQ(o.port, 7000);
+  EXPECT_EQ(o.db, 1);
+  EXPECT_EQ(o.password, "pw");
+  EXPECT_EQ(o.pool_size, 3u);
+  EXPECT_EQ(o.pool_wait_timeout, 2s);
+  EXPECT_EQ(o.max_waiters, 50u);
+  EXPECT_EQ(o.command_timeout, 300ms);
+  const ClientOptions defaults = ClientOptions::from_uri("redis://[::1]:6380");
+  EXPECT_EQ(defaults.host, "::1");
+  EXPECT_EQ(defaults.port, 6380);
+  EXPECT_EQ(defaults.pool_size, ClientOptions{}.pool_size);
+  EXPECT_EQ(defaults.pool_wait_timeout, ClientOptions{}.pool_wait_timeout);
+  EXPECT_EQ(defaults.max_waiters, ClientOptions{}.max_waiters);
+  const ClientOptions local =
+      ClientOptions::from_uri("unix:///tmp/r.sock?db=2&pool_size=1&pool_wait_timeout=0");
+  EXPECT_EQ(local.unix_socket, "/tmp/r.sock");
+  EXPECT_EQ(local.db, 2);
+  EXPECT_EQ(local.pool_size, 1u);
+  EXPECT_EQ(local.pool_wait_timeout, 0ms);
+  EXPECT_EQ(ClientOptions::from_uri("redis://h?max_waiters=0").max_waiters, 0u);
+}
+
+TEST(ClientOptionsUri, RejectsBadPoolOptionsNamingThem) {
+  EXPECT_URI_ERROR(ClientOptions, "redis://h?pool_size=0", "bad pool_size '0'");
+  EXPECT_URI_ERROR(ClientOptions, "redis://h?pool_size=-1", "bad pool_size '-1'");
+  EXPECT_URI_ERROR(ClientOptions, "redis://h?pool_size=many", "bad pool_size 'many'");
+  EXPECT_URI_ERROR(ClientOptions, "redis://h?max_waiters=1e3", "bad max_waiters '1e3'");
+  EXPECT_URI_ERROR(ClientOptions, "redis://h?pool_wait_timeout=1h", "bad pool_wait_timeout '1h'");
+  EXPECT_URI_ERROR(ClientOptions, "redis://h?pool_size=2&pool_size=3", "given twice");
+  EXPECT_URI_ERROR(ClientOptions, "redis://u:hunter2@h?poolsize=2", "unknown option 'poolsize'");
+  EXPECT_URI_ERROR(ClientOptions, "redis://::1", "IPv6 address needs brackets");
+  EXPECT_URI_ERROR(ClientOptions, "redis://h/0?timeout=5", "unknown option 'timeout'");
+}
+
+// The parsed options reach a real server: the decoded password
+// authenticates, the db is selected, the unix socket is used.
+TEST_F(AclConnectionTest, PercentEncodedUriPasswordAuthenticates) {
+  const std::string at = "@127.0.0.1:" + std::to_string(server().port());
+  Connection alice(ConnectionOptions::from_uri("redis://alice:alice%2dsecret" + at));
+  EXPECT_EQ(alice.command("ACL", "WHOAMI").str(), "alice");
+  Connection legacy(ConnectionOptions::from_uri("redis://:default%2Dsecret" + at + "/2"));
+  EXPECT_EQ(legacy.command("ACL", "WHOAMI").str(), "default");
+  EXPECT_NE(legacy.command("CLIENT", "INFO").str().find(" db=2 "), std::string::npos);
+}
+
+TEST_F(UnixSocketConnectionTest, UnixUriSelectsItsDb) {
+  Connection connection(ConnectionOptions::from_uri("unix://" + server().unix_path() + "?db=3"));
+  EXPECT_NE(connection.command("CLIENT", "INFO").str().find(" db=3 "), std::string::npos);
+}
+
+// The server also listens on ::1 when the host has IPv6 loopback ("-":
+// optional, so the server starts either way).
+class Ipv6ConnectionTest : public ConnectionTest {
+  RedisServerOptions server_options() const override {
+    RedisServerOptions o;
+    o.config_lines = {"bind 127.0.0.1 -::1"};
+    return o;
+  }
+};
+
+TEST_F(Ipv6ConnectionTest, BracketedIpv6UriConnects) {
+  if (!std::ifstream("/proc/net/if_inet6")) GTEST_SKIP() << "no IPv6 on this host";
+  const std::string uri = "redis://[::1]:" + std::to_string(server().port());
+  Connection connection(ConnectionOptions::from_uri(uri));
+  EXPECT_EQ(connection.command("PING").str(), "PONG");
+  EXPECT_NE(connection.command("CLIENT", "INFO").str().find("laddr=[::1]:"), std::string::npos);
 }
 
 }  // namespace

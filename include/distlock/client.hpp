@@ -23,6 +23,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -70,11 +71,33 @@ struct ClientOptions : ConnectionOptions {
 
   ClientOptions() = default;
   ClientOptions(ConnectionOptions connection) : ConnectionOptions(std::move(connection)) {}
-  /// See ConnectionOptions::from_uri.
-  static ClientOptions from_uri(std::string_view uri) {
-    return ClientOptions(ConnectionOptions::from_uri(uri));
-  }
+  /// ConnectionOptions::from_uri, plus the pool's options: pool_size (a
+  /// whole number, at least 1), max_waiters (a whole number, 0 allowed) and
+  /// pool_wait_timeout (milliseconds, or with a unit: "250ms", "2s"; 0
+  /// allowed). Any other option is an InvalidArgument naming it.
+  static ClientOptions from_uri(std::string_view uri);
 };
+
+inline ClientOptions ClientOptions::from_uri(std::string_view uri) {
+  detail::ParsedUri parsed = detail::parse_uri(uri);
+  ClientOptions options(std::move(parsed.connection));
+  constexpr std::size_t most = std::numeric_limits<std::size_t>::max();
+  for (const detail::UriOption& option : parsed.rest) {
+    if (option.name == "pool_size") {
+      options.pool_size = detail::parse_uri_number<std::size_t>(option.value, "pool_size", 1, most);
+    } else if (option.name == "pool_wait_timeout") {
+      options.pool_wait_timeout = detail::parse_uri_duration(option.value, "pool_wait_timeout");
+    } else if (option.name == "max_waiters") {
+      options.max_waiters =
+          detail::parse_uri_number<std::size_t>(option.value, "max_waiters", 0, most);
+    } else {
+      throw detail::uri_error("unknown option '" + option.name +
+                              "' (known: db, connect_timeout, command_timeout, pool_size, "
+                              "pool_wait_timeout, max_waiters)");
+    }
+  }
+  return options;
+}
 
 namespace detail {
 

@@ -1,16 +1,23 @@
 // ConnectionOptions: where a Redis server is and how to talk to it, parsed
 // from a URI or set field by field, and Script, a Lua script with its SHA-1.
-// Connection (connection.hpp) takes them.
+// Connection (connection.hpp) takes them. The URI parser lives here too
+// (detail::parse_uri); ClientOptions::from_uri (client.hpp) uses it and
+// takes the pool's own options from what it leaves over.
 #pragma once
 
 #include <sys/time.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <chrono>
+#include <cstddef>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include "distlock/error.hpp"
 
@@ -30,16 +37,30 @@ struct ConnectionOptions {
   std::chrono::milliseconds command_timeout{1000};
   bool keepalive = true;
 
-  /// Parses "redis://[[user]:password@]host[:port][/db]" or "unix:///path[?db=N]".
-  /// Throws InvalidArgument on anything else.
+  /// Parses
+  ///   redis://[user[:password]@]host[:port][/db][?option=value&...]
+  ///   unix:///path[?option=value&...]
+  /// host may be a name, an IPv4 address or an IPv6 address in brackets
+  /// ("redis://[::1]:6380"); user and password are percent-decoded
+  /// ("p%40ss" is "p@ss"), a password alone is written ":password@". The
+  /// port defaults to 6379, the db to 0. Options: db, connect_timeout and
+  /// command_timeout (milliseconds as a whole number, or with a unit: "250",
+  /// "250ms", "2s"). Throws InvalidArgument, with a message that never shows
+  /// the password, on anything else: another scheme (rediss:// included: TLS
+  /// needs a hiredis built with SSL, which distlock does not use), an
+  /// unknown or repeated option, a value out of range. The pool's options
+  /// (pool_size, ...) are ClientOptions::from_uri's and refused here.
   static ConnectionOptions from_uri(std::string_view uri);
 
   /// Throws InvalidArgument if a field is out of range.
   void validate() const;
 
-  /// "host:port" or the socket path: for messages (never shows credentials).
+  /// "host:port" ("[v6]:port" for an IPv6 address) or the socket path: for
+  /// messages (never shows credentials).
   std::string endpoint() const {
-    return unix_socket.empty() ? host + ":" + std::to_string(port) : unix_socket;
+    if (!unix_socket.empty()) return unix_socket;
+    const bool v6 = host.find(':') != std::string::npos;
+    return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
   }
 };
 
@@ -61,58 +82,248 @@ inline timeval to_timeval(std::chrono::milliseconds timeout) noexcept {
   return tv;
 }
 
-inline int parse_int(std::string_view text, const char* what) {
-  int value = 0;
+/// One "name=value" of a URI's query (or its path's db, as "db").
+struct UriOption {
+  std::string name;
+  std::string value;
+};
+
+/// A URI taken apart: the connection, and the options it did not know, in
+/// the order given, for ClientOptions::from_uri to take its own from.
+struct ParsedUri {
+  ConnectionOptions connection;
+  std::vector<UriOption> rest;
+};
+
+inline InvalidArgument uri_error(const std::string& what) {
+  return InvalidArgument("Redis URI: " + what);
+}
+
+/// A whole number in [min, max]; names what and shows the text otherwise
+/// (never called on credentials).
+template <class Int>
+Int parse_uri_number(std::string_view text, const char* what, Int min, Int max) {
+  Int value{};
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
-    throw InvalidArgument(std::string("bad ") + what + " in Redis URI");
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < min ||
+      value > max) {
+    throw uri_error(std::string("bad ") + what + " '" + std::string(text) + "': expected a " +
+                    "whole number in " + std::to_string(min) + ".." + std::to_string(max));
   }
   return value;
+}
+
+/// Milliseconds: "250", "250ms" or "2s".
+inline std::chrono::milliseconds parse_uri_duration(std::string_view text, const char* what) {
+  long long scale = 1;
+  std::string_view digits = text;
+  if (digits.size() > 2 && digits.substr(digits.size() - 2) == "ms") {
+    digits.remove_suffix(2);
+  } else if (digits.size() > 1 && digits.back() == 's') {
+    digits.remove_suffix(1);
+    scale = 1000;
+  }
+  long long count = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), count);
+  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || count < 0 ||
+      count > std::numeric_limits<long long>::max() / 1000) {
+    throw uri_error(std::string("bad ") + what + " '" + std::string(text) +
+                    "': expected milliseconds as a whole number, or with a unit (250ms, 2s)");
+  }
+  return std::chrono::milliseconds(count * scale);
+}
+
+/// Percent-decodes a user name or password. The text is never shown: it may
+/// be the password.
+inline std::string percent_decode(std::string_view text, const char* what) {
+  const auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    const int high = i + 1 < text.size() ? hex(text[i + 1]) : -1;
+    const int low = i + 2 < text.size() ? hex(text[i + 2]) : -1;
+    if (high < 0 || low < 0) {
+      throw uri_error(std::string("bad %-escape in the ") + what +
+                      " (a % must be followed by two hex digits; write a literal % as %25)");
+    }
+    out += static_cast<char>(high * 16 + low);
+    i += 2;
+  }
+  return out;
+}
+
+inline bool starts_with_nocase(std::string_view text, std::string_view prefix) {
+  if (text.size() < prefix.size()) return false;
+  for (std::size_t i = 0; i < prefix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(text[i])) != prefix[i]) return false;
+  }
+  return true;
+}
+
+/// Splits "a=1&b=2" onto options, refusing an option given twice.
+inline void split_query(std::string_view query, std::vector<UriOption>& options) {
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (pair.empty()) continue;  // "?a=1&&b=2", or a trailing '&'
+    const auto eq = pair.find('=');
+    const std::string name(pair.substr(0, eq));
+    if (eq == std::string_view::npos || name.empty()) {
+      throw uri_error("option '" + std::string(pair) + "' is not of the form name=value");
+    }
+    for (const UriOption& seen : options) {
+      if (seen.name == name) {
+        throw uri_error("option '" + name + "' given twice");
+      }
+    }
+    options.push_back({name, std::string(pair.substr(eq + 1))});
+  }
+}
+
+/// Applies the options that are the connection's; returns the others.
+inline std::vector<UriOption> apply_connection_options(std::vector<UriOption> options,
+                                                       ConnectionOptions& connection) {
+  std::vector<UriOption> rest;
+  for (UriOption& option : options) {
+    if (option.name == "db") {
+      connection.db = parse_uri_number(option.value, "db", 0, std::numeric_limits<int>::max());
+    } else if (option.name == "connect_timeout") {
+      connection.connect_timeout = parse_uri_duration(option.value, "connect_timeout");
+    } else if (option.name == "command_timeout") {
+      connection.command_timeout = parse_uri_duration(option.value, "command_timeout");
+    } else {
+      rest.push_back(std::move(option));
+    }
+  }
+  return rest;
+}
+
+/// The host, port and credentials of a redis:// URI (the part after the
+/// scheme, before any '/' or '?').
+inline void parse_authority(std::string_view authority, ConnectionOptions& connection) {
+  // The last '@' ends the credentials, so a password may hold a raw '@'
+  // (percent-encoding it as %40 works as well).
+  if (const auto at = authority.rfind('@'); at != std::string_view::npos) {
+    const std::string_view credentials = authority.substr(0, at);
+    authority = authority.substr(at + 1);
+    if (const auto colon = credentials.find(':'); colon != std::string_view::npos) {
+      connection.username = percent_decode(credentials.substr(0, colon), "user name");
+      connection.password = percent_decode(credentials.substr(colon + 1), "password");
+    } else {
+      connection.username = percent_decode(credentials, "user name");
+    }
+    // Connection sends AUTH only with a password, so a user alone would be
+    // dropped silently (and "redis://secret@host" once meant a password).
+    if (!connection.username.empty() && connection.password.empty()) {
+      throw uri_error(
+          "a user name without a password: write user:password@, or :password@ for a password "
+          "alone");
+    }
+  }
+  std::string_view port;
+  if (!authority.empty() && authority.front() == '[') {
+    const auto close = authority.find(']');
+    if (close == std::string_view::npos) throw uri_error("'[' without ']' around the IPv6 address");
+    connection.host = std::string(authority.substr(1, close - 1));
+    const std::string_view after = authority.substr(close + 1);
+    if (!after.empty() && after.front() != ':') {
+      throw uri_error("unexpected '" + std::string(after) + "' after the IPv6 address");
+    }
+    if (!after.empty()) port = after.substr(1);
+    if (connection.host.empty()) throw uri_error("no host");
+    if (after == ":") throw uri_error("empty port");
+  } else {
+    const auto colon = authority.find(':');
+    if (colon != std::string_view::npos &&
+        authority.find(':', colon + 1) != std::string_view::npos) {
+      throw uri_error("an IPv6 address needs brackets, e.g. redis://[::1]:6379");
+    }
+    connection.host = std::string(authority.substr(0, colon));
+    if (connection.host.empty()) throw uri_error("no host");
+    if (colon != std::string_view::npos) {
+      port = authority.substr(colon + 1);
+      if (port.empty()) throw uri_error("empty port");
+    }
+  }
+  if (!port.empty()) connection.port = parse_uri_number(port, "port", 1, 65535);
+}
+
+/// Parses a redis:// or unix:// URI (see ConnectionOptions::from_uri); the
+/// options that are not the connection's are left in rest, unchecked.
+inline ParsedUri parse_uri(std::string_view uri) {
+  ParsedUri parsed;
+  ConnectionOptions& connection = parsed.connection;
+  std::vector<UriOption> options;
+  constexpr std::string_view redis_scheme = "redis://";
+  constexpr std::string_view unix_scheme = "unix://";
+  if (starts_with_nocase(uri, "rediss://")) {
+    throw uri_error(
+        "rediss:// (TLS) needs a hiredis built with SSL (hiredis_ssl), which this build of "
+        "distlock does not use; use redis:// or unix://");
+  }
+  if (starts_with_nocase(uri, unix_scheme)) {
+    std::string_view rest = uri.substr(unix_scheme.size());
+    const auto q = rest.find('?');
+    if (q != std::string_view::npos) split_query(rest.substr(q + 1), options);
+    rest = rest.substr(0, q);
+    if (rest.empty()) throw uri_error("no socket path (unix:///path/to/redis.sock)");
+    if (rest.front() != '/') {
+      throw uri_error("the socket path must be absolute: unix:///path/to/redis.sock");
+    }
+    connection.unix_socket = std::string(rest);
+  } else if (starts_with_nocase(uri, redis_scheme)) {
+    std::string_view rest = uri.substr(redis_scheme.size());
+    // Credentials first (up to the last '@'), so that a '/' or '?' in a raw
+    // password is not taken for the path or the query.
+    const auto at = rest.rfind('@');
+    const std::size_t host_start = at == std::string_view::npos ? 0 : at + 1;
+    const auto q = rest.find('?', host_start);
+    if (q != std::string_view::npos) split_query(rest.substr(q + 1), options);
+    rest = rest.substr(0, q);
+    const auto slash = rest.find('/', host_start);
+    if (slash != std::string_view::npos) {
+      const std::string_view db = rest.substr(slash + 1);
+      if (!db.empty()) {
+        for (const UriOption& option : options) {
+          if (option.name == "db") throw uri_error("db given both as /N and as ?db=");
+        }
+        options.insert(options.begin(), {"db", std::string(db)});
+      }
+      rest = rest.substr(0, slash);
+    }
+    parse_authority(rest, connection);
+  } else {
+    throw uri_error("must start with redis:// or unix://");
+  }
+  parsed.rest = apply_connection_options(std::move(options), connection);
+  connection.validate();
+  return parsed;
 }
 
 }  // namespace detail
 
 inline ConnectionOptions ConnectionOptions::from_uri(std::string_view uri) {
-  ConnectionOptions options;
-  constexpr std::string_view redis_scheme = "redis://";
-  constexpr std::string_view unix_scheme = "unix://";
-  if (uri.substr(0, unix_scheme.size()) == unix_scheme) {
-    std::string_view rest = uri.substr(unix_scheme.size());
-    if (const auto q = rest.find("?db="); q != std::string_view::npos) {
-      options.db = detail::parse_int(rest.substr(q + 4), "db");
-      rest = rest.substr(0, q);
+  detail::ParsedUri parsed = detail::parse_uri(uri);
+  if (!parsed.rest.empty()) {
+    const std::string& name = parsed.rest.front().name;
+    if (name == "pool_size" || name == "pool_wait_timeout" || name == "max_waiters") {
+      throw detail::uri_error("option '" + name +
+                              "' is the pool's: parse the URI with ClientOptions::from_uri");
     }
-    if (rest.empty()) throw InvalidArgument("Redis URI has no socket path");
-    options.unix_socket = std::string(rest);
-    return options;
+    throw detail::uri_error("unknown option '" + name +
+                            "' (known: db, connect_timeout, command_timeout)");
   }
-  if (uri.substr(0, redis_scheme.size()) != redis_scheme) {
-    throw InvalidArgument("Redis URI must start with redis:// or unix://");
-  }
-  std::string_view rest = uri.substr(redis_scheme.size());
-  if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
-    const std::string_view credentials = rest.substr(0, at);
-    rest = rest.substr(at + 1);
-    if (const auto colon = credentials.find(':'); colon != std::string_view::npos) {
-      options.username = std::string(credentials.substr(0, colon));
-      options.password = std::string(credentials.substr(colon + 1));
-    } else {
-      options.password = std::string(credentials);
-    }
-  }
-  if (const auto slash = rest.find('/'); slash != std::string_view::npos) {
-    if (slash + 1 < rest.size()) options.db = detail::parse_int(rest.substr(slash + 1), "db");
-    rest = rest.substr(0, slash);
-  }
-  if (const auto colon = rest.rfind(':');
-      colon != std::string_view::npos && rest.find(']') == std::string_view::npos) {
-    options.port = detail::parse_int(rest.substr(colon + 1), "port");
-    rest = rest.substr(0, colon);
-  }
-  if (rest.empty()) throw InvalidArgument("Redis URI has no host");
-  options.host = std::string(rest);
-  options.validate();
-  return options;
+  return std::move(parsed.connection);
 }
 
 inline void ConnectionOptions::validate() const {

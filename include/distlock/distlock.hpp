@@ -1,5 +1,10 @@
-// The whole of distlock in one include.
+// The whole of distlock in one include, with the standard headers its
+// advertised usage needs: <mutex> for std::unique_lock, std::lock_guard and
+// std::scoped_lock, <shared_mutex> for std::shared_lock on a SharedMutex.
 #pragma once
+
+#include <mutex>
+#include <shared_mutex>
 
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
