@@ -193,7 +193,7 @@ struct TransactionalLease {
     Backend backend_;
   };
 
-  static constexpr std::chrono::milliseconds undo_budget{10};
+  static constexpr std::chrono::milliseconds undo_budget{5};
 };
 
 }  // namespace detail

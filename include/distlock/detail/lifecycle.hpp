@@ -265,7 +265,7 @@ class Lifecycle {
 
   // The time a last attempt after waiting may take past the deadline: a
   // round trip to a few servers, and no more.
-  static constexpr std::chrono::milliseconds last_step{10};
+  static constexpr std::chrono::milliseconds last_step{5};
 
   // Counts one more hold if the calling thread has one of `kind` (re-
   // entrant protocols), or refuses the lock (the others; or a protocol rule).
