@@ -62,22 +62,25 @@ return {1, fence}
 /// ARGV[2i-1] its token, ARGV[2i] its TTL in ms. Each lease still holding
 /// its token is made to last at least its TTL from now; a renewal never
 /// shortens a lease (one that lands after its holder's extend must not undo
-/// it). A key of another type counts as gone rather than failing the whole
-/// batch (hence pcall). Returns the positions i of the leases found gone.
+/// it): PEXPIRE ... GT, or before Redis 7 a PTTL comparison. A key of
+/// another type counts as gone rather than failing the whole batch (hence
+/// pcall). Returns the positions i of the leases found gone.
 inline constexpr Script renew_batch{
     R"lua(local gone = {}
 for i = 1, #KEYS do
-  local key = KEYS[i]
+  local key, ttl = KEYS[i], ARGV[2 * i]
   if redis.pcall('get', key) == ARGV[2 * i - 1] then
-    local ttl = tonumber(ARGV[2 * i])
-    if redis.call('pttl', key) < ttl then redis.call('pexpire', key, ttl) end
+    if type(redis.pcall('pexpire', key, ttl, 'GT')) == 'table' and
+        redis.call('pttl', key) < tonumber(ttl) then
+      redis.call('pexpire', key, ttl)
+    end
   else
     gone[#gone + 1] = i
   end
 end
 return gone
 )lua",
-    "23d9b4a7a223689ddbad5dc08b7d747defeec51b"};
+    "b000105f6fea3353fb6e228a57a244f80912402e"};
 
 // ReentrantMutex and SharedMutex keep Redisson's layout (see their headers):
 // a hash at the lock's key whose fields are owner ids "<client>:<thread>"
@@ -165,21 +168,24 @@ return 1
 /// Watchdog renewal of many ReentrantMutex holds or SharedMutex write holds
 /// in one call. KEYS[i] hash i; ARGV[2i-1] its field, ARGV[2i] its TTL in
 /// ms. A hold whose field is still there gets at least its TTL from now
-/// (never less than it has); a key of another type counts as gone (pcall),
-/// as in renew_batch. Returns the positions i of the holds found gone.
+/// (never less than it has), as in renew_batch; a key of another type
+/// counts as gone (pcall). Returns the positions i of the holds found gone.
 inline constexpr Script hash_field_renew{
     R"lua(local gone = {}
 for i = 1, #KEYS do
-  if redis.pcall('hexists', KEYS[i], ARGV[2 * i - 1]) == 1 then
-    local ttl = tonumber(ARGV[2 * i])
-    if redis.call('pttl', KEYS[i]) < ttl then redis.call('pexpire', KEYS[i], ttl) end
+  local key, ttl = KEYS[i], ARGV[2 * i]
+  if redis.pcall('hexists', key, ARGV[2 * i - 1]) == 1 then
+    if type(redis.pcall('pexpire', key, ttl, 'GT')) == 'table' and
+        redis.call('pttl', key) < tonumber(ttl) then
+      redis.call('pexpire', key, ttl)
+    end
   else
     gone[#gone + 1] = i
   end
 end
 return gone
 )lua",
-    "9ad0207f88c43a46cca9328b1f474f08c11e582f"};
+    "59e45bb4164bd194e83b876681e4fbd0451598ed"};
 
 /// SharedMutex read acquire. KEYS[1] hash, KEYS[2] the owner's timeout-key
 /// stem "{name}:<owner>:rwlock_timeout"; ARGV[1] TTL in ms, ARGV[2] owner,
@@ -272,27 +278,35 @@ return live
 /// when one of the owner's timeout keys ran out (its lease is its own,
 /// whatever other readers keep alive; the owner's holds are
 /// interchangeable, so any one run out may be this one). Otherwise every
-/// timeout key of the owner, and the hash, get at least the TTL from now.
-/// Returns the positions i of the holds found gone.
+/// timeout key of the owner, and the hash, get at least the TTL from now
+/// (lengthen: PEXPIRE ... GT, or before Redis 7 a PTTL comparison; it
+/// answers whether the key exists). Returns the positions i of the holds
+/// found gone.
 inline constexpr Script read_renew{
-    R"lua(local gone = {}
+    R"lua(local function lengthen(key, ttl)
+  local done = redis.pcall('pexpire', key, ttl, 'GT')
+  if type(done) == 'table' then
+    local left = redis.call('pttl', key)
+    if left == -2 then return 0 end
+    if left < tonumber(ttl) then redis.call('pexpire', key, ttl) end
+    return 1
+  end
+  if done == 1 then return 1 end
+  return redis.call('exists', key)
+end
+local gone = {}
 for i = 1, #KEYS / 2 do
-  local hash, stem, ttl = KEYS[2 * i - 1], KEYS[2 * i], tonumber(ARGV[2 * i])
+  local hash, stem, ttl = KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i]
   local holds = tonumber(redis.pcall('hget', hash, ARGV[2 * i - 1]))
   local live = holds ~= nil
   for n = 1, holds or 0 do
-    local left = redis.call('pttl', stem .. ':' .. n)
-    if left == -2 then live = false elseif left < ttl then redis.call('pexpire', stem .. ':' .. n, ttl) end
+    if lengthen(stem .. ':' .. n, ttl) == 0 then live = false end
   end
-  if live then
-    if redis.call('pttl', hash) < ttl then redis.call('pexpire', hash, ttl) end
-  else
-    gone[#gone + 1] = i
-  end
+  if live then lengthen(hash, ttl) else gone[#gone + 1] = i end
 end
 return gone
 )lua",
-    "9a0351cf03db52ec6283e48a04a486e1a791e408"};
+    "2bf1b99a8a1374926411d5136b7151d32f8e06dc"};
 
 /// SharedMutex read extend. KEYS[1] hash, KEYS[2] the owner's timeout-key
 /// stem; ARGV[1] owner, ARGV[2] TTL in ms. An owner with one read hold gets
