@@ -74,6 +74,22 @@ class WatchdogTest : public testing::RedisClientTest {
     EXPECT_GE(pttl, (claimed - between - 50ms).count())
         << "iteration " << iteration << ": validity() says " << claimed.count() << " ms";
   }
+
+  // A renewal that read the old lease before extend() and reaches the
+  // server after it must not set the key back to the old lease while the
+  // record counts the new one.
+  template <class Lock>
+  void extend_races_renewals() {
+    Lock lock(client(), "k", LockOptions{}.ttl(1s).auto_renew(true));
+    ASSERT_TRUE(lock.try_lock());
+    const int ran = testing::extend_against_renewal_rounds(
+        lock, 60s, 1s, [&] { client().watchdog().renew_all_now(); },
+        [&](int i) { expect_server_lease_covers_record(lock, "k", i); });
+    if (!HasFailure()) {
+      EXPECT_GE(ran, 100);  // enough rounds to have met the race
+    }
+    EXPECT_EQ(lock.release(), Release::released);
+  }
 };
 
 TEST_F(WatchdogTest, DefaultLeaseIsRenewedAndAnExplicitOneIsNot) {
@@ -336,30 +352,11 @@ TEST_F(WatchdogTest, KilledHolderProcessFreesTheLockWithinItsLease) {
 }
 
 TEST_F(WatchdogTest, ExtendRacingRenewalsNeverLeavesTheServerLeaseShortOfTheRecord) {
-  // A renewal that read the old lease before extend() and reaches the
-  // server after it must not set the key back to the old lease while the
-  // record counts the new one.
-  Mutex lock(client(), "k", LockOptions{}.ttl(1s).auto_renew(true));
-  ASSERT_TRUE(lock.try_lock());
-  const int ran = testing::extend_against_renewal_rounds(
-      lock, 60s, 1s, [&] { client().watchdog().renew_all_now(); },
-      [&](int i) { expect_server_lease_covers_record(lock, "k", i); });
-  if (!HasFailure()) {
-    EXPECT_GE(ran, 100);  // enough rounds to have met the race
-  }
-  EXPECT_EQ(lock.release(), Release::released);
+  extend_races_renewals<Mutex>();
 }
 
 TEST_F(WatchdogTest, ReentrantExtendRacingRenewalsNeverLeavesTheServerLeaseShortOfTheRecord) {
-  ReentrantMutex lock(client(), "k", LockOptions{}.ttl(1s).auto_renew(true));
-  ASSERT_TRUE(lock.try_lock());
-  const int ran = testing::extend_against_renewal_rounds(
-      lock, 60s, 1s, [&] { client().watchdog().renew_all_now(); },
-      [&](int i) { expect_server_lease_covers_record(lock, "k", i); });
-  if (!HasFailure()) {
-    EXPECT_GE(ran, 100);  // enough rounds to have met the race
-  }
-  EXPECT_EQ(lock.release(), Release::released);
+  extend_races_renewals<ReentrantMutex>();
 }
 
 TEST_F(WatchdogTest, UnlockWhileARenewalFindsTheLeaseGoneWaitsItOutSafely) {

@@ -74,17 +74,8 @@ struct ScriptedLease {
   }
 
   // Renewal: renew_batch, one call per Watchdog::batch_size leases.
-  struct Leases {
-    static constexpr const Script& script = scripts::renew_batch;
-    static void add(const LeaseState& lease, std::vector<std::string_view>& keys,
-                    std::vector<std::string_view>& args) {
-      keys.push_back(lease.key);
-      args.push_back(lease.token);
-      args.push_back(lease.ttl_text);
-    }
-  };
   template <class Backend>
-  using Renewer = ScriptRenewer<Backend, Leases>;
+  using Renewer = ScriptRenewer<Backend, KeyTokenLeases<scripts::renew_batch>>;
 };
 
 }  // namespace detail

@@ -80,6 +80,19 @@ void renew_by_script(Backend& backend, const Script& script, std::atomic<bool>& 
   }
 }
 
+/// The usual batch call: the leases' keys as KEYS, each one's token (or
+/// hash field) and TTL as ARGV.
+template <const Script& BatchScript>
+struct KeyTokenLeases {
+  static constexpr const Script& script = BatchScript;
+  static void add(const LeaseState& lease, std::vector<std::string_view>& keys,
+                  std::vector<std::string_view>& args) {
+    keys.push_back(lease.key);
+    args.push_back(lease.token);
+    args.push_back(lease.ttl_text);
+  }
+};
+
 /// Renews leases of one kind by one script per batch (renew_by_script).
 /// `Kind` names the script and how a lease goes into a call:
 ///   static constexpr const Script& script;

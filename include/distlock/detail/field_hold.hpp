@@ -198,17 +198,8 @@ class HashFieldCore {
 
 /// Renewal of hash-field holds (a ReentrantMutex hold, a SharedMutex write
 /// hold: the field is the lease's token), one hash_field_renew per batch.
-struct FieldLeases {
-  static constexpr const Script& script = scripts::hash_field_renew;
-  static void add(const LeaseState& lease, std::vector<std::string_view>& keys,
-                  std::vector<std::string_view>& args) {
-    keys.push_back(lease.key);
-    args.push_back(lease.token);
-    args.push_back(lease.ttl_text);
-  }
-};
 template <class Backend>
-using FieldRenewer = ScriptRenewer<Backend, FieldLeases>;
+using FieldRenewer = ScriptRenewer<Backend, KeyTokenLeases<scripts::hash_field_renew>>;
 
 /// Renewal of SharedMutex read holds (the lease's aux is the owner's
 /// timeout-key stem), one read_renew per batch.
