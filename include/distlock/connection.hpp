@@ -139,6 +139,17 @@ class Connection {
   void append_script(std::string_view verb, std::string_view body, detail::Args keys,
                      detail::Args args);
 
+  // Commands are short (the longest is a script call): argv of up to this
+  // many arguments is laid out on the stack, longer on the heap.
+  static constexpr std::size_t stack_args = 16;
+  // Calls use(ptrs, lens) with argv as hiredis takes it.
+  template <class Use>
+  static auto with_pointers(detail::Args argv, Use&& use);
+  // Calls use(argv) with "<verb> <body> <numkeys> <keys...> <args...>".
+  template <class Use>
+  static void with_script_argv(std::string_view verb, std::string_view body, detail::Args keys,
+                               detail::Args args, Use&& use);
+
   ConnectionOptions options_;
   std::unique_ptr<redisContext, FreeContext> context_;
   std::chrono::milliseconds timeout_{};
@@ -179,9 +190,8 @@ inline Connection::Connection(ConnectionOptions options) : options_(std::move(op
   if (options_.db != 0) command("SELECT", detail::Decimal(options_.db));
 }
 
-inline void Connection::append_argv(detail::Args argv) {
-  // Commands are short (the longest is a script call); the stack holds them.
-  constexpr std::size_t stack_args = 16;
+template <class Use>
+auto Connection::with_pointers(detail::Args argv, Use&& use) {
   const char* stack_ptrs[stack_args];
   std::size_t stack_lens[stack_args];
   std::vector<const char*> heap_ptrs;
@@ -200,11 +210,38 @@ inline void Connection::append_argv(detail::Args argv) {
     lens[i] = arg.size();
     ++i;
   }
-  if (pending_ == 0) remember_verb(argv.size() == 0 ? std::string_view() : *argv.begin());
-  if (redisAppendCommandArgv(context_.get(), static_cast<int>(argv.size()), ptrs, lens) !=
-      REDIS_OK) {
-    fail("append");
+  return use(ptrs, lens);
+}
+
+template <class Use>
+void Connection::with_script_argv(std::string_view verb, std::string_view body, detail::Args keys,
+                                  detail::Args args, Use&& use) {
+  const detail::Decimal numkeys(static_cast<long long>(keys.size()));
+  const std::size_t argc = 3 + keys.size() + args.size();
+  if (argc <= stack_args) {
+    std::string_view argv[stack_args];
+    std::size_t i = 0;
+    argv[i++] = verb;
+    argv[i++] = body;
+    argv[i++] = numkeys;
+    for (const std::string_view key : keys) argv[i++] = key;
+    for (const std::string_view arg : args) argv[i++] = arg;
+    use(detail::Args(argv, argc));
+    return;
   }
+  std::vector<std::string_view> argv{verb, body, numkeys};
+  argv.reserve(argc);
+  argv.insert(argv.end(), keys.begin(), keys.end());
+  argv.insert(argv.end(), args.begin(), args.end());
+  use(detail::Args(argv));
+}
+
+inline void Connection::append_argv(detail::Args argv) {
+  if (pending_ == 0) remember_verb(argv.size() == 0 ? std::string_view() : *argv.begin());
+  const int appended = with_pointers(argv, [&](const char** ptrs, const std::size_t* lens) {
+    return redisAppendCommandArgv(context_.get(), static_cast<int>(argv.size()), ptrs, lens);
+  });
+  if (appended != REDIS_OK) fail("append");
   ++pending_;
 }
 
@@ -237,25 +274,7 @@ inline std::optional<Reply> Connection::next_buffered_reply() {
 
 inline void Connection::append_script(std::string_view verb, std::string_view body,
                                       detail::Args keys, detail::Args args) {
-  const detail::Decimal numkeys(static_cast<long long>(keys.size()));
-  constexpr std::size_t stack_args = 16;
-  const std::size_t argc = 3 + keys.size() + args.size();
-  if (argc <= stack_args) {
-    std::string_view argv[stack_args];
-    std::size_t i = 0;
-    argv[i++] = verb;
-    argv[i++] = body;
-    argv[i++] = numkeys;
-    for (const std::string_view key : keys) argv[i++] = key;
-    for (const std::string_view arg : args) argv[i++] = arg;
-    append_argv(detail::Args(argv, argc));
-    return;
-  }
-  std::vector<std::string_view> argv{verb, body, numkeys};
-  argv.reserve(argc);
-  argv.insert(argv.end(), keys.begin(), keys.end());
-  argv.insert(argv.end(), args.begin(), args.end());
-  append_argv(argv);
+  with_script_argv(verb, body, keys, args, [&](detail::Args argv) { append_argv(argv); });
 }
 
 inline void Connection::append_evalsha(const Script& script, detail::Args keys, detail::Args args) {
@@ -313,18 +332,12 @@ inline void Connection::send_behind(detail::Args argv) noexcept {
   // hiredis refuses to write once its context has an error, so the command
   // is formatted here and written straight to the socket, after whatever
   // the broken context still had queued (nothing: it flushes before reading).
-  constexpr std::size_t stack_args = 16;
-  if (argv.size() > stack_args) return;
-  const char* ptrs[stack_args];
-  std::size_t lens[stack_args];
-  std::size_t i = 0;
-  for (const std::string_view arg : argv) {
-    ptrs[i] = arg.data();
-    lens[i] = arg.size();
-    ++i;
-  }
+  if (argv.size() > stack_args) return;  // so that nothing below allocates or throws
   char* raw = nullptr;
-  const long long size = redisFormatCommandArgv(&raw, static_cast<int>(argv.size()), ptrs, lens);
+  const long long size = with_pointers(argv, [&](const char** ptrs, const std::size_t* lens) {
+    return static_cast<long long>(
+        redisFormatCommandArgv(&raw, static_cast<int>(argv.size()), ptrs, lens));
+  });
   struct FreeCommand {
     void operator()(char* command) const noexcept { redisFreeCommand(command); }
   };
@@ -348,18 +361,10 @@ inline void Connection::send_behind(detail::Args argv) noexcept {
 
 inline void Connection::send_eval_behind(const Script& script, detail::Args keys,
                                          detail::Args args) noexcept {
-  const detail::Decimal numkeys(static_cast<long long>(keys.size()));
-  constexpr std::size_t stack_args = 16;
-  const std::size_t argc = 3 + keys.size() + args.size();
-  if (argc > stack_args) return;
-  std::string_view argv[stack_args];
-  std::size_t i = 0;
-  argv[i++] = "EVAL";  // not EVALSHA: nobody will read a NOSCRIPT
-  argv[i++] = script.source;
-  argv[i++] = numkeys;
-  for (const std::string_view key : keys) argv[i++] = key;
-  for (const std::string_view arg : args) argv[i++] = arg;
-  send_behind(detail::Args(argv, argc));
+  if (3 + keys.size() + args.size() > stack_args) return;  // nothing below allocates
+  // EVAL, not EVALSHA: nobody will read a NOSCRIPT.
+  with_script_argv("EVAL", script.source, keys, args,
+                   [&](detail::Args argv) { send_behind(argv); });
 }
 
 }  // namespace distlock

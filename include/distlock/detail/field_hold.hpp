@@ -28,6 +28,7 @@
 #include "distlock/detail/acquire.hpp"
 #include "distlock/detail/args.hpp"
 #include "distlock/detail/batch_renewal.hpp"
+#include "distlock/detail/single_server.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
@@ -119,35 +120,15 @@ class ThreadFieldHolds {
   }
 };
 
-/// What every hash-field lock's Protocol has: its backend and names, the
-/// waiting steps, the owner id, and the count of this thread's holds of
-/// each kind of field (see ThreadFieldHolds). `Kind` is the lock's kinds of
-/// hold, numbered from 0.
+/// What every hash-field lock's Protocol has beyond SingleServer: the owner
+/// id, and the count of this thread's holds of each kind of field (see
+/// ThreadFieldHolds). `Kind` is the lock's kinds of hold, numbered from 0.
 template <class Backend, class Kind>
-class HashFieldCore {
+class HashFieldCore : public SingleServer<Backend> {
  public:
   static constexpr bool per_thread = true;
 
-  HashFieldCore(Backend backend, std::string key, std::string channel, const LockOptions& options)
-      : backend_(std::move(backend)),
-        key_(std::move(key)),
-        channel_(std::move(channel)),
-        ttl_(options.ttl().count()) {}
-
-  void check_process() const { backend_.check_process(); }
-  bool forked() const noexcept { return backend_.forked(); }
-
-  std::optional<long long> holder_pttl(SteadyClock::time_point deadline) {
-    return read_pttl(backend_, key_, deadline);
-  }
-  std::optional<Notifier::Subscription> subscribe(SteadyClock::time_point deadline) {
-    return backend_.notifier().subscribe(channel_, deadline);
-  }
-  void wake() { backend_.notifier().wake(channel_); }
-  Watchdog& watchdog() { return backend_.watchdog(); }
-  static constexpr std::chrono::nanoseconds margin(std::chrono::milliseconds) noexcept {
-    return std::chrono::nanoseconds(0);
-  }
+  using SingleServer<Backend>::SingleServer;
 
   /// Counts the calling thread's holds of `kind` (+1 taken, -1 given back).
   void held(Kind kind, int change) noexcept {
@@ -160,13 +141,12 @@ class HashFieldCore {
   /// Whether another lock object of this thread holds a field of `kind`.
   bool held_here(Kind kind) const { return ThreadFieldHolds::any(hold_id(kind)); }
 
-  const std::string& key() const noexcept { return key_; }
-  const std::string& channel() const noexcept { return channel_; }
-  std::string owner() const { return owner_id(backend_.id()); }
+  std::string owner() const { return owner_id(this->backend_.id()); }
 
  protected:
   std::size_t hold_id(Kind kind) const {
-    return ThreadFieldHolds::id(backend_.id(), key_, std::to_string(static_cast<int>(kind)));
+    return ThreadFieldHolds::id(this->backend_.id(), this->key_,
+                                std::to_string(static_cast<int>(kind)));
   }
 
   /// One attempt by `send`, whose undo (the script `release` on
@@ -178,22 +158,12 @@ class HashFieldCore {
                                        Args release_args, SteadyClock::time_point deadline,
                                        Send&& send) {
     const bool undo = !held_here(kind);
-    return attempt_or_undo(backend_, deadline, std::forward<Send>(send),
+    return attempt_or_undo(this->backend_, deadline, std::forward<Send>(send),
                            [&](Connection& connection) {
                              if (undo)
                                connection.send_eval_behind(release, release_keys, release_args);
                            });
   }
-
-  template <class Send>
-  TokenCheck checked(Send&& send) {
-    return send_checked(backend_, no_deadline, std::forward<Send>(send));
-  }
-
-  Backend backend_;
-  const std::string key_;
-  const std::string channel_;
-  const Decimal ttl_;
 };
 
 /// Renewal of hash-field holds (a ReentrantMutex hold, a SharedMutex write

@@ -20,6 +20,7 @@
 #include "distlock/detail/acquire.hpp"
 #include "distlock/detail/args.hpp"
 #include "distlock/detail/exclusive_lock.hpp"
+#include "distlock/detail/single_server.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
@@ -29,15 +30,12 @@
 
 namespace distlock::detail {
 
-/// The keys one lease lock touches, all in the lock key's hash slot.
+/// The keys one lease lock touches, all in the lock key's hash slot (views
+/// of its Protocol's names).
 struct LeaseKeys {
-  explicit LeaseKeys(std::string lock_key)
-      : key(std::move(lock_key)),
-        fence(companion_key(key, "fence")),
-        channel(companion_key(key, "released")) {}
-  std::string key;      ///< holds the token, with the lease as its PTTL
-  std::string fence;    ///< fencing counter (INCR per acquisition)
-  std::string channel;  ///< release announcements
+  std::string_view key;      ///< holds the token, with the lease as its PTTL
+  std::string_view fence;    ///< fencing counter (INCR per acquisition)
+  std::string_view channel;  ///< release announcements
 };
 
 /// The plain acquire both wires share: SET NX PX, one atomic step.
@@ -50,7 +48,7 @@ inline Attempt set_if_absent(Connection& connection, const LeaseKeys& keys,
 
 /// The Lifecycle's Protocol for a single-key lease over `Wire`.
 template <class Wire, class Backend>
-class LeaseProtocol {
+class LeaseProtocol : public SingleServer<Backend> {
  public:
   enum class Kind { exclusive };
   static constexpr Kind exclusive = Kind::exclusive;
@@ -58,14 +56,10 @@ class LeaseProtocol {
   static constexpr bool given_back_first(Kind) noexcept { return false; }
 
   LeaseProtocol(Backend backend, std::string key, const LockOptions& options)
-      : backend_(std::move(backend)),
-        keys_(std::move(key)),
-        ttl_(options.ttl().count()),
+      : SingleServer<Backend>(std::move(backend), key, companion_key(key, "released"), options),
+        fence_key_(companion_key(key, "fence")),
         fencing_(options.fencing()),
-        renewer_(std::make_shared<typename Wire::template Renewer<Backend>>(backend_)) {}
-
-  void check_process() const { backend_.check_process(); }
-  bool forked() const noexcept { return backend_.forked(); }
+        renewer_(std::make_shared<typename Wire::template Renewer<Backend>>(this->backend_)) {}
 
   std::string id_for(Kind) const { return make_token(); }
   template <class DepthOf>
@@ -74,51 +68,37 @@ class LeaseProtocol {
 
   std::optional<Attempt> attempt(Kind, const std::string& token, SteadyClock::time_point deadline) {
     return attempt_or_undo(
-        backend_, deadline,
+        this->backend_, deadline,
         [&](Connection& connection) {
-          return Wire::acquire(connection, keys_, token, ttl_, fencing_);
+          return Wire::acquire(connection, keys(), token, this->ttl_, fencing_);
         },
-        [&](Connection& connection) { Wire::undo(connection, keys_, token); });
+        [&](Connection& connection) { Wire::undo(connection, keys(), token); });
   }
 
   TokenCheck release(Kind, const std::string& token) {
-    return send_checked(backend_, no_deadline, [&](Connection& connection) {
-      return Wire::release(connection, keys_, token);
-    });
+    return this->checked(
+        [&](Connection& connection) { return Wire::release(connection, keys(), token); });
   }
 
   TokenCheck extend(Kind, const std::string& token, std::chrono::milliseconds ttl) {
-    return send_checked(backend_, no_deadline, [&](Connection& connection) {
-      return Wire::extend(connection, keys_, token, Decimal(ttl.count()));
+    return this->checked([&](Connection& connection) {
+      return Wire::extend(connection, keys(), token, Decimal(ttl.count()));
     });
   }
 
-  std::optional<long long> holder_pttl(SteadyClock::time_point deadline) {
-    return read_pttl(backend_, keys_.key, deadline);
-  }
-  std::optional<Notifier::Subscription> subscribe(SteadyClock::time_point deadline) {
-    return backend_.notifier().subscribe(keys_.channel, deadline);
-  }
-  void wake() { backend_.notifier().wake(keys_.channel); }
-
   std::shared_ptr<LeaseState> watched(Kind, const std::string& token, SteadyClock::time_point sent,
                                       const LockOptions& options) const {
-    return std::make_shared<LeaseState>(keys_.key, token, options.ttl(), sent, options.on_lost(),
+    return std::make_shared<LeaseState>(this->key_, token, options.ttl(), sent, options.on_lost(),
                                         renewer_);
   }
-  Watchdog& watchdog() { return backend_.watchdog(); }
-  static constexpr std::chrono::nanoseconds margin(std::chrono::milliseconds) noexcept {
-    return std::chrono::nanoseconds(0);
-  }
 
-  const std::string& key() const noexcept { return keys_.key; }
   static std::string describe(Kind) { return "lock"; }
 
  private:
-  Backend backend_;
-  LeaseKeys keys_;
-  Decimal ttl_;
-  bool fencing_;
+  LeaseKeys keys() const noexcept { return {this->key_, fence_key_, this->channel_}; }
+
+  const std::string fence_key_;
+  const bool fencing_;
   std::shared_ptr<Renewer> renewer_;
 };
 

@@ -197,7 +197,7 @@ class Lifecycle {
     MutexLock guard(mutex_);
     for (Hold& hold : holds_) {
       if (hold.id == id && hold.kind == kind) {
-        hold.expires = sent + ttl - std::chrono::ceil<clock::duration>(protocol_.margin(ttl));
+        hold.expires = expiry(sent, ttl);
       }
     }
     return true;
@@ -263,6 +263,12 @@ class Lifecycle {
     bool lost() const noexcept { return lease && lease->lost; }
   };
 
+  // When a lease of `ttl` sent at `sent` runs out, as the holder counts it
+  // (less the protocol's margin: a Redlock's drift allowance).
+  clock::time_point expiry(clock::time_point sent, std::chrono::milliseconds ttl) const {
+    return sent + ttl - std::chrono::ceil<clock::duration>(protocol_.margin(ttl));
+  }
+
   // The time a last attempt after waiting may take past the deadline: a
   // round trip to a few servers, and no more.
   static constexpr std::chrono::milliseconds last_step{5};
@@ -311,8 +317,7 @@ class Lifecycle {
     hold.kind = kind;
     hold.id = id;
     hold.fence = fence;
-    hold.expires = sent + options_.ttl() -
-                   std::chrono::ceil<clock::duration>(protocol_.margin(options_.ttl()));
+    hold.expires = expiry(sent, options_.ttl());
     if (options_.auto_renew()) hold.lease = protocol_.watched(kind, id, sent, options_);
     {
       MutexLock guard(mutex_);
