@@ -34,6 +34,7 @@ const std::vector<Ratio> ratios = {
     {"BM_Watchdog_Renew1000_Simple", "BM_Raw_Pexpire1000_Pipelined", 3.0},
     {"BM_Watchdog_Renew1000_Reentrant", "BM_Raw_Pexpire1000_Pipelined", 3.0},
     {"BM_Watchdog_Renew1000_SharedRead", "BM_Raw_Pexpire1000_Pipelined", 3.0},
+    {"BM_Watchdog_Renew1000_SharedRead", "BM_Raw_ReadLayoutRenew1000_Pipelined", 1.5},
     {"BM_ReentrantMutex_LockUnlock", "BM_Raw_SetNxPx_EvalshaDel", 1.35},
     {"BM_ReentrantMutex_Reenter", "BM_ReentrantMutex_LockUnlock", 0.05},
     {"BM_SharedMutex_LockUnlockShared", "BM_Raw_SetNxPx_EvalshaDel", 1.6},

@@ -1,6 +1,8 @@
 // Waiting and leases: how fast a waiter gets a released lock (with the
 // notifier, with 50 ms polling, and the raw pub/sub floor), and what one
-// watchdog round over 1,000 leases costs against 1,000 pipelined PEXPIREs.
+// watchdog round over 1,000 leases costs against 1,000 pipelined PEXPIREs
+// (and, for read holds, against the three commands per lease their layout
+// needs).
 #include <benchmark/benchmark.h>
 #include <sys/socket.h>
 
@@ -225,6 +227,32 @@ void BM_Raw_Pexpire1000_Pipelined(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Raw_Pexpire1000_Pipelined)->UseRealTime();
+
+// The floor of a read hold's renewal in Redisson's layout, which no
+// script can go under: per lease, read the owner's field, lengthen its
+// timeout key and lengthen the hash. 3,000 plain commands in one pipeline.
+void BM_Raw_ReadLayoutRenew1000_Pipelined(benchmark::State& state) {
+  const RawConnection redis = raw_connect(server_options());
+  std::vector<RawCommand> pexpires;
+  std::vector<RawCommand> reads;
+  for (int i = 0; i < leases; ++i) {
+    const std::string hash = "{bench:raw-read:" + std::to_string(i) + "}";
+    const std::string timeout = hash + ":owner:rwlock_timeout:1";
+    RawCommand{"HSET", hash, "mode", "read", "owner", "1"}.run(redis.get(), REDIS_REPLY_INTEGER,
+                                                               state);
+    RawCommand{"SET", timeout, "1", "PX", "30000"}.run(redis.get(), REDIS_REPLY_STATUS, state);
+    pexpires.push_back(RawCommand{"PEXPIRE", timeout, "30000", "GT"});
+    pexpires.push_back(RawCommand{"PEXPIRE", hash, "30000", "GT"});
+    reads.push_back(RawCommand{"HGET", hash, "owner"});
+  }
+  for (auto _ : state) {
+    for (const RawCommand& read : reads) read.append(redis.get());
+    for (const RawCommand& pexpire : pexpires) pexpire.append(redis.get());
+    if (!read_replies(redis.get(), leases, REDIS_REPLY_STRING, state)) break;
+    if (!read_replies(redis.get(), 2 * leases, REDIS_REPLY_INTEGER, state)) break;
+  }
+}
+BENCHMARK(BM_Raw_ReadLayoutRenew1000_Pipelined)->UseRealTime();
 
 }  // namespace
 }  // namespace distlock::bench

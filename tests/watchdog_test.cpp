@@ -153,6 +153,61 @@ TEST_F(WatchdogTest, ARoundOfManyLeasesIsBatchedNotOneCallPerLease) {
   EXPECT_EQ(client().watchdog().size(), 0u);
 }
 
+TEST_F(WatchdogTest, ARoundOfSimpleMutexLeasesIsOneRoundTripPerChunkAndOnlyLengthens) {
+  constexpr int leases = 250;  // three chunks of WATCH, the last one short
+  std::vector<std::unique_ptr<SimpleMutex>> locks;
+  for (int i = 0; i < leases; ++i) {
+    locks.push_back(std::make_unique<SimpleMutex>(client(), "lease:" + std::to_string(i)));
+    ASSERT_TRUE(locks.back()->try_lock());
+  }
+  client().command("PEXPIRE", "lease:0", "5000");                // shortened: a renewal restores it
+  client().command("PEXPIRE", "lease:120", "600000");            // longer, as after extend(): kept
+  client().command("SET", "lease:240", "other", "PX", "30000");  // taken: reported lost
+  client().command("CONFIG", "RESETSTAT");
+  client().watchdog().renew_all_now();
+  const testing::CommandCalls calls = command_calls(client());
+  constexpr long long chunks = 3;
+  EXPECT_EQ(calls.of("watch"), chunks) << calls.text;
+  EXPECT_EQ(calls.of("exec"), chunks) << calls.text;
+  EXPECT_EQ(calls.of("pttl"), 0) << calls.text;  // GT decides, not a read
+  EXPECT_EQ(calls.of("pexpire"), leases - 1) << calls.text;
+  EXPECT_GT(client().command("PTTL", "lease:0").integer(), 25000);
+  EXPECT_GT(client().command("PTTL", "lease:120").integer(), 500000);
+  EXPECT_TRUE(locks[240]->lost());
+  EXPECT_EQ(get("lease:240"), "other");
+  EXPECT_FALSE(locks[239]->lost());
+  locks.clear();  // releases all but the lost one
+  EXPECT_EQ(client().command("DBSIZE").integer(), 1);
+  EXPECT_EQ(client().watchdog().size(), 0u);
+}
+
+// A server before Redis 7 has no PEXPIRE ... GT; the renewer then compares
+// each PTTL with the lease itself. Redis 7 is made to look older by telling
+// the renewer so.
+TEST_F(WatchdogTest, SimpleMutexRenewalWithoutGtStillOnlyLengthens) {
+  auto renewer = std::make_shared<detail::TransactionalLease::Renewer<Client>>(
+      client(), /*server_has_gt=*/false);
+  std::vector<std::unique_ptr<detail::LeaseState>> states;
+  for (const char* key : {"short", "long", "taken"}) {
+    client().command("SET", key, std::string("tok-") + key, "PX", "10000");
+    states.push_back(std::make_unique<detail::LeaseState>(key, std::string("tok-") + key, 30s,
+                                                          Clock::now(), nullptr, renewer));
+  }
+  client().command("PEXPIRE", "long", "600000");
+  client().command("SET", "taken", "other", "PX", "10000");
+  std::vector<detail::LeaseState*> leases;
+  for (const auto& state : states) leases.push_back(state.get());
+  std::vector<detail::Renewed> outcomes(leases.size(), detail::Renewed::unknown);
+  renewer->renew(leases, outcomes, Clock::now() + 5s);
+  EXPECT_EQ(outcomes[0], detail::Renewed::yes);
+  EXPECT_EQ(outcomes[1], detail::Renewed::yes);
+  EXPECT_EQ(outcomes[2], detail::Renewed::gone);
+  EXPECT_GT(client().command("PTTL", "short").integer(), 25000);
+  EXPECT_GT(client().command("PTTL", "long").integer(), 500000);
+  EXPECT_LE(client().command("PTTL", "taken").integer(), 10000);
+  EXPECT_EQ(get("taken"), "other");
+}
+
 TEST_F(WatchdogTest, NoRenewalIsEverSentForAReleasedLease) {
   // Leases live across their renewal deadlines (a 60 ms lease is due every
   // 20 ms; holds last 0-44 ms), so holders unlock while renewals are due or

@@ -20,11 +20,12 @@
 //   it reads before it writes, on a connection of its own with a short
 //   budget: it removes our key only if the SET had already landed; a SET
 //   still queued in a stalled server stays until its lease ends.
-// - A batch of renewals costs two round trips (WATCH and read; then one
-//   MULTI/EXEC for the whole batch) instead of one script call.
+// - A round of renewals costs two round trips (WATCH and read; then one
+//   MULTI/EXEC for every lease still ours) instead of one script call.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <string_view>
@@ -124,73 +125,137 @@ struct TransactionalLease {
     }
   }
 
-  // Renews a batch with no script: WATCH every key and read each one's
-  // value and PTTL (one round trip), then lengthen, in one MULTI/EXEC, the
-  // leases that still hold their token and would otherwise end sooner than
-  // their TTL. An aborted EXEC (a watched key changed) leaves the batch
-  // unknown, to be tried again soon.
+  // Renews with no script. The leases go in chunks of watch_size: WATCH
+  // the chunk's keys and GET each one's value; then, for those still
+  // holding their token, MULTI, PEXPIRE <ttl> GT each, EXEC. GT only
+  // lengthens, so a renewal never cuts short a longer lease set by
+  // extend(). One flight carries a chunk's transaction and the next chunk's
+  // WATCH and reads, so a round costs one round trip per chunk, plus one.
+  // Chunks stay small because WATCH checks each key against those already
+  // watched: its cost grows with the square of the keys it is given.
+  //
+  // A watched key that changed in between (a lost lease that another
+  // client took) aborts its chunk's EXEC: look at those leases again, a few
+  // times, then leave them unknown for the next round. Redis before 7
+  // refuses PEXPIRE's GT as it is queued (EXECABORT); the renewer then
+  // reads each PTTL with the value and lengthens only the leases that would
+  // end sooner than their TTL.
   template <class Backend>
   class Renewer final : public detail::Renewer {
    public:
-    explicit Renewer(Backend backend) : backend_(std::move(backend)) {}
+    explicit Renewer(Backend backend, bool server_has_gt = true)
+        : backend_(std::move(backend)), read_pttl_(!server_has_gt) {}
     BatchKey batch_key() const noexcept override { return {&kind_tag, &backend_.options()}; }
     void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
                SteadyClock::time_point deadline) noexcept override {
       try {
         auto connection = backend_.borrow(deadline);
         connection->set_timeout(reply_timeout(backend_.options().command_timeout, deadline));
-        for (std::size_t first = 0; first < leases.size(); first += Watchdog::batch_size) {
-          const std::size_t end = std::min(first + Watchdog::batch_size, leases.size());
-          renew_batch(*connection, leases, outcomes, first, end);
+        std::vector<std::size_t> pending(leases.size());
+        for (std::size_t i = 0; i < leases.size(); ++i) pending[i] = i;
+        for (int look = 0; look < looks && !pending.empty(); ++look) {
+          pending = renew_chunks(*connection, leases, outcomes, pending);
         }
       } catch (...) {
         // Whatever was not settled stays unknown.
       }
     }
 
+    static constexpr std::size_t watch_size = 100;
+    static constexpr int looks = 3;
+
    private:
-    static void renew_batch(Connection& connection, const std::vector<LeaseState*>& leases,
-                            std::vector<Renewed>& outcomes, std::size_t first, std::size_t end) {
-      std::vector<std::string_view> watch{"WATCH"};
-      for (std::size_t i = first; i < end; ++i) watch.push_back(leases[i]->key);
-      connection.append_argv(watch);
-      for (std::size_t i = first; i < end; ++i) {
-        connection.append("GET", leases[i]->key);
-        connection.append("PTTL", leases[i]->key);
-      }
-      connection.flush();
-      connection.read_reply().throw_if_error();
-      std::vector<std::size_t> lengthen;
-      for (std::size_t i = first; i < end; ++i) {
-        const bool ours =
-            connection.read_reply().is_string() && connection.take_last().str() == leases[i]->token;
-        const long long pttl =
-            connection.read_reply().is_integer() ? connection.take_last().integer() : -2;
-        if (!ours) {
-          outcomes[i] = Renewed::gone;
-        } else if (pttl < leases[i]->ttl.count()) {
-          lengthen.push_back(i);
-        } else {
-          outcomes[i] = Renewed::yes;
+    // One pass over `pending`; returns the leases whose EXEC aborted.
+    std::vector<std::size_t> renew_chunks(Connection& connection,
+                                          const std::vector<LeaseState*>& leases,
+                                          std::vector<Renewed>& outcomes,
+                                          const std::vector<std::size_t>& pending) {
+      const bool read_pttl = read_pttl_.load(std::memory_order_relaxed);
+      std::vector<std::size_t> aborted;
+      std::vector<std::size_t> lengthen;  // the previous chunk's leases still ours
+      bool watching = false;
+      for (std::size_t first = 0;; first += watch_size) {
+        const std::size_t end = std::min(first + watch_size, pending.size());
+        const bool transaction = !lengthen.empty();
+        const bool unwatch = watching && !transaction;  // nothing of the last chunk to lengthen
+        if (!transaction && !unwatch && first >= end) break;
+        if (transaction) {
+          connection.append("MULTI");
+          for (const std::size_t i : lengthen) {
+            if (read_pttl) {
+              connection.append("PEXPIRE", leases[i]->key, leases[i]->ttl_text);
+            } else {
+              connection.append("PEXPIRE", leases[i]->key, leases[i]->ttl_text, "GT");
+            }
+          }
+          connection.append("EXEC");
+        } else if (unwatch) {
+          connection.append("UNWATCH");
+        }
+        watching = first < end;
+        if (watching) {
+          std::vector<std::string_view> watch{"WATCH"};
+          for (std::size_t n = first; n < end; ++n) watch.push_back(leases[pending[n]]->key);
+          connection.append_argv(watch);
+          for (std::size_t n = first; n < end; ++n) {
+            connection.append("GET", leases[pending[n]]->key);
+            if (read_pttl) connection.append("PTTL", leases[pending[n]]->key);
+          }
+        }
+        connection.flush();
+        if (transaction) {
+          if (!settle(connection, lengthen, outcomes)) {
+            aborted.insert(aborted.end(), lengthen.begin(), lengthen.end());
+          }
+        } else if (unwatch) {
+          connection.read_reply().throw_if_error();
+        }
+        lengthen.clear();
+        if (watching) {
+          connection.read_reply().throw_if_error();  // WATCH
+          for (std::size_t n = first; n < end; ++n) {
+            const std::size_t i = pending[n];
+            const bool ours = connection.read_reply().is_string() &&
+                              connection.take_last().str() == leases[i]->token;
+            long long pttl = -1;
+            if (read_pttl && connection.read_reply().is_integer()) {
+              pttl = connection.take_last().integer();
+            }
+            if (!ours) {
+              outcomes[i] = Renewed::gone;
+            } else if (!read_pttl || pttl < leases[i]->ttl.count()) {
+              lengthen.push_back(i);
+            } else {
+              outcomes[i] = Renewed::yes;
+            }
+          }
         }
       }
-      if (lengthen.empty()) {
-        connection.command("UNWATCH");
-        return;
+      return aborted;
+    }
+
+    // Reads one MULTI/EXEC's replies; false when EXEC did not run.
+    bool settle(Connection& connection, const std::vector<std::size_t>& lengthened,
+                std::vector<Renewed>& outcomes) {
+      connection.read_reply().throw_if_error();  // MULTI
+      bool refused = false;
+      for (std::size_t n = 0; n < lengthened.size(); ++n) {
+        refused = connection.read_reply().is_error() || refused;
       }
-      connection.append("MULTI");
-      for (const std::size_t i : lengthen) {
-        connection.append("PEXPIRE", leases[i]->key, leases[i]->ttl_text);
+      const Reply& exec = connection.read_reply();
+      if (refused) {  // EXECABORT: a server without PEXPIRE ... GT
+        read_pttl_ = true;
+        return false;
       }
-      connection.append("EXEC");
-      for (std::size_t n = 0; n <= lengthen.size(); ++n) connection.read_reply().throw_if_error();
-      const Reply& exec = connection.read_reply().throw_if_error();
-      if (exec.is_nil()) return;  // a watched key changed: unknown, tried again soon
-      for (const std::size_t i : lengthen) outcomes[i] = Renewed::yes;
+      exec.throw_if_error();
+      if (exec.is_nil()) return false;  // a watched key changed
+      for (const std::size_t i : lengthened) outcomes[i] = Renewed::yes;
+      return true;
     }
 
     static constexpr char kind_tag = 0;
     Backend backend_;
+    std::atomic<bool> read_pttl_;  // the server has no PEXPIRE ... GT
   };
 
   static constexpr std::chrono::milliseconds undo_budget{5};
