@@ -41,6 +41,25 @@ TEST_F(SimpleMutexTest, OomFailsAcquireAndReleaseLeavingTheLeaseToExpire) {
   EXPECT_EQ(client().command("EXISTS", "held").integer(), 0);
 }
 
+// OOM refuses every command queued in a MULTI, the renewal's PEXPIRE ... GT
+// included; that must not be taken for a server without GT.
+TEST_F(SimpleMutexTest, RenewalRefusedByOomIsRetriedWithGtOnceMemoryIsBack) {
+  SimpleMutex held(client(), "held");  // the default lease, renewed
+  ASSERT_TRUE(held.try_lock());
+  client().command("PEXPIRE", "held", "5000");
+  client().command("CONFIG", "SET", "maxmemory-policy", "noeviction");
+  client().command("CONFIG", "SET", "maxmemory", "1");
+  client().watchdog().renew_all_now();
+  EXPECT_LE(client().command("PTTL", "held").integer(), 5000);  // not renewed
+  client().command("CONFIG", "SET", "maxmemory", "0");
+  client().command("CONFIG", "RESETSTAT");
+  client().watchdog().renew_all_now();
+  EXPECT_EQ(testing::command_calls(client()).of("pttl"), 0);  // still lengthened by GT
+  EXPECT_GT(client().command("PTTL", "held").integer(), 25000);
+  EXPECT_FALSE(held.lost());
+  EXPECT_EQ(held.release(), Release::released);
+}
+
 class SimpleMutexAclTest : public testing::RedisTest {
   RedisServerOptions server_options() const override {
     RedisServerOptions o;

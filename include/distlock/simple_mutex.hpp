@@ -234,17 +234,21 @@ struct TransactionalLease {
       return aborted;
     }
 
-    // Reads one MULTI/EXEC's replies; false when EXEC did not run.
+    // Reads one MULTI/EXEC's replies; false when EXEC did not run because
+    // a watched key changed or the server has no GT. Any other refusal (OOM
+    // refuses every queued command) is thrown: the leases stay unknown.
     bool settle(Connection& connection, const std::vector<std::size_t>& lengthened,
                 std::vector<Renewed>& outcomes) {
       connection.read_reply().throw_if_error();  // MULTI
-      bool refused = false;
+      std::string refusal;
       for (std::size_t n = 0; n < lengthened.size(); ++n) {
-        refused = connection.read_reply().is_error() || refused;
+        const Reply& queued = connection.read_reply();
+        if (queued.is_error() && refusal.empty()) refusal = queued.str();
       }
       const Reply& exec = connection.read_reply();
-      if (refused) {  // EXECABORT: a server without PEXPIRE ... GT
-        read_pttl_ = true;
+      if (!refusal.empty()) {
+        if (classify_server_error(refusal) != ServerErrorKind::other) throw ServerError(refusal);
+        read_pttl_ = true;  // "wrong number of arguments": PEXPIRE without GT
         return false;
       }
       exec.throw_if_error();
