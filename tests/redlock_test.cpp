@@ -445,6 +445,45 @@ TEST_F(RedlockTest, WatchdogRenewalKeepsTheLeaseWhileAMajorityLives) {
   EXPECT_EQ(lock.release(), Release::lost);
 }
 
+TEST_F(RedlockTest, ARoundOfManyRedlocksIsOneScriptCallPerHundredOnEachMaster) {
+  constexpr int on_five = 150;  // two calls' worth
+  const RedlockOptions options = RedlockOptions{}.ttl(60s).auto_renew(true);
+  std::vector<std::unique_ptr<Redlock>> held;
+  for (int i = 0; i < on_five; ++i) {
+    held.push_back(std::make_unique<Redlock>(masters(), "lease:" + std::to_string(i), options));
+    ASSERT_TRUE(held.back()->try_lock());
+  }
+  // Redlocks over three of the masters are batched apart from the others.
+  const std::vector<Client*> three = {&client(0), &client(1), &client(2)};
+  std::vector<std::unique_ptr<Redlock>> held_on_three;
+  for (int i = 0; i < 10; ++i) {
+    held_on_three.push_back(
+        std::make_unique<Redlock>(three, "three:" + std::to_string(i), options));
+    ASSERT_TRUE(held_on_three.back()->try_lock());
+  }
+  client(0).watchdog().renew_all_now();  // the first round loads the script (EVAL once)
+  for (std::size_t m = 0; m < count; ++m) on(m, {"PEXPIRE", "lease:3", "5000"});  // restored
+  for (std::size_t m = 0; m < 3; ++m) {
+    on(m, {"SET", "lease:7", "someone-else"});  // taken on a majority: lost
+    on(m, {"PEXPIRE", "three:4", "5000"});
+  }
+  for (std::size_t m = 0; m < count; ++m) on(m, {"CONFIG", "RESETSTAT"});
+  client(0).watchdog().renew_all_now();
+  for (std::size_t m = 0; m < count; ++m) {
+    const testing::CommandCalls calls = calls_on(m);
+    const long long expected = m < 3 ? 3 : 2;  // two for the 150, one for the ten
+    EXPECT_EQ(calls.of("evalsha") + calls.of("eval"), expected) << m << ": " << calls.text;
+    EXPECT_GT(std::stoll(on(m, {"PTTL", "lease:3"})), 50000) << m;
+  }
+  for (std::size_t m = 0; m < 3; ++m) EXPECT_GT(std::stoll(on(m, {"PTTL", "three:4"})), 50000);
+  EXPECT_TRUE(held[7]->lost());
+  EXPECT_FALSE(held[6]->lost());
+  EXPECT_FALSE(held[8]->lost());
+  EXPECT_FALSE(held_on_three[4]->lost());
+  EXPECT_EQ(held[7]->last_attempt().ok(), 2u);  // each lease keeps its own report
+  EXPECT_EQ(held[8]->last_attempt().ok(), count);
+}
+
 TEST_F(RedlockTest, WatchdogRenewalLosesTheLeaseWhenAMajorityLostTheKey) {
   std::atomic<int> lost_calls{0};
   Redlock lock(masters(), "renewed",

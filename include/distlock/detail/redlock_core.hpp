@@ -174,32 +174,59 @@ class RedlockCore {
     return result;
   }
 
-  /// The Watchdog's renewal: renew_batch on every master at once, which
-  /// only ever lengthens a lease (so a renewal that lands late cannot cut
-  /// back an extend), giving up at `deadline` or the node timeout. As
-  /// extend_on_masters otherwise.
-  RedlockAttempt renew(const std::string& token, std::chrono::milliseconds lease,
-                       clock::time_point deadline) {
+  /// The masters' identities, equal for two cores with the same masters in
+  /// the same order.
+  std::vector<const void*> master_identity() const {
+    std::vector<const void*> identity;
+    for (const Backend& master : masters_) identity.push_back(&master.options());
+    return identity;
+  }
+
+  /// The Watchdog's renewal of the leases of several Redlocks with these
+  /// masters (lease i held through cores[i]): one renew_batch call for all
+  /// of them on every master at once, which only ever lengthens a lease (so
+  /// a renewal that lands late cannot cut back an extend), giving up at
+  /// `deadline` or the node timeout. Each lease is judged as an extend:
+  /// renewed when a quorum renewed it with validity left, gone when a
+  /// quorum answered otherwise, unknown (and no_quorum remembered) when
+  /// fewer than a quorum answered at all.
+  void renew_together(const std::vector<RedlockCore*>& cores,
+                      const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
+                      clock::time_point deadline) {
     Fan fan(pointers_);
     const clock::time_point start = clock::now();
     const clock::time_point until = std::min(deadline, start + node_timeout_);
     fan.borrow_by(until);
-    const Decimal lease_text(lease.count());
-    const std::string_view keys[] = {key_};
-    const std::string_view args[] = {token, lease_text};
-    fan.send_script(scripts::renew_batch, Args(keys, 1), Args(args, 2),
+    std::vector<std::string_view> keys;
+    std::vector<std::string_view> args;
+    for (std::size_t i = 0; i < leases.size(); ++i) {
+      keys.push_back(cores[i]->key_);
+      args.push_back(leases[i]->token);
+      args.push_back(leases[i]->ttl_text);
+    }
+    fan.send_script(scripts::renew_batch, Args(keys), Args(args),
                     [](const auto&) { return FanSend::and_wait; });
     fan.collect(until);
-    // The script answers the positions of the leases it found gone.
-    RedlockAttempt result =
-        record(fan, RedlockStep::extend, start, lease,
-               [](const Reply& reply) -> std::optional<NodeStatus> {
-                 if (!reply.is_array()) return std::nullopt;
-                 return reply.size() == 0 ? NodeStatus::ok : NodeStatus::other_owner;
-               });
-    result.succeeded = result.ok() >= quorum_ && result.validity > clock::duration::zero();
-    if (!result.succeeded && result.answered() < quorum_) throw no_quorum(std::move(result));
-    return result;
+    for (std::size_t i = 0; i < leases.size(); ++i) {
+      // The script answers the 1-based positions of the leases it found gone.
+      const auto position = static_cast<long long>(i + 1);
+      RedlockAttempt result = record(fan, RedlockStep::extend, start, leases[i]->ttl,
+                                     [position](const Reply& reply) -> std::optional<NodeStatus> {
+                                       if (!reply.is_array()) return std::nullopt;
+                                       for (std::size_t g = 0; g < reply.size(); ++g) {
+                                         if (reply[g].integer() == position)
+                                           return NodeStatus::other_owner;
+                                       }
+                                       return NodeStatus::ok;
+                                     });
+      result.succeeded = result.ok() >= quorum_ && result.validity > clock::duration::zero();
+      if (!result.succeeded && result.answered() < quorum_) {
+        static_cast<void>(cores[i]->no_quorum(std::move(result)));  // remembered; unknown
+        continue;
+      }
+      outcomes[i] = result.succeeded ? Renewed::yes : Renewed::gone;
+      cores[i]->remember(std::move(result));
+    }
   }
 
   // Takes back what a failed attempt or a lost extend may have left: the

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,28 +29,59 @@
 
 namespace distlock::detail {
 
-/// Renews one Redlock's lease with an extend on every master; a quorum
-/// keeps it. Too few answers: unknown (tried again until the validity runs
-/// out); a majority that no longer holds our token: gone.
+/// Renews Redlock leases as extends: those of Redlocks with the same
+/// masters go together, one renew_batch call per Watchdog::batch_size leases
+/// on every master at once. A quorum keeps a lease. Too few answers:
+/// unknown (tried again until the validity runs out); a majority that no
+/// longer holds our token: gone.
 template <class Backend>
 class RedlockRenewer final : public Renewer {
  public:
   explicit RedlockRenewer(std::shared_ptr<RedlockCore<Backend>> core) : core_(std::move(core)) {}
-  BatchKey batch_key() const noexcept override { return {&kind_tag, this}; }
+  // The batch key names the first master only; renew() sorts the leases by
+  // their whole set of masters.
+  BatchKey batch_key() const noexcept override {
+    return {&kind_tag, &core_->masters().front()->options()};
+  }
   void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
              SteadyClock::time_point deadline) noexcept override {
-    for (std::size_t i = 0; i < leases.size(); ++i) {
-      try {
-        RedlockAttempt result = core_->renew(leases[i]->token, leases[i]->ttl, deadline);
-        outcomes[i] = result.succeeded ? Renewed::yes : Renewed::gone;
-        core_->remember(std::move(result));
-      } catch (...) {
-        // No quorum answered (remembered by no_quorum()): unknown.
+    try {
+      std::map<std::vector<const void*>, std::vector<std::size_t>> by_masters;
+      for (std::size_t i = 0; i < leases.size(); ++i) {
+        by_masters[core_of(*leases[i]).master_identity()].push_back(i);
       }
+      std::vector<RedlockCore<Backend>*> cores;
+      std::vector<LeaseState*> batch;
+      std::vector<Renewed> found;
+      for (const auto& [masters, positions] : by_masters) {
+        for (std::size_t first = 0; first < positions.size(); first += Watchdog::batch_size) {
+          const std::size_t end = std::min(first + Watchdog::batch_size, positions.size());
+          cores.clear();
+          batch.clear();
+          for (std::size_t n = first; n < end; ++n) {
+            batch.push_back(leases[positions[n]]);
+            cores.push_back(&core_of(*batch.back()));
+          }
+          found.assign(batch.size(), Renewed::unknown);
+          try {
+            cores.front()->renew_together(cores, batch, found, deadline);
+          } catch (...) {
+            // This batch stays unknown; the others go on.
+          }
+          for (std::size_t n = first; n < end; ++n) outcomes[positions[n]] = found[n - first];
+        }
+      }
+    } catch (...) {
+      // Whatever was not settled stays unknown.
     }
   }
 
  private:
+  // Leases with equal batch keys have renewers of this very type.
+  static RedlockCore<Backend>& core_of(const LeaseState& lease) noexcept {
+    return *static_cast<const RedlockRenewer&>(*lease.renewer).core_;
+  }
+
   static constexpr char kind_tag = 0;
   std::shared_ptr<RedlockCore<Backend>> core_;
 };
