@@ -83,6 +83,7 @@ struct WorkloadOptions {
   int read_percent = 0;                    // read-write locks: share of reads
   bool fenced = false;                     // writes go to the fenced store
   std::uint64_t seed = 1;
+  std::size_t capacity = 1 << 16;  // sections recorded at most
   // Process 0, thread 0 stops itself (SIGSTOP) in its section number
   // `pause_in_section` (from 1; 0: never), after reading the counter.
   int pause_in_section = 0;
@@ -91,7 +92,6 @@ struct WorkloadOptions {
 /// The memory the test and its contenders share, mapped before fork.
 struct Shared {
   static constexpr int max_names = 8;
-  static constexpr std::size_t capacity = 1 << 18;
 
   std::atomic<int> go{0};
   std::atomic<int> stop{0};
@@ -100,6 +100,11 @@ struct Shared {
   std::atomic<std::int64_t> pair_b[max_names]{};
   std::atomic<std::int64_t> deadline_calls{0};
   std::atomic<std::int64_t> worst_overshoot_ns{0};
+  // Where the worst overshoot was (for a failure message): the call's
+  // number in its thread, and when it began, in ns since go.
+  std::atomic<std::int64_t> worst_call{0};
+  std::atomic<std::int64_t> worst_call_began_ns{0};
+  std::atomic<std::int64_t> go_ns{0};
   std::atomic<std::int64_t> errors{0};
   std::atomic<int> first_error_taken{0};
   char first_error[256]{};
@@ -111,7 +116,11 @@ struct Shared {
   std::atomic<int> paused_lost_seen{0};
   std::atomic<std::uint64_t> next{0};
   std::atomic<std::uint64_t> dropped{0};
-  Section sections[capacity];
+  // The records, in the same mapping after this header: `capacity` of
+  // them, constructed one by one as they are written (the pages of a
+  // long soak's room are touched only when used).
+  std::size_t capacity = 0;
+  Section* sections = nullptr;
 
   void error(const std::string& what) {
     errors.fetch_add(1);
@@ -122,7 +131,7 @@ struct Shared {
   void record(const Section& section) {
     const std::uint64_t at = next.fetch_add(1);
     if (at < capacity) {
-      sections[at] = section;
+      new (&sections[at]) Section(section);
     } else {
       dropped.fetch_add(1);
     }
@@ -133,18 +142,24 @@ struct Shared {
   }
 };
 
-/// Shared memory for one workload, unmapped on destruction.
+/// Shared memory for one workload with room for `capacity` sections,
+/// unmapped on destruction.
 class SharedMapping {
  public:
-  SharedMapping() {
+  explicit SharedMapping(std::size_t capacity) {
+    const std::size_t header =
+        (sizeof(Shared) + alignof(Section) - 1) / alignof(Section) * alignof(Section);
+    size_ = header + capacity * sizeof(Section);
     void* memory =
-        ::mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (memory == MAP_FAILED) throw std::runtime_error("mmap of the workload's memory failed");
     shared_ = new (memory) Shared();
+    shared_->capacity = capacity;
+    shared_->sections = reinterpret_cast<Section*>(static_cast<char*>(memory) + header);
   }
   ~SharedMapping() {
     shared_->~Shared();
-    ::munmap(shared_, sizeof(Shared));
+    ::munmap(shared_, size_);
   }
   SharedMapping(const SharedMapping&) = delete;
   SharedMapping& operator=(const SharedMapping&) = delete;
@@ -153,6 +168,7 @@ class SharedMapping {
 
  private:
   Shared* shared_;
+  std::size_t size_ = 0;
 };
 
 /// The names the workload locks: "fault:<i>".
@@ -183,6 +199,7 @@ void contend(Shared& shared, const WorkloadOptions& options, int process,
     for (int n = 0; n < options.names; ++n)
       locks.push_back(Kind::make(clients, lock_name(n), options.lock));
     int count = 0;
+    std::int64_t calls = 0;
     while (shared.stop.load() == 0) {
       const int n = static_cast<int>(random() % static_cast<std::uint64_t>(options.names));
       const bool write = !Kind::shared || static_cast<int>(random() % 100) >= options.read_percent;
@@ -203,7 +220,12 @@ void contend(Shared& shared, const WorkloadOptions& options, int process,
       if (!frozen) {
         shared.deadline_calls.fetch_add(1);
         std::int64_t worst = shared.worst_overshoot_ns.load();
+        ++calls;
         while (over > worst && !shared.worst_overshoot_ns.compare_exchange_weak(worst, over)) {
+        }
+        if (over > worst) {
+          shared.worst_call.store(calls);
+          shared.worst_call_began_ns.store(called - shared.go_ns.load());
         }
       }
       if (!acquired) continue;
@@ -355,6 +377,7 @@ struct RunSize {
   std::chrono::milliseconds duration;
   std::uint64_t seed;
   bool soak;
+  std::size_t capacity;  // sections the run has room to record
 };
 
 inline bool sanitized_build() {
@@ -377,9 +400,10 @@ inline RunSize run_size(std::chrono::milliseconds ci_duration, std::uint64_t ci_
     if (const char* fixed = std::getenv("DISTLOCK_SOAK_SEED"); fixed != nullptr && *fixed != '\0') {
       seed = std::strtoull(fixed, nullptr, 10);
     }
-    return {std::chrono::seconds(std::max(1L, std::strtol(soak, nullptr, 10))), seed, true};
+    return {std::chrono::seconds(std::max(1L, std::strtol(soak, nullptr, 10))), seed, true,
+            std::size_t{1} << 22};
   }
-  return {sanitized_build() ? ci_duration / 2 : ci_duration, ci_seed, false};
+  return {sanitized_build() ? ci_duration / 2 : ci_duration, ci_seed, false, std::size_t{1} << 16};
 }
 
 }  // namespace distlock::testing
