@@ -11,10 +11,12 @@
 
 #include <cerrno>
 #include <chrono>
+#include <future>
 #include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "support/faults.hpp"
 #include "support/fixture.hpp"
@@ -24,6 +26,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::FaultProxy;
+using testing::RedisServer;
 using Clock = std::chrono::steady_clock;
 using Direction = FaultProxy::Direction;
 
@@ -234,6 +237,27 @@ TEST_F(FaultProxyTest, AServerGoneAwayResetsNewConnections) {
   RawClient client(proxy().port());
   client.send(resp({"PING"}));
   EXPECT_EQ(client.read(1, 5s), std::nullopt);
+}
+
+// A stopped server with a full accept backlog leaves a connect to it
+// hanging; the proxy must go on applying faults (and serving other links).
+TEST_F(FaultProxyTest, AConnectToAStoppedServerWithAFullBacklogNeverBlocksTheProxy) {
+  testing::RedisServerOptions options;
+  options.config_lines = {"tcp-backlog 1"};
+  RedisServer stopped(options);
+  FaultProxy proxy(stopped.host(), stopped.port());
+  stopped.pause();
+  std::vector<std::unique_ptr<RawClient>> clients;
+  for (int i = 0; i < 8; ++i) clients.push_back(std::make_unique<RawClient>(proxy.port()));
+  EXPECT_TRUE(testing::eventually([&] { return proxy.accepted() == clients.size(); }));
+  auto change = std::async(std::launch::async, [&] {
+    proxy.set_latency(Direction::both, std::chrono::milliseconds(1));
+  });
+  EXPECT_EQ(change.wait_for(5s), std::future_status::ready) << "the proxy thread is blocked";
+  stopped.resume();  // lets a blocked connect end, so the test ends either way
+  change.get();
+  clients.front()->send(resp({"PING"}));
+  EXPECT_EQ(clients.front()->read(7, 5s), "+PONG\r\n");
 }
 
 }  // namespace

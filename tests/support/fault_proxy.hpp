@@ -177,6 +177,7 @@ class FaultProxy {
     std::deque<Chunk> queue[2];
     bool read_closed[2] = {false, false};  // EOF seen on the reading side
     bool broken = false;                   // bytes were dropped
+    bool connecting = false;               // the server side's connect is in progress
     bool dead = false;
   };
 
@@ -234,23 +235,36 @@ class FaultProxy {
     port_ = ntohs(address.sin_port);
   }
 
-  int connect_upstream() const {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
+  // Starts a non-blocking connect to the target; the link is `connecting`
+  // until the socket is writable. Never blocks: a stopped server whose
+  // accept backlog is full leaves a connect hanging for minutes, and the
+  // proxy thread must go on serving every other link meanwhile.
+  bool connect_upstream(Link& link) const {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    link.fd[1] = fd;
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_port = htons(static_cast<std::uint16_t>(target_port_));
     ::inet_pton(AF_INET, target_host_.c_str(), &address.sin_addr);
-    // A loopback connect completes (or is refused) at once, even to a
-    // stopped server: the kernel finishes the handshake into its backlog.
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-      ::close(fd);
-      return -1;
-    }
-    set_non_blocking(fd);
-    const int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    return fd;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) return true;
+    if (errno != EINPROGRESS) return false;
+    link.connecting = true;
+    return true;
+  }
+
+  // Whether a connect in progress has ended, and how: false once it failed.
+  static bool finish_connect(Link& link) {
+    pollfd fd{link.fd[1], POLLOUT, 0};
+    if (::poll(&fd, 1, 0) <= 0) return true;  // still in progress
+    int error = 0;
+    socklen_t length = sizeof(error);
+    ::getsockopt(link.fd[1], SOL_SOCKET, SO_ERROR, &error, &length);
+    if (error != 0) return false;
+    link.connecting = false;
+    return true;
   }
 
   // Closes both sides; with `reset`, as an RST (SO_LINGER 0), so the peer
@@ -280,8 +294,7 @@ class FaultProxy {
       link->fd[0] = client;
       ++accepted_;
       ++open_;
-      link->fd[1] = connect_upstream();
-      if (link->fd[1] < 0) {
+      if (!connect_upstream(*link)) {
         close_link(*link, true);  // the server is gone: the client sees a reset
         continue;
       }
@@ -367,6 +380,13 @@ class FaultProxy {
       const Clock::time_point now = Clock::now();
       if (listen_fd_ >= 0) accept_all(faults);
       for (auto& link : links_) {
+        if (link->connecting && !finish_connect(*link)) close_link(*link, true);
+        if (link->dead) continue;
+        if (link->connecting) {
+          // Nothing to or from the server yet; a client that gave up ends it.
+          if (!read_side(*link, 0, faults, now) || link->read_closed[0]) close_link(*link, true);
+          continue;
+        }
         for (int d = 0; d < 2 && !link->dead; ++d) {
           if (!link->read_closed[d] && !read_side(*link, d, faults, now)) close_link(*link, true);
         }
@@ -390,6 +410,11 @@ class FaultProxy {
       if (listen_fd_ >= 0) fds.push_back(pollfd{listen_fd_, POLLIN, 0});
       Clock::time_point next_due = Clock::time_point::max();
       for (auto& link : links_) {
+        if (link->connecting) {
+          fds.push_back(pollfd{link->fd[0], POLLIN, 0});
+          fds.push_back(pollfd{link->fd[1], POLLOUT, 0});
+          continue;
+        }
         for (int d = 0; d < 2; ++d) {
           if (!link->read_closed[d]) fds.push_back(pollfd{link->fd[d], POLLIN, 0});
           if (faults.stalled[d] || link->queue[d].empty()) continue;
