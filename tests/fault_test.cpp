@@ -1,0 +1,606 @@
+// The locks under faults: forked contenders (support/workload.hpp) run
+// critical sections while the test faults the network (support/
+// fault_proxy.hpp), the servers or a contender, and the oracle (support/
+// oracle.hpp) judges the records. Per lock type where it applies (Mutex,
+// SimpleMutex, ReentrantMutex, SharedMutex, Redlock over three masters):
+//   - faults that keep the lock's state (latency and stalls shorter than the
+//     lease, a server stopped shorter than the lease, the subscriber's or the
+//     pool's (watchdog's) connections killed, CLIENT PAUSE, SCRIPT FLUSH):
+//     no overlaps, no lost updates;
+//   - a holder stopped past its lease: without fencing the oracle sees the
+//     overlap and the lost update (the control); with fencing the store
+//     accepts no stale write, and the resumed holder sees lost() first;
+//   - Redlock with a minority of masters stopped, killed, cut off or slow:
+//     no overlaps; with a majority gone: no section, and no key left;
+//   - a server restarted without persistence: no crash, no hang;
+// and under every fault: every try_lock_for returns by its deadline + 50 ms,
+// every contender exits, and no lock key outlives its lease.
+//
+// Sizes: a fixed seed and about a second per run in CI (half that under the
+// sanitizers); DISTLOCK_SOAK_SECONDS=N runs each for N seconds with a random
+// seed (DISTLOCK_SOAK_SEED=S replays one). Every run prints one line,
+//   distlock-fault kind=... fault=... seed=... sections=... overlaps=...
+// for a soak's summary.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "distlock/mutex.hpp"
+#include "distlock/redlock.hpp"
+#include "distlock/reentrant_mutex.hpp"
+#include "distlock/shared_mutex.hpp"
+#include "distlock/simple_mutex.hpp"
+#include "support/fault_proxy.hpp"
+#include "support/faults.hpp"
+#include "support/fixture.hpp"
+#include "support/oracle.hpp"
+#include "support/workload.hpp"
+
+namespace distlock {
+namespace {
+
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+using testing::FaultProxy;
+using testing::RedisServer;
+using testing::Shared;
+using testing::WorkloadOptions;
+
+// The slack a call with a deadline may take past it.
+constexpr milliseconds deadline_slack{50};
+
+// ---- the lock types, as a contender uses them ----------------------------
+
+template <class L>
+struct ExclusiveKind {
+  using Lock = L;
+  static constexpr bool shared = false;
+  static constexpr bool fences = true;
+  static constexpr std::size_t masters = 1;
+  static std::unique_ptr<Lock> make(std::vector<Client>& clients, const std::string& name,
+                                    const LockOptions& options) {
+    return std::make_unique<Lock>(clients[0], name, options);
+  }
+  static bool acquire(Lock& lock, bool, milliseconds timeout) { return lock.try_lock_for(timeout); }
+  static void release(Lock& lock, bool) { lock.unlock(); }
+  static long long fence(Lock& lock) { return lock.fence(); }
+  static bool lost(Lock& lock) { return lock.lost(); }
+};
+
+struct MutexKind : ExclusiveKind<Mutex> {
+  static constexpr const char* name = "Mutex";
+};
+struct SimpleMutexKind : ExclusiveKind<SimpleMutex> {
+  static constexpr const char* name = "SimpleMutex";
+};
+struct ReentrantKind : ExclusiveKind<ReentrantMutex> {
+  static constexpr const char* name = "ReentrantMutex";
+};
+struct SharedKind : ExclusiveKind<SharedMutex> {
+  static constexpr const char* name = "SharedMutex";
+  static constexpr bool shared = true;
+  static constexpr bool fences = false;
+  static bool acquire(SharedMutex& lock, bool write, milliseconds timeout) {
+    return write ? lock.try_lock_for(timeout) : lock.try_lock_shared_for(timeout);
+  }
+  static void release(SharedMutex& lock, bool write) {
+    if (write) {
+      lock.unlock();
+    } else {
+      lock.unlock_shared();
+    }
+  }
+  static long long fence(SharedMutex&) { return 0; }
+};
+struct RedlockKind : ExclusiveKind<Redlock> {
+  static constexpr const char* name = "Redlock";
+  static constexpr bool fences = false;
+  static constexpr std::size_t masters = 3;
+  static std::unique_ptr<Redlock> make(std::vector<Client>& clients, const std::string& name,
+                                       const LockOptions& options) {
+    std::vector<Client*> pointers;
+    for (Client& client : clients) pointers.push_back(&client);
+    return std::make_unique<Redlock>(pointers, name, RedlockOptions(options));
+  }
+  static long long fence(Redlock&) { return 0; }
+};
+
+// ---- the rig: masters, a proxy before each, a fenced store --------------
+
+struct Rig {
+  std::vector<std::unique_ptr<RedisServer>> masters;
+  std::vector<std::unique_ptr<FaultProxy>> proxies;  // started after the fork
+  std::unique_ptr<RedisServer> store;
+
+  void heal() {
+    for (auto& proxy : proxies) proxy->heal();
+    for (auto& master : masters) {
+      if (master->running()) master->resume();
+    }
+  }
+  // Sends a command to every running master, directly (not through its proxy).
+  void to_masters(const std::vector<std::string>& argv, std::size_t count = 0) {
+    if (count == 0) count = masters.size();
+    for (std::size_t i = 0; i < count; ++i) {
+      try {
+        if (masters[i]->running()) masters[i]->command(argv);
+      } catch (const std::exception&) {
+        // A master that went away mid-command: the fault itself.
+      }
+    }
+  }
+};
+
+// What the test does while the contenders run: given the rig, the shared
+// memory, the contenders' pids and the run's end, it applies its faults.
+using During = std::function<void(Rig&, Shared&, const std::vector<pid_t>&,
+                                  std::chrono::steady_clock::time_point end)>;
+
+// Applies a fault for `length` every `length + gap`, until `end`; heals at
+// the end. A schedule, not a synchronisation: the sleeps pace the faults.
+During every(milliseconds length, milliseconds gap, std::function<void(Rig&)> apply,
+             std::function<void(Rig&)> undo) {
+  return
+      [=](Rig& rig, Shared&, const std::vector<pid_t>&, std::chrono::steady_clock::time_point end) {
+        while (std::chrono::steady_clock::now() + length < end) {
+          apply(rig);
+          std::this_thread::sleep_for(length);
+          undo(rig);
+          std::this_thread::sleep_for(gap);
+        }
+      };
+}
+
+During nothing() {
+  return [](Rig&, Shared&, const std::vector<pid_t>&, std::chrono::steady_clock::time_point end) {
+    std::this_thread::sleep_until(end);
+  };
+}
+
+struct Outcome {
+  testing::Verdict verdict;
+  testing::Children children;
+  std::int64_t deadline_calls = 0;
+  double worst_overshoot_ms = 0;
+  std::int64_t errors = 0;
+  std::string first_error;
+  std::int64_t dropped = 0;          // sections with no room left to record
+  std::int64_t worst_call = 0;       // the worst overshoot's call number in its thread
+  double worst_call_began_ms = 0;    // and when it began, after go
+  std::size_t keys_at_end = 0;       // lock keys left when the contenders ended
+  bool keys_without_expiry = false;  // one of them had no expiry
+  bool keys_gone = true;             // none left after their leases
+  std::size_t live_keys = 0;         // lock keys on the masters left running (before_heal)
+  int paused_lost_seen = 0;
+  std::vector<testing::Section> sections;
+};
+
+std::string describe(const Outcome& o) {
+  return "sections=" + std::to_string(o.verdict.sections) +
+         " overlaps=" + std::to_string(o.verdict.overlaps) + " (first: " + o.verdict.first_overlap +
+         ") lost_updates=" + std::to_string(o.verdict.lost_updates) +
+         " errors=" + std::to_string(o.errors) + " (first: " + o.first_error +
+         ") worst_overshoot_ms=" + std::to_string(o.worst_overshoot_ms) + " (call " +
+         std::to_string(o.worst_call) + " of its thread, begun " +
+         std::to_string(o.worst_call_began_ms) + " ms after go)" +
+         " crashed=" + std::to_string(o.children.crashed) +
+         " hung=" + std::to_string(o.children.hung);
+}
+
+// The lock keys on one server: every key but the fence counters.
+std::vector<std::string> lock_keys(RedisServer& server) {
+  std::vector<std::string> keys;
+  if (!server.running()) return keys;
+  const std::string all = server.command({"KEYS", "fault:*"});
+  std::size_t at = 0;
+  while (at < all.size()) {
+    std::size_t end = all.find('\n', at);
+    if (end == std::string::npos) end = all.size();
+    const std::string key = all.substr(at, end - at);
+    if (!key.empty() && key.find("fence") == std::string::npos) keys.push_back(key);
+    at = end + 1;
+  }
+  return keys;
+}
+
+template <class Kind>
+class FaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DISTLOCK_REQUIRE_REDIS_SERVER();
+    for (std::size_t i = 0; i < Kind::masters; ++i) {
+      rig_.masters.push_back(std::make_unique<RedisServer>());
+      rig_.proxies.push_back(std::make_unique<FaultProxy>(rig_.masters.back()->host(),
+                                                          rig_.masters.back()->port(), false));
+    }
+    rig_.store = std::make_unique<RedisServer>();
+  }
+
+ public:
+  // The lease every run uses unless it says otherwise: renewed by the
+  // watchdog, so long sections span renewals.
+  static LockOptions lease() { return LockOptions{}.ttl(400ms).auto_renew(true); }
+
+  // The CI size: three processes of two threads on two names, about a
+  // second.
+  static WorkloadOptions workload(milliseconds ci_duration = 1000ms, std::uint64_t seed = 1) {
+    const testing::RunSize size = testing::run_size(ci_duration, seed);
+    WorkloadOptions options;
+    options.duration = size.duration;
+    options.seed = size.seed;
+    options.capacity = size.capacity;
+    // Fewer contenders under the sanitizers: their threads cost several
+    // times more, and the deadline bound must measure the lock, not a
+    // starved scheduler.
+    if (testing::sanitized_build()) options.processes = 2;
+    // Every eighth section holds longer than the lease: only the watchdog's
+    // renewals keep it, and a renewal lost to a fault shows as an overlap.
+    options.long_hold_every = 8;
+    options.long_hold = 600ms;
+    options.read_percent = Kind::shared ? 50 : 0;
+    return options;
+  }
+
+  // Runs the workload under `during`. `before_heal` looks at the rig after
+  // the contenders ended and before the faults are undone.
+  Outcome run(const std::string& fault, WorkloadOptions options, LockOptions lock, During during,
+              std::function<void(Rig&, Outcome&)> before_heal = {}) {
+    testing::SharedMapping shared(options.capacity);
+    std::vector<ClientOptions> where;
+    for (auto& proxy : rig_.proxies) {
+      ClientOptions o;
+      o.host = proxy->host();
+      o.port = proxy->port();
+      o.connect_timeout = 1000ms;
+      o.command_timeout = 1000ms;
+      where.push_back(o);
+    }
+    std::optional<ClientOptions> store;
+    if (options.fenced) store = testing::client_options(*rig_.store);
+    auto connect = [where] {
+      std::vector<Client> clients;
+      for (const ClientOptions& o : where) clients.emplace_back(o);
+      return clients;
+    };
+    options.lock = lock;
+    const std::vector<pid_t> pids =
+        testing::fork_contenders<Kind>(*shared, options, connect, store);
+    for (auto& proxy : rig_.proxies) proxy->start();
+    const auto end = std::chrono::steady_clock::now() + options.duration;
+    shared->go_ns.store(testing::monotonic_ns());
+    shared->go.store(1);
+    during(rig_, *shared, pids, end);
+    shared->stop.store(1);
+    Outcome outcome;
+    outcome.children = testing::reap(pids, options.duration + 20s);
+    if (before_heal) before_heal(rig_, outcome);
+    rig_.heal();
+
+    std::vector<std::int64_t> counters;
+    std::vector<std::int64_t> fenced;
+    for (int n = 0; n < options.names; ++n) {
+      counters.push_back(shared->counter[n].load());
+      if (options.fenced) {
+        const std::string value = rig_.store->command({"GET", "value:" + std::to_string(n)});
+        fenced.push_back(value == "(nil)" ? 0 : std::stoll(value));
+      }
+    }
+    outcome.sections = shared->recorded();
+    outcome.verdict = testing::judge(outcome.sections, counters, fenced);
+    outcome.deadline_calls = shared->deadline_calls.load();
+    outcome.worst_overshoot_ms = static_cast<double>(shared->worst_overshoot_ns.load()) / 1e6;
+    outcome.errors = shared->errors.load();
+    outcome.dropped = static_cast<std::int64_t>(shared->dropped.load());
+    outcome.worst_call = shared->worst_call.load();
+    outcome.worst_call_began_ms = static_cast<double>(shared->worst_call_began_ns.load()) / 1e6;
+    outcome.first_error = shared->first_error;
+    outcome.paused_lost_seen = shared->paused_lost_seen.load();
+
+    // Every lock key left must be a lease running out; none may outlive it.
+    for (auto& master : rig_.masters) {
+      for (const std::string& key : lock_keys(*master)) {
+        ++outcome.keys_at_end;
+        const std::string pttl = master->command({"PTTL", key});
+        if (std::stoll(pttl) < 0) outcome.keys_without_expiry = true;
+      }
+    }
+    if (outcome.keys_at_end > 0) {
+      outcome.keys_gone = testing::eventually(
+          [&] {
+            for (auto& master : rig_.masters) {
+              if (!lock_keys(*master).empty()) return false;
+            }
+            return true;
+          },
+          lock.ttl() + 2s);
+    }
+    std::printf(
+        "distlock-fault kind=%s fault=%s seed=%llu seconds=%.1f processes=%d threads=%d "
+        "names=%d sections=%lld overlaps=%lld lost_updates=%lld torn_reads=%lld "
+        "fenced_accepted=%lld fenced_refused=%lld stale_accepted=%lld errors=%lld "
+        "deadline_calls=%lld worst_overshoot_ms=%.1f keys_at_end=%zu dropped=%lld crashed=%d "
+        "hung=%d\n",
+        Kind::name, fault.c_str(), static_cast<unsigned long long>(options.seed),
+        static_cast<double>(options.duration.count()) / 1000.0, options.processes, options.threads,
+        options.names, static_cast<long long>(outcome.verdict.sections),
+        static_cast<long long>(outcome.verdict.overlaps),
+        static_cast<long long>(outcome.verdict.lost_updates),
+        static_cast<long long>(outcome.verdict.torn_reads),
+        static_cast<long long>(outcome.verdict.fenced_accepted),
+        static_cast<long long>(outcome.verdict.fenced_refused),
+        static_cast<long long>(outcome.verdict.stale_accepted),
+        static_cast<long long>(outcome.errors), static_cast<long long>(outcome.deadline_calls),
+        outcome.worst_overshoot_ms, outcome.keys_at_end, static_cast<long long>(outcome.dropped),
+        outcome.children.crashed, outcome.children.hung);
+    std::fflush(stdout);
+    return outcome;
+  }
+
+  // What holds under every fault: every contender ended by itself, every
+  // deadline call returned in time, no key outlived its lease.
+  static void expect_survived(const Outcome& o) {
+    EXPECT_EQ(o.children.crashed, 0) << describe(o);
+    EXPECT_EQ(o.children.hung, 0) << describe(o);
+    EXPECT_EQ(o.dropped, 0) << "the record ran out of room: the oracle saw only part of the run";
+    EXPECT_GT(o.deadline_calls, 0) << describe(o);
+    EXPECT_LE(o.worst_overshoot_ms, static_cast<double>(deadline_slack.count())) << describe(o);
+    EXPECT_FALSE(o.keys_without_expiry) << describe(o);
+    EXPECT_TRUE(o.keys_gone) << describe(o);
+  }
+
+  // What holds under a fault that keeps the lock's state, besides.
+  static void expect_safe(const Outcome& o) {
+    expect_survived(o);
+    EXPECT_GT(o.verdict.sections, 0) << describe(o);
+    EXPECT_EQ(o.verdict.overlaps, 0) << describe(o);
+    EXPECT_EQ(o.verdict.lost_updates, 0) << describe(o);
+    EXPECT_EQ(o.verdict.torn_reads, 0) << describe(o);
+  }
+
+  void state_keeping(const std::string& fault, During during) {
+    expect_safe(run(fault, workload(), lease(), std::move(during)));
+  }
+
+  Rig rig_;
+};
+
+struct KindName {
+  template <class Kind>
+  static std::string GetName(int) {
+    return Kind::name;
+  }
+};
+
+using Kinds = ::testing::Types<MutexKind, SimpleMutexKind, ReentrantKind, SharedKind, RedlockKind>;
+TYPED_TEST_SUITE(FaultTest, Kinds, KindName);
+
+// ---- faults that keep the lock's state -----------------------------------
+
+TYPED_TEST(FaultTest, NoFaultNoOverlapsNoLostUpdates) {
+  const Outcome o = this->run("none", this->workload(), this->lease(), nothing());
+  this->expect_safe(o);
+  EXPECT_EQ(o.errors, 0) << describe(o);
+}
+
+TYPED_TEST(FaultTest, LatencySpikesShorterThanTheLeaseKeepItSafe) {
+  this->state_keeping("latency", every(
+                                     250ms, 100ms,
+                                     [](Rig& rig) {
+                                       for (auto& p : rig.proxies) {
+                                         p->set_latency(FaultProxy::Direction::both, 40ms);
+                                       }
+                                     },
+                                     [](Rig& rig) {
+                                       for (auto& p : rig.proxies) p->heal();
+                                     }));
+}
+
+TYPED_TEST(FaultTest, StallsShorterThanTheLeaseKeepItSafe) {
+  this->state_keeping("stall", every(
+                                   120ms, 150ms,
+                                   [](Rig& rig) {
+                                     for (auto& p : rig.proxies) {
+                                       p->stall(FaultProxy::Direction::both);
+                                     }
+                                   },
+                                   [](Rig& rig) {
+                                     for (auto& p : rig.proxies) {
+                                       p->release(FaultProxy::Direction::both);
+                                     }
+                                   }));
+}
+
+TYPED_TEST(FaultTest, ServerStoppedShorterThanTheLeaseKeepsItSafe) {
+  this->state_keeping("server-stop", every(
+                                         120ms, 150ms,
+                                         [](Rig& rig) {
+                                           for (auto& m : rig.masters) m->pause();
+                                         },
+                                         [](Rig& rig) {
+                                           for (auto& m : rig.masters) m->resume();
+                                         }));
+}
+
+TYPED_TEST(FaultTest, SubscriberConnectionKilledKeepsItSafe) {
+  this->state_keeping("kill-subscriber", every(
+                                             1ms, 100ms,
+                                             [](Rig& rig) {
+                                               rig.to_masters({"CLIENT", "KILL", "TYPE", "pubsub"});
+                                             },
+                                             [](Rig&) {}));
+}
+
+TYPED_TEST(FaultTest, PoolAndWatchdogConnectionsKilledKeepItSafe) {
+  this->state_keeping("kill-normal", every(
+                                         1ms, 100ms,
+                                         [](Rig& rig) {
+                                           rig.to_masters({"CLIENT", "KILL", "TYPE", "normal"});
+                                         },
+                                         [](Rig&) {}));
+}
+
+TYPED_TEST(FaultTest, ClientPauseShorterThanTheLeaseKeepsItSafe) {
+  this->state_keeping("client-pause", every(
+                                          150ms, 150ms,
+                                          [](Rig& rig) {
+                                            rig.to_masters({"CLIENT", "PAUSE", "120"});
+                                          },
+                                          [](Rig&) {}));
+}
+
+TYPED_TEST(FaultTest, ScriptFlushKeepsItSafe) {
+  this->state_keeping("script-flush", every(
+                                          1ms, 100ms,
+                                          [](Rig& rig) {
+                                            rig.to_masters({"SCRIPT", "FLUSH"});
+                                          },
+                                          [](Rig&) {}));
+}
+
+// ---- a holder stopped past its lease -------------------------------------
+
+// Stops contender 0 in its second section (after it read the counter), waits
+// until others have written since, then resumes it.
+During stop_a_holder(std::int64_t writes_before_resume) {
+  return [=](Rig&, Shared& shared, const std::vector<pid_t>& pids,
+             std::chrono::steady_clock::time_point end) {
+    const bool stopped = testing::eventually(
+        [&] {
+          int status = 0;
+          return ::waitpid(pids[0], &status, WNOHANG | WUNTRACED) == pids[0] && WIFSTOPPED(status);
+        },
+        10s);
+    EXPECT_TRUE(stopped) << "contender 0 never stopped itself";
+    EXPECT_TRUE(testing::eventually(
+        [&] { return shared.written_since_pause.load() >= writes_before_resume; }, 10s))
+        << "nobody wrote while contender 0 was stopped";
+    ::kill(pids[0], SIGCONT);
+    std::this_thread::sleep_until(end);
+  };
+}
+
+template <class Kind>
+WorkloadOptions stop_a_holder_workload() {
+  WorkloadOptions options = FaultTest<Kind>::workload(800ms, 2);
+  options.names = 1;
+  options.read_percent = 0;
+  options.long_hold_every = 0;
+  options.pause_in_section = 2;
+  return options;
+}
+
+// The control: without fencing, the oracle must see the stopped holder's
+// section overlap the others' and its write lose theirs.
+TYPED_TEST(FaultTest, AHolderStoppedPastItsLeaseOverlapsWithoutFencing) {
+  const Outcome o = this->run("holder-stopped", stop_a_holder_workload<TypeParam>(),
+                              LockOptions{}.ttl(300ms).auto_renew(true), stop_a_holder(2));
+  this->expect_survived(o);
+  EXPECT_GT(o.verdict.overlaps, 0) << describe(o);
+  EXPECT_GT(o.verdict.lost_updates, 0) << describe(o);
+}
+
+template <class Kind>
+class FencedFaultTest : public FaultTest<Kind> {};
+using FencingKinds = ::testing::Types<MutexKind, SimpleMutexKind, ReentrantKind>;
+TYPED_TEST_SUITE(FencedFaultTest, FencingKinds, KindName);
+
+// With fencing the stopped holder's late write is refused, after it saw its
+// lease lost; the store accepts no stale write and loses no update.
+TYPED_TEST(FencedFaultTest, AHolderStoppedPastItsLeaseIsFencedOff) {
+  WorkloadOptions options = stop_a_holder_workload<TypeParam>();
+  options.fenced = true;
+  const Outcome o =
+      this->run("holder-stopped-fenced", options,
+                LockOptions{}.ttl(300ms).auto_renew(true).fencing(true), stop_a_holder(1));
+  this->expect_survived(o);
+  EXPECT_GT(o.verdict.overlaps, 0) << describe(o);  // it did hold past its lease
+  EXPECT_EQ(o.verdict.stale_accepted, 0) << describe(o);
+  EXPECT_EQ(o.verdict.lost_updates, 0) << describe(o);
+  EXPECT_GE(o.verdict.fenced_refused, 1) << describe(o);
+  EXPECT_EQ(o.paused_lost_seen, 1) << "the resumed holder did not see lost() before writing";
+  bool refused = false;
+  for (const testing::Section& s : o.sections) {
+    if (s.lost_seen == 1) refused = s.fenced == 2;
+  }
+  EXPECT_TRUE(refused) << "the stopped holder's late write was not refused";
+}
+
+// ---- a server restarted without persistence --------------------------------
+
+// Kill -9 and restart master 0 on its port a third of the way in: the locks'
+// state is gone (documented); nobody crashes or hangs, deadlines hold.
+TYPED_TEST(FaultTest, AServerRestartedWithoutPersistenceIsSurvived) {
+  const Outcome o = this->run(
+      "restart", this->workload(), this->lease(),
+      [](Rig& rig, Shared&, const std::vector<pid_t>&, std::chrono::steady_clock::time_point end) {
+        std::this_thread::sleep_until(end - (end - std::chrono::steady_clock::now()) * 2 / 3);
+        rig.masters[0]->restart();
+        std::this_thread::sleep_until(end);
+      });
+  this->expect_survived(o);
+  EXPECT_GT(o.verdict.sections, 0) << describe(o);
+}
+
+// ---- Redlock: a minority of masters faulted, then a majority ---------------
+
+class RedlockFaultTest : public FaultTest<RedlockKind> {
+ protected:
+  // Faults master 0 (of three) for the whole run.
+  void minority(const std::string& fault, std::function<void(Rig&)> apply) {
+    expect_safe(run(fault, workload(), lease(),
+                    [apply](Rig& rig, Shared&, const std::vector<pid_t>&,
+                            std::chrono::steady_clock::time_point end) {
+                      apply(rig);
+                      std::this_thread::sleep_until(end);
+                    }));
+  }
+};
+
+TEST_F(RedlockFaultTest, AMinorityStoppedKeepsItSafe) {
+  minority("minority-stopped", [](Rig& rig) { rig.masters[0]->pause(); });
+}
+
+TEST_F(RedlockFaultTest, AMinorityKilledKeepsItSafe) {
+  minority("minority-killed", [](Rig& rig) { rig.masters[0]->kill(); });
+}
+
+TEST_F(RedlockFaultTest, AMinorityPartitionedKeepsItSafe) {
+  minority("minority-partitioned", [](Rig& rig) { rig.proxies[0]->cut(FaultProxy::Cut::drop); });
+}
+
+TEST_F(RedlockFaultTest, AMinorityRefusingConnectionsKeepsItSafe) {
+  minority("minority-refused", [](Rig& rig) { rig.proxies[0]->cut(FaultProxy::Cut::refuse); });
+}
+
+TEST_F(RedlockFaultTest, AMinoritySlowKeepsItSafe) {
+  minority("minority-slow",
+           [](Rig& rig) { rig.proxies[0]->set_latency(FaultProxy::Direction::both, 60ms); });
+}
+
+// Two of three masters stopped: no call may succeed, each returns by its
+// deadline, and the live master is left with no key.
+TEST_F(RedlockFaultTest, AMajorityGoneFailsEveryCallByItsDeadlineAndLeavesNoKey) {
+  // Stopped before the contenders start, so that no call can find them up.
+  rig_.masters[0]->pause();
+  rig_.masters[1]->pause();
+  const Outcome o = run(
+      "majority-stopped", workload(), lease(), nothing(),
+      [](Rig& rig, Outcome& outcome) { outcome.live_keys = lock_keys(*rig.masters[2]).size(); });
+  expect_survived(o);
+  EXPECT_EQ(o.verdict.sections, 0) << describe(o);
+  EXPECT_EQ(o.live_keys, 0u) << describe(o);
+}
+
+}  // namespace
+}  // namespace distlock

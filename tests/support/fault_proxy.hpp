@@ -1,0 +1,464 @@
+// A userspace TCP fault proxy on loopback, for tests that put a network
+// fault between clients and a redis-server without root or tc.
+//
+// Defines distlock::testing::FaultProxy. It listens on a free loopback port
+// and forwards every connection it accepts to one target (host, port). One
+// thread runs every connection with poll() over non-blocking sockets, so a
+// fault never blocks the test that sets it. From the test, at any time:
+//   - set_latency(direction, d): each chunk of bytes is forwarded d after it
+//     was read;
+//   - stall(direction) / release(direction): hold every byte going that way
+//     (nothing is lost), then let them all through in order;
+//   - blackhole(direction, true/false): read and drop every byte going that
+//     way; a connection that lost bytes is reset when the blackhole is lifted
+//     (its byte stream is broken, as a real peer would find after a timeout);
+//   - reset_all(): reset (RST) every open connection;
+//   - cut(Cut::refuse) / cut(Cut::drop) and restore(): a server gone away
+//     (open connections reset, new ones refused with ECONNREFUSED) or a
+//     silent partition (nothing passes either way, new connections are
+//     accepted and hear nothing); restore() ends it, resetting connections
+//     that lost bytes.
+// Counters (connections accepted, bytes forwarded each way) let a test see
+// that traffic really went through the proxy. Depends only on POSIX, not on
+// GoogleTest or distlock.
+#pragma once
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace distlock::testing {
+
+class FaultProxy {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  enum class Direction { to_server, to_client, both };
+  enum class Cut { refuse, drop };
+
+  /// Listens on 127.0.0.1 at a free port and starts forwarding to
+  /// target_host:target_port (an IPv4 address) unless start_now is false
+  /// (then start() does: a test that forks first starts the thread after).
+  FaultProxy(std::string target_host, int target_port, bool start_now = true)
+      : target_host_(std::move(target_host)), target_port_(target_port) {
+    if (::pipe(wake_) != 0) throw std::runtime_error(errno_text("FaultProxy: pipe"));
+    set_non_blocking(wake_[0]);
+    set_non_blocking(wake_[1]);
+    listen_on(0);
+    if (start_now) start();
+  }
+
+  ~FaultProxy() {
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      stopping_ = true;
+    }
+    wake();
+    if (thread_.joinable()) thread_.join();
+    for (auto& link : links_) close_link(*link, false);
+    if (listen_fd_ >= 0) ::close(listen_fd_);
+    ::close(wake_[0]);
+    ::close(wake_[1]);
+  }
+
+  FaultProxy(const FaultProxy&) = delete;
+  FaultProxy& operator=(const FaultProxy&) = delete;
+
+  void start() {
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  }
+
+  const std::string& host() const { return host_; }
+  int port() const { return port_; }
+
+  void set_latency(Direction direction, std::chrono::milliseconds latency) {
+    change([&](Faults& faults) {
+      for (const int d : sides(direction)) faults.latency[d] = latency;
+    });
+  }
+  void stall(Direction direction) {
+    change([&](Faults& faults) {
+      for (const int d : sides(direction)) faults.stalled[d] = true;
+    });
+  }
+  void release(Direction direction) {
+    change([&](Faults& faults) {
+      for (const int d : sides(direction)) faults.stalled[d] = false;
+    });
+  }
+  void blackhole(Direction direction, bool on) {
+    change([&](Faults& faults) {
+      for (const int d : sides(direction)) faults.blackholed[d] = on;
+      if (!on) faults.reset_broken = true;
+    });
+  }
+  void reset_all() {
+    change([](Faults& faults) { faults.reset_requested = true; });
+  }
+  void cut(Cut how) {
+    change([&](Faults& faults) {
+      faults.cut = how == Cut::refuse ? CutState::refuse : CutState::drop;
+      if (how == Cut::refuse) faults.reset_requested = true;
+    });
+  }
+  void restore() {
+    change([](Faults& faults) {
+      faults.cut = CutState::none;
+      faults.reset_broken = true;
+    });
+  }
+  /// Ends every fault: no latency, nothing stalled, blackholed or cut.
+  void heal() {
+    change([](Faults& faults) {
+      const bool reset =
+          faults.cut != CutState::none || faults.blackholed[0] || faults.blackholed[1];
+      faults = Faults{};
+      faults.reset_broken = reset;
+    });
+  }
+
+  /// Waits until the proxy thread has applied every change made before the
+  /// call (a fault set by the test is in force when this returns).
+  void sync() {
+    if (!thread_.joinable()) return;  // not started: start() applies it
+    std::unique_lock<std::mutex> guard(mutex_);
+    const std::uint64_t wanted = generation_;
+    applied_cv_.wait(guard, [&] { return applied_ >= wanted || stopping_; });
+  }
+
+  std::size_t accepted() const { return accepted_.load(); }
+  std::size_t open_connections() const { return open_.load(); }
+  std::uint64_t bytes_to_server() const { return forwarded_[0].load(); }
+  std::uint64_t bytes_to_client() const { return forwarded_[1].load(); }
+
+ private:
+  enum class CutState { none, refuse, drop };
+
+  struct Faults {
+    std::chrono::milliseconds latency[2]{};
+    bool stalled[2]{};
+    bool blackholed[2]{};
+    CutState cut = CutState::none;
+    bool reset_requested = false;
+    bool reset_broken = false;
+  };
+
+  struct Chunk {
+    std::string bytes;
+    std::size_t sent = 0;
+    Clock::time_point due;
+  };
+
+  // One accepted connection: fd[0] the client side, fd[1] the server side.
+  // Direction 0 reads fd[0] and writes fd[1]; direction 1 the reverse.
+  struct Link {
+    int fd[2] = {-1, -1};
+    std::deque<Chunk> queue[2];
+    bool read_closed[2] = {false, false};  // EOF seen on the reading side
+    bool broken = false;                   // bytes were dropped
+    bool connecting = false;               // the server side's connect is in progress
+    bool dead = false;
+  };
+
+  static std::string errno_text(const std::string& what) {
+    return what + ": " + std::strerror(errno);
+  }
+
+  static void set_non_blocking(int fd) {
+    const int flags = ::fcntl(fd, F_GETFL, 0);
+    ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  }
+
+  static std::vector<int> sides(Direction direction) {
+    switch (direction) {
+      case Direction::to_server: return {0};
+      case Direction::to_client: return {1};
+      default: return {0, 1};
+    }
+  }
+
+  template <class Change>
+  void change(Change apply) {
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      apply(wanted_);
+      ++generation_;
+    }
+    wake();
+    sync();
+  }
+
+  void wake() {
+    const char byte = 1;
+    [[maybe_unused]] const ssize_t ignored = ::write(wake_[1], &byte, 1);
+  }
+
+  void listen_on(int port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw std::runtime_error(errno_text("FaultProxy: socket"));
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<std::uint16_t>(port));
+    socklen_t length = sizeof(address);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+        ::listen(fd, 128) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      const std::string message = errno_text("FaultProxy: bind/listen");
+      ::close(fd);
+      throw std::runtime_error(message);
+    }
+    listen_fd_ = fd;
+    port_ = ntohs(address.sin_port);
+  }
+
+  // Starts a non-blocking connect to the target; the link is `connecting`
+  // until the socket is writable. Never blocks: a stopped server whose
+  // accept backlog is full leaves a connect hanging for minutes, and the
+  // proxy thread must go on serving every other link meanwhile.
+  bool connect_upstream(Link& link) const {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    link.fd[1] = fd;
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<std::uint16_t>(target_port_));
+    ::inet_pton(AF_INET, target_host_.c_str(), &address.sin_addr);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) return true;
+    if (errno != EINPROGRESS) return false;
+    link.connecting = true;
+    return true;
+  }
+
+  // Whether a connect in progress has ended, and how: false once it failed.
+  static bool finish_connect(Link& link) {
+    pollfd fd{link.fd[1], POLLOUT, 0};
+    if (::poll(&fd, 1, 0) <= 0) return true;  // still in progress
+    int error = 0;
+    socklen_t length = sizeof(error);
+    ::getsockopt(link.fd[1], SOL_SOCKET, SO_ERROR, &error, &length);
+    if (error != 0) return false;
+    link.connecting = false;
+    return true;
+  }
+
+  // Closes both sides; with `reset`, as an RST (SO_LINGER 0), so the peer
+  // reads ECONNRESET rather than a clean end of stream.
+  void close_link(Link& link, bool reset) {
+    if (link.dead) return;
+    for (int& fd : link.fd) {
+      if (fd < 0) continue;
+      if (reset) {
+        linger hard{1, 0};
+        ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
+      }
+      ::close(fd);
+      fd = -1;
+    }
+    link.dead = true;
+    --open_;
+  }
+
+  void accept_all(const Faults& faults) {
+    for (;;) {
+      const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (client < 0) return;
+      const int one = 1;
+      ::setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      auto link = std::make_unique<Link>();
+      link->fd[0] = client;
+      ++accepted_;
+      ++open_;
+      if (!connect_upstream(*link)) {
+        close_link(*link, true);  // the server is gone: the client sees a reset
+        continue;
+      }
+      if (faults.cut == CutState::drop) link->broken = true;
+      links_.push_back(std::move(link));
+    }
+  }
+
+  // Reads what is there from direction d's source into its queue (or drops
+  // it). Returns false once the link is to be closed.
+  bool read_side(Link& link, int d, const Faults& faults, Clock::time_point now) {
+    char buffer[65536];
+    for (;;) {
+      const ssize_t got = ::read(link.fd[d], buffer, sizeof(buffer));
+      if (got > 0) {
+        if (faults.blackholed[d] || faults.cut == CutState::drop) {
+          link.broken = true;
+          continue;
+        }
+        Chunk chunk;
+        chunk.bytes.assign(buffer, static_cast<std::size_t>(got));
+        chunk.due = now + faults.latency[d];
+        link.queue[d].push_back(std::move(chunk));
+        continue;
+      }
+      if (got == 0) {
+        link.read_closed[d] = true;
+        return true;
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      return false;  // reset by the peer
+    }
+  }
+
+  // Writes the queued chunks of direction d that are due. Returns false once
+  // the link is to be closed.
+  bool write_side(Link& link, int d, const Faults& faults, Clock::time_point now) {
+    if (faults.stalled[d]) return true;
+    auto& queue = link.queue[d];
+    while (!queue.empty() && queue.front().due <= now) {
+      Chunk& chunk = queue.front();
+      const ssize_t put = ::send(link.fd[1 - d], chunk.bytes.data() + chunk.sent,
+                                 chunk.bytes.size() - chunk.sent, MSG_NOSIGNAL);
+      if (put < 0) {
+        if (errno == EINTR) continue;
+        return errno == EAGAIN || errno == EWOULDBLOCK;
+      }
+      chunk.sent += static_cast<std::size_t>(put);
+      forwarded_[d] += static_cast<std::uint64_t>(put);
+      if (chunk.sent == chunk.bytes.size()) queue.pop_front();
+    }
+    // The source closed and all it sent is through: pass the close on.
+    if (queue.empty() && link.read_closed[d]) return false;
+    return true;
+  }
+
+  void run() {
+    std::vector<pollfd> fds;
+    for (;;) {
+      Faults faults;
+      bool relisten = false;
+      std::uint64_t seen = 0;  // the changes this round applies
+      {
+        std::lock_guard<std::mutex> guard(mutex_);
+        if (stopping_) break;
+        seen = generation_;
+        faults = wanted_;
+        wanted_.reset_requested = false;
+        wanted_.reset_broken = false;
+        relisten = faults.cut != CutState::refuse && listen_fd_ < 0;
+      }
+      if (faults.cut == CutState::refuse && listen_fd_ >= 0) {
+        ::close(listen_fd_);  // new connections: ECONNREFUSED
+        listen_fd_ = -1;
+      }
+      if (relisten) listen_on(port_);
+      for (auto& link : links_) {
+        if (faults.reset_requested || (faults.reset_broken && link->broken)) {
+          close_link(*link, true);
+        }
+      }
+      const Clock::time_point now = Clock::now();
+      if (listen_fd_ >= 0) accept_all(faults);
+      for (auto& link : links_) {
+        if (link->connecting && !finish_connect(*link)) close_link(*link, true);
+        if (link->dead) continue;
+        if (link->connecting) {
+          // Nothing to or from the server yet; a client that gave up ends it.
+          if (!read_side(*link, 0, faults, now) || link->read_closed[0]) close_link(*link, true);
+          continue;
+        }
+        for (int d = 0; d < 2 && !link->dead; ++d) {
+          if (!link->read_closed[d] && !read_side(*link, d, faults, now)) close_link(*link, true);
+        }
+        for (int d = 0; d < 2 && !link->dead; ++d) {
+          if (!write_side(*link, d, faults, now)) close_link(*link, false);
+        }
+      }
+      links_.erase(std::remove_if(links_.begin(), links_.end(),
+                                  [](const std::unique_ptr<Link>& link) { return link->dead; }),
+                   links_.end());
+      {
+        std::lock_guard<std::mutex> guard(mutex_);
+        applied_ = seen;
+      }
+      applied_cv_.notify_all();
+
+      // Wait for bytes, a writable socket with bytes owed, a new
+      // connection, a change from the test, or the next chunk falling due.
+      fds.clear();
+      fds.push_back(pollfd{wake_[0], POLLIN, 0});
+      if (listen_fd_ >= 0) fds.push_back(pollfd{listen_fd_, POLLIN, 0});
+      Clock::time_point next_due = Clock::time_point::max();
+      for (auto& link : links_) {
+        if (link->connecting) {
+          fds.push_back(pollfd{link->fd[0], POLLIN, 0});
+          fds.push_back(pollfd{link->fd[1], POLLOUT, 0});
+          continue;
+        }
+        for (int d = 0; d < 2; ++d) {
+          if (!link->read_closed[d]) fds.push_back(pollfd{link->fd[d], POLLIN, 0});
+          if (faults.stalled[d] || link->queue[d].empty()) continue;
+          const Clock::time_point due = link->queue[d].front().due;
+          if (due <= now) {
+            fds.push_back(pollfd{link->fd[1 - d], POLLOUT, 0});
+          } else {
+            next_due = std::min(next_due, due);
+          }
+        }
+      }
+      int timeout = -1;
+      if (next_due != Clock::time_point::max()) {
+        const auto left =
+            std::chrono::ceil<std::chrono::milliseconds>(next_due - Clock::now()).count();
+        timeout = static_cast<int>(std::max<long long>(0, left));
+      }
+      ::poll(fds.data(), fds.size(), timeout);
+      char drain[256];
+      while (::read(wake_[0], drain, sizeof(drain)) > 0) {
+      }
+    }
+  }
+
+  const std::string target_host_;
+  const int target_port_;
+  std::string host_ = "127.0.0.1";
+  int port_ = 0;
+  int listen_fd_ = -1;  // the proxy thread's once started
+  int wake_[2] = {-1, -1};
+  std::vector<std::unique_ptr<Link>> links_;  // the proxy thread's
+
+  std::mutex mutex_;
+  std::condition_variable applied_cv_;
+  Faults wanted_;                 // guarded by mutex_
+  std::uint64_t generation_ = 0;  // guarded by mutex_
+  std::uint64_t applied_ = 0;     // guarded by mutex_
+  bool stopping_ = false;         // guarded by mutex_
+
+  std::atomic<std::size_t> accepted_{0};
+  std::atomic<std::size_t> open_{0};
+  std::atomic<std::uint64_t> forwarded_[2]{};
+
+  std::thread thread_;
+};
+
+}  // namespace distlock::testing
