@@ -25,6 +25,7 @@
 #include "distlock/scripts.hpp"
 #include "distlock/shared_mutex.hpp"
 #include "distlock/simple_mutex.hpp"
+#include "distlock/striped_mutex.hpp"
 #include "distlock/token.hpp"
 #include "distlock/version.hpp"
 #include "distlock/watchdog.hpp"
