@@ -23,6 +23,7 @@
 #include "distlock/reply.hpp"
 #include "distlock/runtime.hpp"
 #include "distlock/scripts.hpp"
+#include "distlock/semaphore.hpp"
 #include "distlock/shared_mutex.hpp"
 #include "distlock/simple_mutex.hpp"
 #include "distlock/striped_mutex.hpp"
