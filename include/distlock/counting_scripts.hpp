@@ -1,0 +1,185 @@
+// The Lua scripts of the counting primitives, RateLimiter and Semaphore
+// (scripts.hpp holds the locks').
+//
+// As there, keys and arguments arrive as KEYS/ARGV only, and each sha1 is
+// checked against the server's SCRIPT LOAD in the tests. Every time these
+// scripts judge comes from the server's own clock (TIME inside the
+// script), never from an argument: callers' clocks may disagree, the
+// server's is the one every caller shares. Redis 5 and later replicate a
+// script's effects rather than its text, so reading TIME before a write is
+// allowed; on older servers redis.replicate_commands() asks for that.
+// Large numbers (microsecond times) are written with string.format, since
+// Redis may pass a Lua number on in exponent notation.
+#pragma once
+
+#include "distlock/connection.hpp"
+
+namespace distlock::scripts {
+
+/// RateLimiter, fixed window. KEYS[1] the window's counter; ARGV[1] limit,
+/// ARGV[2] window in ms, ARGV[3] cost. The first admission of a window
+/// creates the counter with the window as its PTTL in one SET ... PX, so a
+/// counter never exists without its expiry (no INCR-then-EXPIRE gap); the
+/// window ends when the server expires it. A denied call counts nothing.
+/// Returns {1, 0, remaining} when admitted, {0, ms until the window ends,
+/// remaining} when not.
+inline constexpr Script rate_fixed_window{
+    R"lua(local limit, window, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local left = redis.call('pttl', KEYS[1])
+local used = 0
+if left > 0 then
+  used = tonumber(redis.call('get', KEYS[1])) or limit
+end
+if used + cost > limit then
+  return {0, left + 1, math.max(limit - used, 0)}
+end
+if left > 0 then
+  redis.call('incrby', KEYS[1], cost)
+else
+  redis.call('set', KEYS[1], cost, 'PX', window)
+end
+return {1, 0, limit - used - cost}
+)lua",
+    "b09aed93df95d70d9384ca7edac2b3899d257b18"};
+
+/// RateLimiter, GCRA (a token bucket kept as one timestamp). KEYS[1] the
+/// theoretical arrival time in server microseconds; ARGV[1] emission
+/// interval in us, ARGV[2] burst, ARGV[3] cost. A call of cost n is
+/// admitted when the bucket has room for n, i.e. when the TAT pushed on by
+/// n intervals is at most burst intervals ahead of the server's now. The
+/// key expires when the bucket would be full again. Returns {1, 0,
+/// remaining} when admitted, {0, ms until it would be, remaining} when not.
+inline constexpr Script rate_gcra{
+    R"lua(if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval, burst, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local tat = tonumber(redis.call('get', KEYS[1])) or now
+if tat < now then tat = now end
+local spare = now + burst * interval - tat
+local need = cost * interval
+if need > spare then
+  return {0, math.ceil((need - spare) / 1000), math.floor(spare / interval)}
+end
+tat = tat + need
+redis.call('set', KEYS[1], string.format('%.0f', tat), 'PX',
+           string.format('%.0f', math.ceil((tat - now) / 1000)))
+return {1, 0, math.floor((spare - need) / interval)}
+)lua",
+    "c9f5e0ca7f66aa4778638423f48823fb2310c157"};
+
+// Semaphore: a sorted set at the name whose members are permit ids, each
+// scored by its expiry in server milliseconds (live while score > now), and
+// which lives at least as long as its longest permit; the permit count at
+// "{name}:permits" when resize() has stored one, else the count the caller
+// was made with.
+
+/// Semaphore acquire. KEYS[1] permits, KEYS[2] stored count; ARGV[1]
+/// permit id, ARGV[2] lease in ms, ARGV[3] the caller's count. Prunes
+/// expired permits, then adds ours if fewer than the count are live.
+/// Returns {1, 0} when acquired, {0, ms until the first live permit
+/// expires} when not ({0, -1} when none is held: a count of 0).
+inline constexpr Script semaphore_acquire{
+    R"lua(if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('zremrangebyscore', KEYS[1], '-inf', string.format('%.0f', now))
+local permits = tonumber(redis.call('get', KEYS[2])) or tonumber(ARGV[3])
+if redis.call('zcard', KEYS[1]) < permits then
+  local ttl = tonumber(ARGV[2])
+  redis.call('zadd', KEYS[1], string.format('%.0f', now + ttl), ARGV[1])
+  if redis.call('pttl', KEYS[1]) < ttl then redis.call('pexpire', KEYS[1], ARGV[2]) end
+  return {1, 0}
+end
+local first = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')
+if #first == 0 then return {0, -1} end
+return {0, tonumber(first[2]) - now}
+)lua",
+    "0663b52bf9023db2225211830e6e26f47cfb1f76"};
+
+/// Semaphore release. KEYS[1] permits, KEYS[2] release channel; ARGV[1]
+/// permit id. Removes the permit and announces a free one. Returns 1
+/// released, 0 the permit had expired (or was gone).
+inline constexpr Script semaphore_release{
+    R"lua(if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local score = tonumber(redis.call('zscore', KEYS[1], ARGV[1]))
+if not score then return 0 end
+redis.call('zrem', KEYS[1], ARGV[1])
+redis.call('publish', KEYS[2], '0')
+if score <= now then return 0 end
+return 1
+)lua",
+    "356143e79b03fa3e527389d5d5642672519c65b0"};
+
+/// Semaphore extend. KEYS[1] permits; ARGV[1] permit id, ARGV[2] lease in
+/// ms. A live permit's lease becomes exactly the new one (the set's only
+/// ever lengthens). Returns 1 extended, 0 the permit had expired or was gone.
+inline constexpr Script semaphore_extend{
+    R"lua(if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local score = tonumber(redis.call('zscore', KEYS[1], ARGV[1]))
+if not score then return 0 end
+if score <= now then
+  redis.call('zrem', KEYS[1], ARGV[1])
+  return 0
+end
+local ttl = tonumber(ARGV[2])
+redis.call('zadd', KEYS[1], string.format('%.0f', now + ttl), ARGV[1])
+if redis.call('pttl', KEYS[1]) < ttl then redis.call('pexpire', KEYS[1], ARGV[2]) end
+return 1
+)lua",
+    "1abcfc2645754852aa8f2e6e95a979b2ae91cc50"};
+
+/// Watchdog renewal of many permits in one call. KEYS[i] permits i;
+/// ARGV[2i-1] permit id, ARGV[2i] its lease in ms. A live permit gets at
+/// least its lease from now (never less than it has), and its set lives at
+/// least as long; a key of another type counts as gone (pcall). Returns the
+/// positions i of the permits found gone.
+inline constexpr Script semaphore_renew{
+    R"lua(if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local gone = {}
+for i = 1, #KEYS do
+  local key, id, ttl = KEYS[i], ARGV[2 * i - 1], tonumber(ARGV[2 * i])
+  local score = tonumber(redis.pcall('zscore', key, id))
+  if score and score > now then
+    if now + ttl > score then redis.call('zadd', key, string.format('%.0f', now + ttl), id) end
+    if redis.call('pttl', key) < ttl then redis.call('pexpire', key, ARGV[2 * i]) end
+  else
+    gone[#gone + 1] = i
+  end
+end
+return gone
+)lua",
+    "cf6195c17763bde9d2547fefac181e6994e8d9d0"};
+
+/// Semaphore count. KEYS[1] permits, KEYS[2] stored count; ARGV[1] the
+/// caller's count. Reads only. Returns {count, live permits}.
+inline constexpr Script semaphore_count{
+    R"lua(local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local permits = tonumber(redis.call('get', KEYS[2])) or tonumber(ARGV[1])
+return {permits, redis.call('zcount', KEYS[1], string.format('(%.0f', now), '+inf')}
+)lua",
+    "4b95c16f14cdf8a0cd40d4e99100f84a3e8e8520"};
+
+/// Semaphore resize. KEYS[1] stored count, KEYS[2] release channel;
+/// ARGV[1] the new count. Stores it (no expiry: it is configuration, not a
+/// lease) and wakes waiters, who may fit now. Returns 1.
+inline constexpr Script semaphore_resize{
+    R"lua(redis.call('set', KEYS[1], ARGV[1])
+redis.call('publish', KEYS[2], '0')
+return 1
+)lua",
+    "fc2d9e9993aa202aea1bef2e37aa7769b4b1708e"};
+
+/// Every script above, for checks that cover them all.
+inline constexpr const Script* counting[] = {
+    &rate_fixed_window, &rate_gcra,       &semaphore_acquire, &semaphore_release,
+    &semaphore_extend,  &semaphore_renew, &semaphore_count,   &semaphore_resize};
+
+}  // namespace distlock::scripts

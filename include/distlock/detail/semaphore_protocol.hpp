@@ -1,0 +1,130 @@
+// SemaphoreProtocol: one Semaphore permit as a Protocol for the Lifecycle,
+// and SemaphoreCore, what a Semaphore and its permits share.
+//
+// The permits of a name are a sorted set at its key: member the permit id
+// (128 random bits), score its expiry in the server's milliseconds. Acquire
+// prunes the expired ones and adds ours if fewer than the count are live,
+// in one script (counting_scripts.hpp); release removes ours and announces
+// it on "{key}:released"; extend and the watchdog's batched renewal move
+// our score on. A permit is a lease like any lock's: the Lifecycle keeps
+// it, waits for it, renews it and reports it lost.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "distlock/connection.hpp"
+#include "distlock/counting_scripts.hpp"
+#include "distlock/detail/acquire.hpp"
+#include "distlock/detail/args.hpp"
+#include "distlock/detail/batch_renewal.hpp"
+#include "distlock/detail/single_server.hpp"
+#include "distlock/error.hpp"
+#include "distlock/lease.hpp"
+#include "distlock/lock_options.hpp"
+#include "distlock/token.hpp"
+
+namespace distlock::detail {
+
+/// The most permits a Semaphore may have.
+inline constexpr std::size_t max_permits = 1'000'000'000;
+
+/// Renewal of permits, semaphore_renew per batch of Watchdog::batch_size.
+template <class Backend>
+using PermitRenewer = ScriptRenewer<Backend, KeyTokenLeases<scripts::semaphore_renew>>;
+
+/// How a semaphore script answers a release or extend: 1 done, 0 the
+/// permit had expired or was gone (a permit id is never another's).
+inline TokenCheck permit_check(const Reply& reply) noexcept {
+  return reply.integer() == 1 ? TokenCheck::done : TokenCheck::no_key;
+}
+
+template <class Backend>
+class SemaphoreProtocol : public SingleServer<Backend> {
+ public:
+  enum class Kind { exclusive };
+  static constexpr Kind exclusive = Kind::exclusive;
+  static constexpr bool per_thread = false;
+  static constexpr bool given_back_first(Kind) noexcept { return false; }
+
+  SemaphoreProtocol(Backend backend, const std::string& key, std::size_t permits,
+                    const LockOptions& options, std::shared_ptr<Renewer> renewer)
+      : SingleServer<Backend>(std::move(backend), key, companion_key(key, "released"), options),
+        count_key_(companion_key(key, "permits")),
+        permits_(static_cast<long long>(permits)),
+        renewer_(std::move(renewer)) {}
+
+  std::string id_for(Kind) const { return make_token(); }
+  template <class DepthOf>
+  void before_first(Kind, DepthOf&&) const noexcept {}
+  void held(Kind, int) noexcept {}
+
+  std::optional<Attempt> attempt(Kind, const std::string& id, SteadyClock::time_point deadline) {
+    return attempt_or_undo(
+        this->backend_, deadline,
+        [&](Connection& connection) {
+          const Reply reply = connection.eval(scripts::semaphore_acquire, {this->key_, count_key_},
+                                              {id, this->ttl_, permits_});
+          if (reply.size() != 2) {
+            throw ConnectionError(Errc::protocol_error, "bad semaphore acquire reply");
+          }
+          Attempt attempt;
+          attempt.acquired = reply[0].integer() == 1;
+          if (!attempt.acquired) attempt.holder_pttl = reply[1].integer();
+          return attempt;
+        },
+        [&](Connection& connection) {
+          connection.send_eval_behind(scripts::semaphore_release, {this->key_, this->channel_},
+                                      {id});
+        });
+  }
+
+  TokenCheck release(Kind, const std::string& id) {
+    return this->checked([&](Connection& connection) {
+      return permit_check(
+          connection.eval(scripts::semaphore_release, {this->key_, this->channel_}, {id}));
+    });
+  }
+
+  TokenCheck extend(Kind, const std::string& id, std::chrono::milliseconds ttl) {
+    return this->checked([&](Connection& connection) {
+      return permit_check(
+          connection.eval(scripts::semaphore_extend, {this->key_}, {id, Decimal(ttl.count())}));
+    });
+  }
+
+  std::shared_ptr<LeaseState> watched(Kind, const std::string& id, SteadyClock::time_point sent,
+                                      const LockOptions& options) const {
+    return std::make_shared<LeaseState>(this->key_, id, options.ttl(), sent, options.on_lost(),
+                                        renewer_);
+  }
+
+  static std::string describe(Kind) { return "permit"; }
+
+ private:
+  const std::string count_key_;
+  const Decimal permits_;
+  std::shared_ptr<Renewer> renewer_;
+};
+
+/// What a Semaphore and every permit taken from it share (copies: a permit
+/// may outlive its Semaphore).
+template <class Backend, class Policy>
+struct SemaphoreCore {
+  Backend backend;
+  std::string key;
+  std::size_t permits;
+  LockOptions options;
+  Policy policy;
+  std::shared_ptr<Renewer> renewer;
+
+  SemaphoreProtocol<Backend> protocol() const {
+    return SemaphoreProtocol<Backend>(backend, key, permits, options, renewer);
+  }
+};
+
+}  // namespace distlock::detail

@@ -1,0 +1,237 @@
+// distlock::RateLimiter: "at most so many per so long" on one Redis key,
+// shared by every process that names it. Not a lock: nothing is held or
+// given back; each call is one script that admits or refuses.
+//
+// Two algorithms, chosen in RateOptions:
+// - fixed_window(limit, window): at most `limit` units per window. The
+//   first admission of a window creates the counter with the window as its
+//   expiry in the same step, and the window ends when the server expires
+//   it. Simple and exact, but a burst at the end of one window and the
+//   start of the next can admit up to 2 x limit within one window's time.
+// - smooth(limit, period, burst): GCRA, a token bucket held as one
+//   timestamp. Units come back at limit/period (one every period/limit,
+//   rounded up to a whole microsecond); at most `burst` (default `limit`)
+//   can be taken at once.
+// Either way every time is judged by the server's clock (the fixed window
+// by key expiry, GCRA by TIME inside its script); callers send no time, so
+// their clocks may disagree without effect. The two algorithms keep
+// different values at the key: use one per name.
+//
+//   distlock::RateLimiter visits{redis, "visits:user:7",
+//                                distlock::RateOptions{}.fixed_window(3, 10s)};
+//   if (auto d = visits.try_acquire(); !d.allowed) reply_429(d.retry_after);
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include "distlock/client.hpp"
+#include "distlock/connection.hpp"
+#include "distlock/counting_scripts.hpp"
+#include "distlock/detail/acquire.hpp"
+#include "distlock/detail/args.hpp"
+#include "distlock/detail/time.hpp"
+#include "distlock/error.hpp"
+#include "distlock/lock_options.hpp"
+
+namespace distlock {
+
+/// Which algorithm and how much: set exactly one of fixed_window() and
+/// smooth(). Setters validate at once (InvalidArgument).
+class RateOptions {
+ public:
+  enum class Algorithm { none, fixed_window, smooth };
+
+  /// At most `limit` (>= 1) units per `window` (1 ms to max_ttl).
+  template <class Rep, class Period>
+  RateOptions& fixed_window(std::uint64_t limit, std::chrono::duration<Rep, Period> window) {
+    set(Algorithm::fixed_window, limit, window, limit);
+    return *this;
+  }
+
+  /// `limit` (>= 1) units per `period` (1 ms to max_ttl), coming back
+  /// smoothly; at most `burst` (>= 1; 0 means `limit`) at once.
+  template <class Rep, class Period>
+  RateOptions& smooth(std::uint64_t limit, std::chrono::duration<Rep, Period> period,
+                      std::uint64_t burst = 0) {
+    set(Algorithm::smooth, limit, period, burst == 0 ? limit : burst);
+    return *this;
+  }
+
+  /// Prepended to the name to form the key (e.g. "rate:").
+  RateOptions& key_prefix(std::string prefix) {
+    key_prefix_ = std::move(prefix);
+    return *this;
+  }
+
+  Algorithm algorithm() const noexcept { return algorithm_; }
+  std::uint64_t limit() const noexcept { return limit_; }
+  std::chrono::milliseconds window() const noexcept { return window_; }
+  /// The most units one call may ask for: the limit, or the smooth burst.
+  std::uint64_t burst() const noexcept { return burst_; }
+  /// Smooth: the time one unit takes to come back, in whole microseconds.
+  std::chrono::microseconds interval() const noexcept { return interval_; }
+  const std::string& key_prefix() const noexcept { return key_prefix_; }
+
+ private:
+  // Bounds every count so that the scripts' arithmetic (Lua doubles) stays
+  // exact: burst x interval stays under 2^53 microseconds.
+  static constexpr std::uint64_t max_count = 1'000'000'000;
+
+  template <class Rep, class Period>
+  void set(Algorithm algorithm, std::uint64_t limit, std::chrono::duration<Rep, Period> span,
+           std::uint64_t burst) {
+    if (limit == 0) throw InvalidArgument("rate limit must be at least 1");
+    if (limit > max_count || burst > max_count) {
+      throw InvalidArgument("rate limit and burst must not exceed " + std::to_string(max_count));
+    }
+    const std::chrono::milliseconds ms = detail::checked_milliseconds(span, max_ttl, "rate window");
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(ms);
+    const auto interval = std::chrono::microseconds(
+        (us.count() + static_cast<long long>(limit) - 1) / static_cast<long long>(limit));
+    if (algorithm == Algorithm::smooth &&
+        static_cast<double>(burst) * static_cast<double>(interval.count()) >
+            static_cast<double>(std::chrono::microseconds(max_ttl).count())) {
+      throw InvalidArgument("rate burst times the interval must not exceed max_ttl");
+    }
+    algorithm_ = algorithm;
+    limit_ = limit;
+    window_ = ms;
+    burst_ = burst;
+    interval_ = interval;
+  }
+
+  Algorithm algorithm_ = Algorithm::none;
+  std::uint64_t limit_ = 0;
+  std::chrono::milliseconds window_{0};
+  std::uint64_t burst_ = 0;
+  std::chrono::microseconds interval_{0};
+  std::string key_prefix_;
+};
+
+/// What one try_acquire() found.
+struct RateDecision {
+  bool allowed = false;
+  /// When refused: the wait until the same call would be admitted, were
+  /// nobody else to take units meanwhile. Zero when allowed.
+  std::chrono::milliseconds retry_after{0};
+  /// Units that could still be taken now (after this call's, if allowed).
+  std::uint64_t remaining = 0;
+  explicit operator bool() const noexcept { return allowed; }
+};
+
+/// A rate limiter over any Backend (a Client). Thread-safe; cheap to make;
+/// keeps a copy of the Client (a handle).
+template <class Backend = Client>
+class BasicRateLimiter {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  /// Validates name and options (InvalidArgument, also when no algorithm
+  /// was chosen); contacts no server.
+  BasicRateLimiter(const Backend& backend, std::string_view name, RateOptions options)
+      : backend_(backend),
+        key_(detail::lock_key(LockOptions{}.key_prefix(options.key_prefix()), name)),
+        options_(std::move(options)),
+        first_(options_.algorithm() == RateOptions::Algorithm::smooth
+                   ? static_cast<long long>(options_.interval().count())
+                   : static_cast<long long>(options_.limit())),
+        second_(options_.algorithm() == RateOptions::Algorithm::smooth
+                    ? static_cast<long long>(options_.burst())
+                    : options_.window().count()) {
+    if (options_.algorithm() == RateOptions::Algorithm::none) {
+      throw InvalidArgument("rate limiter " + key_ +
+                            ": choose RateOptions::fixed_window() or smooth()");
+    }
+  }
+
+  /// One attempt to take `cost` units: admitted (and counted) or refused
+  /// (nothing counted). Throws InvalidArgument for a cost of 0 or over
+  /// burst(), and the connection errors if Redis cannot be asked (one
+  /// command timeout at most).
+  RateDecision try_acquire(std::uint64_t cost = 1) {
+    check_cost(cost);
+    return *attempt(cost, detail::no_deadline);
+  }
+
+  /// Attempts until `cost` units are admitted or `deadline` (any clock)
+  /// passes, sleeping for each refusal's retry_after. Returns the last
+  /// decision: refused at once, without sleeping, when the next chance
+  /// would come after the deadline. Throws as try_acquire().
+  template <class Clock, class Duration>
+  RateDecision acquire(std::uint64_t cost,
+                       const std::chrono::time_point<Clock, Duration>& deadline) {
+    check_cost(cost);
+    const clock::time_point until = detail::to_steady_deadline(deadline);
+    for (;;) {
+      const std::optional<RateDecision> decision = attempt(cost, until);
+      if (!decision) return RateDecision{};  // the deadline cut the call short
+      if (decision->allowed) return *decision;
+      const clock::time_point next = clock::now() + decision->retry_after;
+      if (next > until) return *decision;
+      std::this_thread::sleep_until(next);
+    }
+  }
+
+  /// acquire() with a deadline `timeout` from now.
+  template <class Rep, class Period>
+  RateDecision acquire_for(std::uint64_t cost, const std::chrono::duration<Rep, Period>& timeout) {
+    return acquire(cost, detail::deadline_after(timeout));
+  }
+
+  /// Forgets what was taken: the next call starts a fresh window (or a full
+  /// bucket) for every caller of this name.
+  void reset() { backend_.borrow()->command("DEL", key_); }
+
+  const std::string& key() const noexcept { return key_; }
+  const RateOptions& options() const noexcept { return options_; }
+
+ private:
+  void check_cost(std::uint64_t cost) const {
+    if (cost == 0) throw InvalidArgument("rate cost must be at least 1");
+    if (cost > options_.burst()) {
+      throw InvalidArgument("rate cost " + std::to_string(cost) + " exceeds the most " + key_ +
+                            " ever admits at once (" + std::to_string(options_.burst()) + ")");
+    }
+  }
+
+  std::optional<RateDecision> attempt(std::uint64_t cost, clock::time_point deadline) {
+    const Script& script = options_.algorithm() == RateOptions::Algorithm::smooth
+                               ? scripts::rate_gcra
+                               : scripts::rate_fixed_window;
+    const detail::Decimal amount(static_cast<long long>(cost));
+    try {
+      auto connection = backend_.borrow(deadline);
+      connection->set_timeout(detail::reply_timeout(backend_.options().command_timeout, deadline));
+      const Reply reply = connection->eval(script, {key_}, {first_, second_, amount});
+      if (reply.size() != 3) throw ConnectionError(Errc::protocol_error, "bad rate limiter reply");
+      RateDecision decision;
+      decision.allowed = reply[0].integer() == 1;
+      decision.retry_after = std::chrono::milliseconds(reply[1].integer());
+      decision.remaining = static_cast<std::uint64_t>(std::max(reply[2].integer(), 0LL));
+      return decision;
+    } catch (const TimeoutError&) {
+      if (detail::deadline_reached(deadline)) return std::nullopt;
+      throw;
+    }
+  }
+
+  Backend backend_;
+  const std::string key_;
+  const RateOptions options_;
+  // The script's first two arguments: limit and window (ms), or interval
+  // (us) and burst.
+  const detail::Decimal first_;
+  const detail::Decimal second_;
+};
+
+/// The rate limiter for ordinary use.
+using RateLimiter = BasicRateLimiter<>;
+
+}  // namespace distlock

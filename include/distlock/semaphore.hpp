@@ -1,0 +1,232 @@
+// distlock::Semaphore: at most N holders of a name at once, across
+// processes and machines ("at most 4 exports against a fragile API").
+//
+// Each permit is a lease of its own: a random permit id in a sorted set at
+// the name's key, scored by its expiry on the server's clock (TIME inside
+// the scripts; no caller sends a time), so a crashed holder's permit comes
+// back when its lease ends, whatever the clocks of the other callers say.
+// Otherwise a permit behaves as a Mutex lease: the client's Watchdog renews
+// it (all held permits of a Client in one script call per batch), a permit
+// it cannot keep is reported lost (lost(), the on_lost callback), waiters
+// sleep until a release is announced on "{key}:released" or the first live
+// permit's lease ends, and the count can change at run time (resize()).
+//
+//   distlock::Semaphore exports{redis, "exports", 4};
+//   if (auto permit = exports.try_acquire_for(5s)) { run_export(); }   // RAII
+//
+//   distlock::PermitLock one{exports};              // the Lockable vocabulary
+//   std::unique_lock lock{one, 2s};                 // try_lock_for(2s)
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "distlock/acquire_policy.hpp"
+#include "distlock/client.hpp"
+#include "distlock/counting_scripts.hpp"
+#include "distlock/detail/exclusive_lock.hpp"
+#include "distlock/detail/semaphore_protocol.hpp"
+#include "distlock/error.hpp"
+#include "distlock/lease.hpp"
+#include "distlock/lock_options.hpp"
+
+namespace distlock {
+
+template <class Backend, class Policy>
+class BasicSemaphore;
+
+/// One permit of a Semaphore as a lock: Lockable and TimedLockable, so
+/// std::unique_lock and std::lock_guard work (see detail::ExclusiveLock for
+/// each member's contract; fence() is not available). Like a Mutex, it
+/// holds at most one permit at a time.
+template <class Backend = Client, class Policy = DefaultPolicy>
+class BasicPermitLock : public detail::ExclusiveLock<detail::SemaphoreProtocol<Backend>, Policy> {
+  using Base = detail::ExclusiveLock<detail::SemaphoreProtocol<Backend>, Policy>;
+
+ public:
+  /// Takes nothing yet; keeps what it needs of `semaphore` (it may
+  /// outlive it).
+  explicit BasicPermitLock(const BasicSemaphore<Backend, Policy>& semaphore)
+      : Base(semaphore.core_.protocol(), semaphore.core_.options, semaphore.core_.policy) {}
+
+  /// Gives the permit back if held.
+  ~BasicPermitLock() = default;
+
+  /// The held permit's id (its member in the sorted set); empty when none.
+  std::string id() const { return this->life_.id(Base::kind); }
+};
+
+/// A held permit, given back when it goes away (RAII); or nothing, when an
+/// acquire timed out (then it converts to false). Movable, not copyable.
+template <class Backend = Client, class Policy = DefaultPolicy>
+class BasicPermit {
+ public:
+  BasicPermit() noexcept = default;
+  BasicPermit(BasicPermit&&) noexcept = default;
+  /// Gives back the permit held, if any, and takes `other`'s.
+  BasicPermit& operator=(BasicPermit&&) noexcept = default;
+
+  /// Gives the permit back if held (never throws).
+  ~BasicPermit() = default;
+
+  /// Whether a permit is held (even one reported lost: see lost()).
+  explicit operator bool() const noexcept { return held(); }
+  bool held() const noexcept { return lock_ && lock_->owns_lock(); }
+
+  /// Gives the permit back and says what happened: released, expired (its
+  /// lease had run out) or lost (already reported lost; nothing sent).
+  /// Throws NotHeldError when none is held, and the connection errors.
+  Release release() {
+    if (!lock_) throw NotHeldError("no permit is held");
+    const Release result = lock_->release();
+    lock_.reset();
+    return result;
+  }
+
+  /// True once the watchdog found the permit gone or let it run out.
+  bool lost() const noexcept { return lock_ && lock_->lost(); }
+  /// Time left on the lease by the steady clock; zero when none or lost.
+  std::chrono::milliseconds validity() const noexcept {
+    return lock_ ? lock_->validity() : std::chrono::milliseconds(0);
+  }
+  /// Sets the permit's lease to `ttl` if it is still ours (see Mutex::extend).
+  template <class Rep, class Period>
+  [[nodiscard]] bool extend(const std::chrono::duration<Rep, Period>& ttl) {
+    if (!lock_) throw NotHeldError("no permit is held");
+    return lock_->extend(ttl);
+  }
+  /// The permit's id; empty when none is held.
+  std::string id() const { return lock_ ? lock_->id() : std::string(); }
+
+ private:
+  friend class BasicSemaphore<Backend, Policy>;
+  explicit BasicPermit(std::unique_ptr<BasicPermitLock<Backend, Policy>> lock) noexcept
+      : lock_(std::move(lock)) {}
+
+  std::unique_ptr<BasicPermitLock<Backend, Policy>> lock_;
+};
+
+/// A counting semaphore over any Backend (a Client) and AcquirePolicy.
+/// Thread-safe: any number of threads may take permits through one object.
+template <class Backend = Client, class Policy = DefaultPolicy>
+class BasicSemaphore {
+ public:
+  using Permit = BasicPermit<Backend, Policy>;
+  using PermitLock = BasicPermitLock<Backend, Policy>;
+
+  /// `permits` (1 to 10^9) is the count unless resize() has stored one for
+  /// the name, which then wins. `options` are each permit's (ttl, auto
+  /// renewal, on_lost, wake_on_release, key_prefix; fencing is refused).
+  /// Validates (InvalidArgument); contacts no server.
+  BasicSemaphore(const Backend& backend, std::string_view name, std::size_t permits,
+                 LockOptions options = {}, Policy policy = {})
+      : core_{backend,
+              detail::lock_key(options, name),
+              checked_count(permits, 1),
+              std::move(options),
+              std::move(policy),
+              std::make_shared<detail::PermitRenewer<Backend>>(backend)} {
+    if (core_.options.fencing()) {
+      throw InvalidArgument("semaphore " + core_.key + ": permits have no fencing token");
+    }
+  }
+
+  BasicSemaphore(const BasicSemaphore&) = delete;
+  BasicSemaphore& operator=(const BasicSemaphore&) = delete;
+
+  /// Blocks until a permit is free and returns it (as PermitLock::lock():
+  /// woken by releases, never polling while subscribed; throws on Redis
+  /// failures).
+  Permit acquire() {
+    auto lock = std::make_unique<PermitLock>(*this);
+    lock->lock();
+    return Permit(std::move(lock));
+  }
+
+  /// One attempt; an empty Permit if all are taken.
+  Permit try_acquire() {
+    auto lock = std::make_unique<PermitLock>(*this);
+    return lock->try_lock() ? Permit(std::move(lock)) : Permit();
+  }
+
+  /// Attempts until a permit is taken or `timeout` passes (zero or negative:
+  /// one attempt); an empty Permit then. Returns by the deadline.
+  template <class Rep, class Period>
+  Permit try_acquire_for(const std::chrono::duration<Rep, Period>& timeout) {
+    auto lock = std::make_unique<PermitLock>(*this);
+    return lock->try_lock_for(timeout) ? Permit(std::move(lock)) : Permit();
+  }
+
+  /// As try_acquire_for, until `deadline` of any clock.
+  template <class Clock, class Duration>
+  Permit try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline) {
+    auto lock = std::make_unique<PermitLock>(*this);
+    return lock->try_lock_until(deadline) ? Permit(std::move(lock)) : Permit();
+  }
+
+  /// permit.release(), for symmetry with acquire().
+  Release release(Permit& permit) { return permit.release(); }
+
+  /// Permits free now: the count less the live permits (never negative).
+  std::size_t available() {
+    const auto [count, live] = read_count();
+    return count > live ? count - live : 0;
+  }
+  /// The count in force: resize()'s, or the one this object was made with.
+  std::size_t permits() { return read_count().first; }
+  /// Live permits held now, by anyone.
+  std::size_t held() { return read_count().second; }
+
+  /// Stores a new count (0 to 10^9) for every user of the name and wakes
+  /// waiters. Holders keep their permits: after a shrink below what is
+  /// held, new permits are granted only once enough are given back. The
+  /// stored count has no expiry; delete "{key}:permits" to return to the
+  /// count each object was made with.
+  void resize(std::size_t permits) {
+    const detail::Decimal count(static_cast<long long>(checked_count(permits, 0)));
+    core_.backend.borrow()->eval(
+        scripts::semaphore_resize,
+        {detail::companion_key(core_.key, "permits"), detail::companion_key(core_.key, "released")},
+        {count});
+  }
+
+  /// The Redis key of the permits' sorted set (prefix and name).
+  const std::string& key() const noexcept { return core_.key; }
+  const LockOptions& options() const noexcept { return core_.options; }
+
+ private:
+  friend class BasicPermitLock<Backend, Policy>;
+
+  static std::size_t checked_count(std::size_t count, std::size_t least) {
+    if (count < least || count > detail::max_permits) {
+      throw InvalidArgument("a semaphore's count must be " + std::to_string(least) + " to " +
+                            std::to_string(detail::max_permits) + ", not " + std::to_string(count));
+    }
+    return count;
+  }
+
+  std::pair<std::size_t, std::size_t> read_count() {
+    const detail::Decimal fallback(static_cast<long long>(core_.permits));
+    const Reply reply = core_.backend.borrow()->eval(
+        scripts::semaphore_count, {core_.key, detail::companion_key(core_.key, "permits")},
+        {fallback});
+    if (reply.size() != 2) throw ConnectionError(Errc::protocol_error, "bad semaphore reply");
+    const auto count = static_cast<std::size_t>(std::max(reply[0].integer(), 0LL));
+    const auto live = static_cast<std::size_t>(std::max(reply[1].integer(), 0LL));
+    return {count, live};
+  }
+
+  detail::SemaphoreCore<Backend, Policy> core_;
+};
+
+/// The semaphore for ordinary use, its permits and its one-permit lock.
+using Semaphore = BasicSemaphore<>;
+using Permit = Semaphore::Permit;
+using PermitLock = Semaphore::PermitLock;
+
+}  // namespace distlock

@@ -1,0 +1,203 @@
+// distlock::StripedMutex: K independent locks (stripes) under one name,
+// for work that splits into segments: a flash sale's stock in 100
+// segments, a cache in shards. Contenders for different stripes never wait
+// for each other.
+//
+// Stripe i is an ordinary Mutex lease on the key "<name>:<i>" (i from 0 to
+// K-1, in decimal): the stored layout is Mutex's, and since the keys share
+// no hash tag a Redis Cluster spreads them over its slots (unless the name
+// itself has a hash tag, which then puts every stripe in that one slot).
+//
+// lock(key) takes the stripe a key maps to: FNV-1a (32-bit) of the key's
+// bytes, modulo K. FNV-1a: start from 2166136261; for each byte, XOR it in,
+// then multiply by 16777619 modulo 2^32. Any language that hashes the same
+// bytes the same way finds the same stripe. try_lock_any() and lock_any()
+// take whichever stripe is free, trying them in order from a random start,
+// so contenders spread out instead of all queueing on stripe 0.
+//
+//   distlock::StripedMutex segments{redis, "sale:stock", 100};
+//   if (auto [stripe, guard] = segments.lock_any(2s); guard) sell_from(stripe);
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "distlock/acquire_policy.hpp"
+#include "distlock/client.hpp"
+#include "distlock/detail/time.hpp"
+#include "distlock/error.hpp"
+#include "distlock/lock_options.hpp"
+#include "distlock/mutex.hpp"
+#include "distlock/notifier.hpp"
+
+namespace distlock {
+
+/// FNV-1a, 32-bit, of `bytes`: the stripe hash (see the top of the file).
+constexpr std::uint32_t fnv1a32(std::string_view bytes) noexcept {
+  std::uint32_t hash = 2166136261u;
+  for (const char c : bytes) {
+    hash ^= static_cast<std::uint8_t>(c);
+    hash *= 16777619u;
+  }
+  return hash;
+}
+
+/// K stripes of Mutex over any Backend and AcquirePolicy. Shared by threads
+/// as a Mutex is: each stripe has at most one holder through this object.
+template <class Backend = Client, class Policy = DefaultPolicy>
+class BasicStripedMutex {
+ public:
+  using Stripe = BasicMutex<Backend, Policy>;
+  using clock = std::chrono::steady_clock;
+
+  /// A stripe taken by lock_any(): which one, and its guard (owns_lock()
+  /// false, and `stripe` meaningless, when none was taken).
+  struct Taken {
+    std::size_t stripe = 0;
+    std::unique_lock<Stripe> guard;
+    explicit operator bool() const noexcept { return guard.owns_lock(); }
+  };
+
+  /// `stripes` from 1 to max_stripes. Validates name and options
+  /// (InvalidArgument); contacts no server.
+  BasicStripedMutex(const Backend& backend, std::string_view name, std::size_t stripes,
+                    LockOptions options = {}, Policy policy = {})
+      : backend_(backend) {
+    if (stripes == 0 || stripes > max_stripes) {
+      throw InvalidArgument("a StripedMutex needs 1 to " + std::to_string(max_stripes) +
+                            " stripes, not " + std::to_string(stripes));
+    }
+    const std::string base = detail::lock_key(LockOptions{}, name);
+    stripes_.reserve(stripes);
+    for (std::size_t i = 0; i < stripes; ++i) {
+      stripes_.push_back(
+          std::make_unique<Stripe>(backend, base + ':' + std::to_string(i), options, policy));
+    }
+  }
+
+  static constexpr std::size_t max_stripes = 65536;
+
+  std::size_t size() const noexcept { return stripes_.size(); }
+
+  /// The stripe `key` maps to: fnv1a32(key) % size().
+  std::size_t stripe_of(std::string_view key) const noexcept {
+    return static_cast<std::size_t>(fnv1a32(key) % stripes_.size());
+  }
+
+  /// Stripe `i` itself, a Mutex (its own lock(), try_lock_for(), lost(),
+  /// fence()...). Throws std::out_of_range past size().
+  Stripe& stripe(std::size_t i) { return *stripes_.at(i); }
+  const Stripe& stripe(std::size_t i) const { return *stripes_.at(i); }
+
+  /// The Mutex for `key`'s stripe; lock it as any Mutex:
+  ///   std::unique_lock guard{segments.of("item:42")};
+  Stripe& of(std::string_view key) { return *stripes_[stripe_of(key)]; }
+
+  /// Locks `key`'s stripe (Mutex::lock()) and returns its index.
+  std::size_t lock(std::string_view key) {
+    const std::size_t i = stripe_of(key);
+    stripes_[i]->lock();
+    return i;
+  }
+  /// One attempt at `key`'s stripe (Mutex::try_lock()).
+  [[nodiscard]] bool try_lock(std::string_view key) { return of(key).try_lock(); }
+  /// Gives `key`'s stripe back if held (Mutex::unlock(), never throws).
+  void unlock(std::string_view key) noexcept { stripes_[stripe_of(key)]->unlock(); }
+
+  /// One attempt at every stripe not held through this object, in order
+  /// from a random start; stops at the first it takes. Nullopt when every
+  /// stripe is held. Costs up to size() round trips. Throws as try_lock().
+  std::optional<std::size_t> try_lock_any() { return try_lock_any(all()); }
+
+  /// As try_lock_any(), among the stripes listed in `among` only (a sale
+  /// skips the segments it knows are sold out).
+  std::optional<std::size_t> try_lock_any(const std::vector<std::size_t>& among) {
+    if (among.empty()) return std::nullopt;
+    const std::size_t start = random_below(among.size());
+    for (std::size_t n = 0; n < among.size(); ++n) {
+      const std::size_t i = among[(start + n) % among.size()];
+      // Held through this object (perhaps by the calling thread, for whom
+      // a try_lock() would be a deadlock error): not free.
+      if (stripe(i).owns_lock()) continue;
+      if (stripe(i).try_lock()) return i;
+    }
+    return std::nullopt;
+  }
+
+  /// Takes whichever stripe is free first, waiting up to `timeout` (a zero
+  /// or negative timeout is one pass of try_lock_any()). Between passes it
+  /// sleeps until a release of one stripe chosen at random is announced,
+  /// or a pause that grows from 1 ms to 50 ms ends (releases of the other
+  /// stripes are seen at the next pass). Every attempt is a try_lock(), so
+  /// it returns by the deadline plus one pass. Throws as try_lock().
+  template <class Rep, class Period>
+  Taken lock_any(const std::chrono::duration<Rep, Period>& timeout) {
+    return lock_any_until(detail::deadline_after(timeout), all());
+  }
+  template <class Rep, class Period>
+  Taken lock_any(const std::chrono::duration<Rep, Period>& timeout,
+                 const std::vector<std::size_t>& among) {
+    return lock_any_until(detail::deadline_after(timeout), among);
+  }
+  /// As lock_any, until `deadline` of any clock.
+  template <class Clock, class Duration>
+  Taken lock_any_until(const std::chrono::time_point<Clock, Duration>& deadline,
+                       const std::vector<std::size_t>& among) {
+    const clock::time_point until = detail::to_steady_deadline(deadline);
+    std::optional<Notifier::Subscription> subscription;
+    auto pause = std::chrono::milliseconds(1);
+    for (;;) {
+      // Read before the pass, so a release announced after it ends the sleep.
+      const std::uint64_t seen = subscription ? subscription->generation() : 0;
+      if (const std::optional<std::size_t> i = try_lock_any(among)) {
+        return Taken{*i, std::unique_lock<Stripe>(stripe(*i), std::adopt_lock)};
+      }
+      const clock::time_point now = clock::now();
+      if (among.empty() || now >= until) return Taken{};
+      if (!subscription && stripes_.front()->options().wake_on_release()) {
+        // Confirmed before the next pass: no release after it goes unseen.
+        const Stripe& watched = stripe(among[random_below(among.size())]);
+        subscription.emplace(
+            backend_.notifier().subscribe(detail::companion_key(watched.key(), "released"), until));
+        continue;
+      }
+      const clock::time_point wake = until - now < pause ? until : now + pause;
+      if (subscription) {
+        subscription->wait(seen, wake);
+      } else {
+        std::this_thread::sleep_until(wake);
+      }
+      pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    }
+  }
+
+ private:
+  std::vector<std::size_t> all() const {
+    std::vector<std::size_t> every(stripes_.size());
+    for (std::size_t i = 0; i < every.size(); ++i) every[i] = i;
+    return every;
+  }
+
+  static std::size_t random_below(std::size_t n) noexcept {
+    return std::min(static_cast<std::size_t>(detail::jitter_unit() * static_cast<double>(n)),
+                    n - 1);
+  }
+
+  Backend backend_;
+  std::vector<std::unique_ptr<Stripe>> stripes_;
+};
+
+/// The striped lock for ordinary use.
+using StripedMutex = BasicStripedMutex<>;
+
+}  // namespace distlock

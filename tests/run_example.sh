@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs one example program against a throwaway redis-server (a unix socket
+# in a temp dir, no persistence) and exits with the program's status:
+#   run_example.sh <program> [arguments after the URI...]
+set -euo pipefail
+program=$1
+shift
+dir=$(mktemp -d)
+redis-server --port 0 --unixsocket "$dir/redis.sock" --unixsocketperm 700 --save '' \
+             --appendonly no --dir "$dir" --daemonize yes --pidfile "$dir/redis.pid" \
+             --logfile "$dir/redis.log"
+trap 'kill "$(cat "$dir/redis.pid" 2>/dev/null)" 2>/dev/null; rm -rf "$dir"' EXIT
+for _ in $(seq 200); do
+  redis-cli -s "$dir/redis.sock" ping >/dev/null 2>&1 && break
+  sleep 0.05
+done
+"$program" "unix://$dir/redis.sock" "$@"

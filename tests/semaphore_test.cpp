@@ -1,0 +1,293 @@
+// Tests for semaphore.hpp against real redis-servers: never more than N
+// holders (processes and threads), permits as server-timed leases (a killed
+// holder's comes back, renewal keeps one, a lost one is reported), batched
+// renewal, resize, waking on release, the Lockable view and bad input.
+#include "distlock/semaphore.hpp"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/fixture.hpp"
+#include "support/lock_helpers.hpp"
+#include "support/options.hpp"
+
+namespace distlock {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using testing::client_options;
+using testing::command_calls;
+
+class SemaphoreTest : public testing::RedisClientTest {
+ protected:
+  // Waits (up to 5 s) until `done()`; false if it never was.
+  template <class Done>
+  static bool eventually(Done done) {
+    const Clock::time_point end = Clock::now() + 5s;
+    while (!done()) {
+      if (Clock::now() > end) return false;
+      std::this_thread::sleep_for(5ms);
+    }
+    return true;
+  }
+
+  long long zcard(const std::string& key) { return client().command("ZCARD", key).integer(); }
+};
+
+// The oracle: counts holders inside, and records a violation when more
+// than `limit` are in at once. Runs while a permit is held.
+void inside(Client& client, long long limit) {
+  const long long now = client.command("INCR", "inside").integer();
+  if (now > limit) client.command("INCR", "violations");
+  client.command("EVAL",
+                 "if tonumber(redis.call('get', KEYS[1]) or 0) < tonumber(ARGV[1]) then "
+                 "redis.call('set', KEYS[1], ARGV[1]) end",
+                 "1", "most", std::to_string(now));
+  std::this_thread::sleep_for(1ms);
+  client.command("DECR", "inside");
+}
+
+TEST_F(SemaphoreTest, NeverMoreThanNHoldersAcrossProcesses) {
+  const ClientOptions where = client_options(server());
+  const int failed = testing::run_in_children(5, [&] {
+    Client own(where);
+    Semaphore exports(own, "exports", 3);
+    for (int i = 0; i < 15; ++i) {
+      Permit permit = exports.acquire();
+      inside(own, 3);
+    }
+  });
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(get("violations"), "(nil)");
+  EXPECT_GE(std::stoll(get("most")), 2);  // the permits were really shared
+  EXPECT_EQ(zcard("exports"), 0);
+}
+
+TEST_F(SemaphoreTest, NeverMoreThanNHoldersAmongThreadsOfOneObject) {
+  Semaphore exports(client(), "exports", 2);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 10; ++i) {
+        Permit permit = exports.acquire();
+        inside(client(), 2);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(get("violations"), "(nil)");
+  EXPECT_EQ(get("most"), "2");
+}
+
+TEST_F(SemaphoreTest, APermitIsAnIdInASortedSetScoredByItsServerTimeExpiry) {
+  Semaphore exports(client(), "exports", 2, LockOptions{}.ttl(10s));
+  Permit permit = exports.try_acquire();
+  ASSERT_TRUE(permit);
+  EXPECT_EQ(permit.id().size(), 32u);
+  const Reply time = client().command("TIME");
+  const long long now_ms =
+      std::stoll(std::string(time[0].str())) * 1000 + std::stoll(std::string(time[1].str())) / 1000;
+  const long long expiry =
+      std::stoll(std::string(client().command("ZSCORE", "exports", permit.id()).str()));
+  EXPECT_GT(expiry, now_ms + 9000);
+  EXPECT_LE(expiry, now_ms + 10000);
+  EXPECT_GT(client().command("PTTL", "exports").integer(), 9000);  // never without expiry
+  EXPECT_EQ(permit.release(), Release::released);
+  EXPECT_FALSE(permit);
+  EXPECT_EQ(client().command("EXISTS", "exports").integer(), 0);
+}
+
+TEST_F(SemaphoreTest, AcquireSendsNoClientTime) {
+  Connection monitor(client_options(server()));
+  monitor.command("MONITOR");
+  Semaphore exports(client(), "exports", 7, LockOptions{}.ttl(5s));
+  Permit permit = exports.try_acquire();
+  ASSERT_TRUE(permit);
+  for (;;) {
+    const std::string line(monitor.read_reply().str());
+    if (line.find("\"EVALSHA\"") == std::string::npos) continue;
+    // Keys, then the permit id, the lease and the count: nothing else.
+    EXPECT_NE(
+        line.find("\"2\" \"exports\" \"{exports}:permits\" \"" + permit.id() + "\" \"5000\" \"7\""),
+        std::string::npos)
+        << line;
+    EXPECT_EQ(line.substr(line.size() - 10), "\"5000\" \"7\"") << line;  // and last
+    break;
+  }
+}
+
+TEST_F(SemaphoreTest, AKilledHoldersPermitComesBackWhenItsLeaseEnds) {
+  // A long-held permit keeps the set alive: the dead holder's permit must
+  // be pruned from it, not just vanish with the key.
+  Semaphore exports(client(), "exports", 2, LockOptions{}.ttl(1500ms).auto_renew(true));
+  Semaphore steady(client(), "exports", 2, LockOptions{}.ttl(60s));
+  Permit kept = steady.acquire();
+  const ClientOptions where = client_options(server());
+  const pid_t child = ::fork();
+  if (child == 0) {
+    Client own(where);
+    Semaphore mine(own, "exports", 2, LockOptions{}.ttl(1500ms).auto_renew(true));
+    Permit permit = mine.acquire();
+    for (;;) ::pause();  // renewing until killed
+  }
+  ASSERT_GT(child, 0);
+  ASSERT_TRUE(eventually([&] { return zcard("exports") == 2; }));
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_FALSE(exports.try_acquire());  // its lease still runs
+  const Clock::time_point start = Clock::now();
+  Permit permit = exports.try_acquire_for(10s);
+  EXPECT_TRUE(permit);
+  EXPECT_LT(Clock::now() - start, 5s);
+}
+
+TEST_F(SemaphoreTest, RenewalKeepsAPermitPastItsTtl) {
+  Semaphore exports(client(), "exports", 1, LockOptions{}.ttl(300ms).auto_renew(true));
+  Permit permit = exports.acquire();
+  const Clock::time_point end = Clock::now() + 1200ms;  // four leases
+  while (Clock::now() < end) {
+    ASSERT_FALSE(permit.lost());
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_FALSE(exports.try_acquire());
+  EXPECT_EQ(client().command("ZSCORE", "exports", permit.id()).is_nil(), false);
+  EXPECT_EQ(permit.release(), Release::released);
+}
+
+TEST_F(SemaphoreTest, OneRenewalCallRenewsEveryHeldPermit) {
+  Semaphore exports(client(), "exports", 5, LockOptions{}.ttl(10s).auto_renew(true));
+  std::vector<Permit> permits;
+  for (int i = 0; i < 4; ++i) permits.push_back(exports.acquire());
+  client().watchdog().renew_all_now();  // loads the script
+  client().command("CONFIG", "RESETSTAT");
+  client().watchdog().renew_all_now();
+  EXPECT_EQ(command_calls(client()).of("evalsha"), 1);
+  for (const Permit& permit : permits) EXPECT_FALSE(permit.lost());
+}
+
+TEST_F(SemaphoreTest, ALostPermitIsReported) {
+  std::promise<LeaseInfo> told;
+  Semaphore exports(client(), "exports", 2,
+                    LockOptions{}.ttl(5s).auto_renew(true).on_lost(
+                        [&](const LeaseInfo& info) { told.set_value(info); }));
+  Permit permit = exports.acquire();
+  client().command("ZREM", "exports", permit.id());
+  client().watchdog().renew_all_now();
+  EXPECT_TRUE(permit.lost());
+  auto heard = told.get_future();
+  ASSERT_EQ(heard.wait_for(5s), std::future_status::ready);
+  const LeaseInfo info = heard.get();
+  EXPECT_EQ(info.key, "exports");
+  EXPECT_EQ(info.token, permit.id());
+  EXPECT_EQ(info.reason, LostReason::taken);
+  EXPECT_EQ(permit.release(), Release::lost);
+}
+
+TEST_F(SemaphoreTest, ResizeUpAndDownKeepsHolders) {
+  Semaphore exports(client(), "exports", 2);
+  Semaphore other(client(), "exports", 2);
+  Permit a = exports.acquire();
+  Permit b = exports.acquire();
+  EXPECT_FALSE(exports.try_acquire());
+  exports.resize(3);
+  EXPECT_EQ(other.permits(), 3u);  // the stored count wins for everyone
+  Permit c = other.try_acquire();
+  ASSERT_TRUE(c);
+  exports.resize(1);
+  EXPECT_EQ(exports.available(), 0u);
+  EXPECT_EQ(exports.held(), 3u);  // nobody lost a permit
+  EXPECT_EQ(a.release(), Release::released);
+  EXPECT_EQ(b.release(), Release::released);
+  EXPECT_FALSE(other.try_acquire());  // 1 held, count 1
+  EXPECT_EQ(c.release(), Release::released);
+  EXPECT_TRUE(other.try_acquire());
+  exports.resize(0);
+  EXPECT_FALSE(other.try_acquire());
+  client().command("DEL", "{exports}:permits");
+  EXPECT_EQ(exports.permits(), 2u);
+}
+
+TEST_F(SemaphoreTest, AWaiterIsWokenByAReleaseWithoutPolling) {
+  // The holder's lease is a minute, so only the release can wake the waiter.
+  Semaphore exports(client(), "exports", 1, LockOptions{}.ttl(60s));
+  Permit held = exports.acquire();
+  auto waiting = std::async(std::launch::async, [&] { return exports.try_acquire_for(30s); });
+  ASSERT_TRUE(eventually([&] { return client().notifier().channel_count() == 1; }));
+  client().command("CONFIG", "RESETSTAT");
+  EXPECT_EQ(waiting.wait_for(200ms), std::future_status::timeout);
+  EXPECT_LE(command_calls(client()).of("evalsha"), 1);  // at most the attempt after subscribing
+  const Clock::time_point released = Clock::now();
+  EXPECT_EQ(held.release(), Release::released);
+  Permit permit = waiting.get();
+  EXPECT_TRUE(permit);
+  EXPECT_LT(Clock::now() - released, 5s);
+}
+
+TEST_F(SemaphoreTest, TryAcquireForReturnsEmptyByItsDeadline) {
+  Semaphore exports(client(), "exports", 1, LockOptions{}.ttl(60s));
+  Permit held = exports.acquire();
+  const Clock::time_point start = Clock::now();
+  EXPECT_FALSE(exports.try_acquire_for(150ms));
+  const auto took = Clock::now() - start;
+  EXPECT_GE(took, 150ms);
+  EXPECT_LT(took, 150ms + 500ms);
+  EXPECT_FALSE(exports.try_acquire_until(std::chrono::system_clock::now() - 1s));
+  EXPECT_FALSE(exports.try_acquire_for(-1s));
+}
+
+TEST_F(SemaphoreTest, APermitLockWorksWithTheStandardGuards) {
+  Semaphore exports(client(), "exports", 1);
+  PermitLock one(exports);
+  PermitLock two(exports);
+  {
+    std::unique_lock lock(one, 2s);
+    ASSERT_TRUE(lock.owns_lock());
+    EXPECT_EQ(one.id().size(), 32u);
+    EXPECT_FALSE(two.try_lock());
+    EXPECT_THROW(static_cast<void>(one.fence()), InvalidArgument);
+  }
+  {
+    std::lock_guard guard(two);
+    EXPECT_TRUE(two.owns_lock());
+  }
+  EXPECT_EQ(exports.available(), 1u);
+}
+
+TEST_F(SemaphoreTest, AvailableCountsOnlyLivePermits) {
+  Semaphore exports(client(), "exports", 3, LockOptions{}.ttl(100ms));
+  EXPECT_EQ(exports.available(), 3u);
+  Permit a = exports.acquire();
+  Permit b = exports.acquire();
+  EXPECT_EQ(exports.available(), 1u);
+  EXPECT_EQ(exports.held(), 2u);
+  // No renewal: the leases run out on the server, and count as free.
+  EXPECT_TRUE(eventually([&] { return exports.available() == 3; }));
+  EXPECT_EQ(a.release(), Release::expired);
+}
+
+TEST_F(SemaphoreTest, BadInputIsRefused) {
+  EXPECT_THROW(Semaphore(client(), "s", 0), InvalidArgument);
+  EXPECT_THROW(Semaphore(client(), "s", 1'000'000'001), InvalidArgument);
+  EXPECT_THROW(Semaphore(client(), "", 1), InvalidArgument);
+  EXPECT_THROW(Semaphore(client(), "s", 1, LockOptions{}.fencing(true)), InvalidArgument);
+  Semaphore exports(client(), "s", 1);
+  EXPECT_THROW(exports.resize(1'000'000'001), InvalidArgument);
+  Permit none;
+  EXPECT_FALSE(none);
+  EXPECT_THROW(static_cast<void>(none.release()), NotHeldError);
+  EXPECT_EQ(client().command("DBSIZE").integer(), 0);
+}
+
+}  // namespace
+}  // namespace distlock

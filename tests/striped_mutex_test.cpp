@@ -1,0 +1,159 @@
+// Tests for striped_mutex.hpp against real redis-servers: the stripe hash,
+// the keys, exclusion per stripe (threads and processes), lock_any's spread
+// and deadline, and its wake-up on a release.
+#include "distlock/striped_mutex.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "support/fixture.hpp"
+#include "support/lock_helpers.hpp"
+#include "support/options.hpp"
+
+namespace distlock {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using testing::client_options;
+
+class StripedMutexTest : public testing::RedisClientTest {};
+
+TEST(StripeHash, IsFnv1a32OfTheKeyBytes) {
+  // The published FNV-1a test vectors.
+  EXPECT_EQ(fnv1a32(""), 0x811c9dc5u);
+  EXPECT_EQ(fnv1a32("a"), 0xe40c292cu);
+  EXPECT_EQ(fnv1a32("foobar"), 0xbf9cf968u);
+  EXPECT_EQ(fnv1a32(std::string_view("\xff\x00", 2)), fnv1a32(std::string_view("\xff\x00", 2)));
+  static_assert(fnv1a32("a") == 0xe40c292cu, "usable at compile time");
+}
+
+TEST_F(StripedMutexTest, StripeOfIsTheHashModuloTheCountAndSpreadsKeys) {
+  StripedMutex striped(client(), "sale", 16);
+  EXPECT_EQ(striped.size(), 16u);
+  EXPECT_EQ(striped.stripe_of("foobar"), 0xbf9cf968u % 16);
+  std::vector<int> counts(16);
+  for (int n = 0; n < 16000; ++n) ++counts[striped.stripe_of("item:" + std::to_string(n))];
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    EXPECT_GT(counts[i], 700) << "stripe " << i;  // 1000 each on average
+    EXPECT_LT(counts[i], 1300) << "stripe " << i;
+  }
+}
+
+TEST_F(StripedMutexTest, EachStripeIsAMutexOnItsOwnKeyWithNoCommonHashTag) {
+  StripedMutex striped(client(), "sale:stock", 3, LockOptions{}.key_prefix("p:"));
+  EXPECT_EQ(striped.stripe(0).key(), "p:sale:stock:0");
+  EXPECT_EQ(striped.stripe(2).key(), "p:sale:stock:2");
+  EXPECT_THROW(static_cast<void>(striped.stripe(3)), std::out_of_range);
+  const std::size_t i = striped.lock("item:1");
+  EXPECT_EQ(i, striped.stripe_of("item:1"));
+  EXPECT_EQ(get("p:sale:stock:" + std::to_string(i)), striped.stripe(i).token());
+  EXPECT_EQ(client().command("DBSIZE").integer(), 1);
+  striped.unlock("item:1");
+  EXPECT_EQ(client().command("DBSIZE").integer(), 0);
+}
+
+TEST_F(StripedMutexTest, LockByKeyExcludesOnlyThatKeysStripe) {
+  StripedMutex mine(client(), "s", 8);
+  StripedMutex theirs(client(), "s", 8);
+  ASSERT_TRUE(mine.try_lock("a"));
+  EXPECT_FALSE(theirs.try_lock("a"));
+  std::string other = "b";
+  while (mine.stripe_of(other) == mine.stripe_of("a")) other += "b";
+  EXPECT_TRUE(theirs.try_lock(other));
+  theirs.unlock(other);
+  mine.unlock("a");
+  EXPECT_TRUE(theirs.try_lock("a"));
+}
+
+TEST_F(StripedMutexTest, TryLockAnyTakesTheFreeStripeAndSaysWhich) {
+  StripedMutex holder(client(), "s", 4);
+  StripedMutex seeker(client(), "s", 4);
+  for (std::size_t i : {0u, 1u, 3u}) ASSERT_TRUE(holder.stripe(i).try_lock());
+  EXPECT_EQ(seeker.try_lock_any(), std::optional<std::size_t>(2));
+  EXPECT_EQ(seeker.try_lock_any(), std::nullopt);  // all four held now
+  EXPECT_EQ(seeker.try_lock_any({0, 1}), std::nullopt);
+  holder.stripe(1).unlock();
+  EXPECT_EQ(seeker.try_lock_any({0, 1}), std::optional<std::size_t>(1));
+  EXPECT_EQ(seeker.try_lock_any({}), std::nullopt);
+}
+
+TEST_F(StripedMutexTest, TryLockAnyStartsAtARandomStripe) {
+  // Taken and given back 400 times on 8 free stripes: each is first about
+  // 50 times. Always starting at stripe 0 would take only stripe 0.
+  StripedMutex striped(client(), "s", 8);
+  std::vector<int> taken(8);
+  for (int n = 0; n < 400; ++n) {
+    const std::optional<std::size_t> i = striped.try_lock_any();
+    ASSERT_TRUE(i);
+    ++taken[*i];
+    striped.stripe(*i).unlock();
+  }
+  for (std::size_t i = 0; i < taken.size(); ++i) EXPECT_GE(taken[i], 15) << "stripe " << i;
+}
+
+TEST_F(StripedMutexTest, LockAnyReturnsByItsDeadlineWhenAllAreHeld) {
+  StripedMutex holder(client(), "s", 4);
+  StripedMutex seeker(client(), "s", 4);
+  for (std::size_t i = 0; i < 4; ++i) ASSERT_TRUE(holder.stripe(i).try_lock());
+  const Clock::time_point start = Clock::now();
+  const auto taken = seeker.lock_any(150ms);
+  const auto took = Clock::now() - start;
+  EXPECT_FALSE(taken);
+  EXPECT_GE(took, 150ms);
+  EXPECT_LT(took, 150ms + 500ms);
+  const Clock::time_point again = Clock::now();
+  EXPECT_FALSE(seeker.lock_any(-1s));  // one pass, no wait
+  EXPECT_LT(Clock::now() - again, 500ms);
+}
+
+TEST_F(StripedMutexTest, LockAnyTakesTheStripeReleasedWhileItWaits) {
+  StripedMutex holder(client(), "s", 4, LockOptions{}.ttl(60s));
+  StripedMutex seeker(client(), "s", 4, LockOptions{}.ttl(60s));
+  for (std::size_t i = 0; i < 4; ++i) ASSERT_TRUE(holder.stripe(i).try_lock());
+  auto waiting = std::async(std::launch::async, [&] {
+    auto [stripe, guard] = seeker.lock_any(20s);
+    return guard.owns_lock() ? static_cast<int>(stripe) : -1;
+  });
+  EXPECT_EQ(waiting.wait_for(100ms), std::future_status::timeout);
+  holder.stripe(3).unlock();
+  EXPECT_EQ(waiting.get(), 3);  // the holders' leases are 60 s: a release woke it
+  EXPECT_EQ(client().command("EXISTS", "s:3").integer(), 0);  // the guard gave it back
+}
+
+TEST_F(StripedMutexTest, StripesExcludeAcrossProcesses) {
+  // 4 processes x 25 unsafe increments of one counter per stripe, each under
+  // that stripe's lock: every count is exact.
+  const ClientOptions where = client_options(server());
+  const int failed = testing::run_in_children(4, [&] {
+    Client own(where);
+    StripedMutex striped(own, "s", 4);
+    for (int n = 0; n < 25; ++n) {
+      const std::string key = "key:" + std::to_string(n % 8);
+      std::lock_guard guard(striped.of(key));
+      testing::unsafe_increment(own, "count:" + std::to_string(striped.stripe_of(key)));
+    }
+  });
+  EXPECT_EQ(failed, 0);
+  StripedMutex striped(client(), "s", 4);
+  std::vector<long long> expected(4);
+  for (int n = 0; n < 25; ++n) expected[striped.stripe_of("key:" + std::to_string(n % 8))] += 4;
+  for (std::size_t i = 0; i < 4; ++i) {
+    const std::string value = get("count:" + std::to_string(i));
+    EXPECT_EQ(value == "(nil)" ? 0 : std::stoll(value), expected[i]) << "stripe " << i;
+  }
+}
+
+TEST_F(StripedMutexTest, BadInputIsRefused) {
+  EXPECT_THROW(StripedMutex(client(), "s", 0), InvalidArgument);
+  EXPECT_THROW(StripedMutex(client(), "s", StripedMutex::max_stripes + 1), InvalidArgument);
+  EXPECT_THROW(StripedMutex(client(), "", 4), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace distlock
