@@ -44,10 +44,11 @@ return 0
 /// INCR fail (the counter is not a number) the SET is undone and the error
 /// returned: an error never leaves a lock behind. Under OOM the SET itself
 /// is refused, so nothing is written.
-/// Returns {1, fence} when acquired, {0, pttl of the holder} otherwise.
+/// Returns {1, fence} when acquired, {0, pttl of the holder, type of the
+/// key} otherwise (SET NX is refused by a key of any type).
 inline constexpr Script acquire_fenced{
     R"lua(if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {0, redis.call('pttl', KEYS[1])}
+  return {0, redis.call('pttl', KEYS[1]), redis.call('type', KEYS[1]).ok}
 end
 local fence = redis.pcall('incr', KEYS[2])
 if type(fence) == 'table' then
@@ -56,7 +57,7 @@ if type(fence) == 'table' then
 end
 return {1, fence}
 )lua",
-    "d37e35d1ac6d7840e1656ad11b8f054459872c07"};
+    "0d0ed1017bdf4c8f60c6029edc5c9136917fde01"};
 
 /// Watchdog renewal of many Mutex leases in one call. KEYS[i] lock i;
 /// ARGV[2i-1] its token, ARGV[2i] its TTL in ms. Each lease still holding
