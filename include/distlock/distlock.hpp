@@ -11,6 +11,7 @@
 #include "distlock/connection.hpp"
 #include "distlock/connection_options.hpp"
 #include "distlock/error.hpp"
+#include "distlock/events.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/mutex.hpp"

@@ -18,6 +18,7 @@
 #include "distlock/detail/redlock_core.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
+#include "distlock/events.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/notifier.hpp"
@@ -144,6 +145,8 @@ class RedlockProtocol {
   // The watchdog of the first master's Client keeps the time; renewals go
   // to every master through its own Client.
   Watchdog& watchdog() { return core_->masters().front()->watchdog(); }
+  // Its events go to the first master's Client's hook, too.
+  const SharedEventHook& events() const noexcept { return core_->masters().front()->events(); }
   static std::chrono::nanoseconds margin(std::chrono::milliseconds ttl) noexcept {
     return redlock_drift(ttl);
   }
