@@ -149,7 +149,16 @@ class Lifecycle {
     protocol_.check_process();  // a forked child gives back nothing
     MutexLock guard(mutex_);
     Hold* hold = find_for_release(kind);
-    if (hold == nullptr) throw NotHeldError(not_held_message(kind));
+    if (hold == nullptr) {
+      // After a failed extend(): what it found, once, instead of NotHeldError.
+      const std::optional<Ended> ended = take_ended(kind);
+      if (!ended) throw NotHeldError(not_held_message(kind));
+      guard.unlock();
+      if (const SharedEventHook& hook = protocol_.events()) {
+        emit_released(hook, protocol_.key(), clock::now() - ended->acquired, ended->outcome);
+      }
+      return ended->outcome;
+    }
     if (hold->depth > 1) {
       --hold->depth;
       return hold->lost() ? Release::lost : Release::released;
@@ -174,7 +183,12 @@ class Lifecycle {
   void unlock(Kind kind) noexcept {
     if (protocol_.forked()) return;  // the parent's holds stay the parent's
     try {
-      if (owns(kind)) static_cast<void>(release(kind));
+      if (owns(kind)) {
+        static_cast<void>(release(kind));
+      } else {
+        MutexLock guard(mutex_);
+        static_cast<void>(take_ended(kind));
+      }
     } catch (const std::exception& error) {
       // The lease expires by itself; unlock() runs in destructors and must not throw.
       emit_unlock_failed(protocol_.events(), protocol_.key(), error.what());
@@ -196,7 +210,7 @@ class Lifecycle {
     }
     protocol_.check_process();
     if (lease && lease->lost) {
-      forget(kind, id);
+      forget(kind, id, Release::lost);
       return false;
     }
     // Renewals of this lease wait meanwhile, so none sent before this
@@ -204,9 +218,11 @@ class Lifecycle {
     std::optional<Watchdog::HoldOff> quiet;
     if (lease) quiet.emplace(protocol_.watchdog().hold_off(*lease));
     const clock::time_point sent = clock::now();
-    if ((lease && lease->lost) || protocol_.extend(kind, id, ttl) != TokenCheck::done) {
+    const TokenCheck found =
+        lease && lease->lost ? TokenCheck::no_key : protocol_.extend(kind, id, ttl);
+    if (found != TokenCheck::done) {
       quiet.reset();
-      forget(kind, id);
+      forget(kind, id, lease && lease->lost ? Release::lost : to_release(found));
       return false;
     }
     if (quiet) quiet->extended(ttl, sent);
@@ -350,6 +366,7 @@ class Lifecycle {
                                                                         : clock::time_point::max();
           protocol_.watchdog().add(hold.lease, cap);
         }
+        static_cast<void>(take_ended(kind));
         holds_.push_back(std::move(hold));
         protocol_.held(kind, +1);
         return true;
@@ -361,6 +378,26 @@ class Lifecycle {
       // Best effort: if Redis cannot be reached now, the lease expires.
     }
     return false;
+  }
+
+  // A hold a failed extend() dropped, until its holder's next release()
+  // (which answers `outcome`), unlock() or acquire of the kind.
+  struct Ended {
+    std::thread::id thread;
+    Kind kind;
+    Release outcome;
+    clock::time_point acquired;
+  };
+
+  std::optional<Ended> take_ended(Kind kind) DISTLOCK_REQUIRES(mutex_) {
+    const std::thread::id me = std::this_thread::get_id();
+    const auto it = std::find_if(ended_.begin(), ended_.end(), [&](const Ended& ended) {
+      return !Protocol::per_thread || (ended.thread == me && ended.kind == kind);
+    });
+    if (it == ended_.end()) return std::nullopt;
+    const Ended ended = *it;
+    ended_.erase(it);
+    return ended;
   }
 
   Hold* find_for_release(Kind kind) DISTLOCK_REQUIRES(mutex_) {
@@ -387,8 +424,9 @@ class Lifecycle {
     return taken;
   }
 
-  // Drops the hold `id` of `kind` at every depth: it is gone on the server.
-  void forget(Kind kind, const std::string& id) {
+  // Drops the hold `id` of `kind` at every depth: it is gone on the server,
+  // as a failed extend found (`outcome`, for the next release()).
+  void forget(Kind kind, const std::string& id, Release outcome) {
     std::shared_ptr<LeaseState> lease;
     {
       MutexLock guard(mutex_);
@@ -397,6 +435,7 @@ class Lifecycle {
       });
       if (it == holds_.end()) return;
       lease = std::move(it->lease);
+      ended_.push_back(Ended{it->thread, kind, outcome, it->acquired});
       holds_.erase(it);
     }
     protocol_.held(kind, -1);
@@ -469,6 +508,7 @@ class Lifecycle {
   // holds the lock.
   mutable Mutex mutex_;
   std::vector<Hold> holds_ DISTLOCK_GUARDED_BY(mutex_);
+  std::vector<Ended> ended_ DISTLOCK_GUARDED_BY(mutex_);
   Cancellation cancellation_;
 };
 

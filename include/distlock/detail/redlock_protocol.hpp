@@ -129,8 +129,10 @@ class RedlockProtocol {
   TokenCheck extend(Kind, const std::string& token, std::chrono::milliseconds ttl) {
     RedlockAttempt result = core_->extend(token, ttl);
     const bool succeeded = result.succeeded;
+    const bool taken = result.count(NodeStatus::other_owner) > 0;
     core_->remember(std::move(result));
-    return succeeded ? TokenCheck::done : TokenCheck::other_token;
+    if (succeeded) return TokenCheck::done;
+    return taken ? TokenCheck::other_token : TokenCheck::no_key;
   }
 
   std::optional<long long> holder_pttl(clock::time_point) const { return -1; }
