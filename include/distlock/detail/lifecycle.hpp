@@ -445,17 +445,17 @@ class Lifecycle {
 
   // send(); a release the server's ACL refuses (NOPERM: e.g. a user with
   // SET but no EVALSHA, which Mutex releases by) is rethrown naming the key
-  // and what becomes of the lock.
+  // and what becomes of the lock (README: ACL users without scripting).
   template <class Send>
   TokenCheck refused_by_acl(Kind kind, Send&& send) {
     try {
       return send();
     } catch (const ServerError& error) {
       if (error.kind() != ServerErrorKind::noperm) throw;
-      throw ServerError(std::string(error.what()) + " (releasing the " + protocol_.describe(kind) +
-                        " " + protocol_.key() +
-                        "; it stays held until its lease runs out: the user needs the commands "
-                        "this lock type releases with, or use SimpleMutex, which runs no scripts)");
+      throw ServerError(std::string(error.what()) +
+                        " (the server's ACL refused the release of the " +
+                        protocol_.describe(kind) + " " + protocol_.key() +
+                        "; it stays held until its lease runs out)");
     }
   }
 
