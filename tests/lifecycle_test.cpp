@@ -565,5 +565,55 @@ TYPED_TEST(LifecycleTest, AForkedChildCannotUseItsParentsClientNorReleaseItsLock
   EXPECT_EQ(this->keys_on_all(), 0);
 }
 
+// extend() on the read side of a SharedMutex is extend_shared().
+template <class Kind, class Lock>
+bool extend_hold(Lock& lock, milliseconds ttl) {
+  if constexpr (std::is_same_v<Kind, SharedReadKind>) {
+    return lock.extend_shared(ttl);
+  } else {
+    return lock.extend(ttl);
+  }
+}
+
+// The README's table: once extend() returns false the hold is gone, and
+// the next release() says what the extend found (expired: no key; lost:
+// already reported lost), sending nothing, instead of NotHeldError; a
+// second release() throws NotHeldError; unlock() is a no-op, and the lock
+// can be taken again.
+TYPED_TEST(LifecycleTest, ReleaseAfterAFailedExtendSaysWhatTheExtendFound) {
+  Masters masters = this->connect();
+  auto lock = TypeParam::make(masters.clients, "k", LockOptions{}.ttl(10s));
+  ASSERT_TRUE(TypeParam::try_lock(*lock));
+  this->on_all({"FLUSHALL"});
+  EXPECT_FALSE(extend_hold<TypeParam>(*lock, 10s));
+  EXPECT_EQ(TypeParam::release(*lock), Release::expired);
+  EXPECT_THROW(TypeParam::release(*lock), NotHeldError);
+
+  ASSERT_TRUE(TypeParam::try_lock(*lock));
+  this->on_all({"FLUSHALL"});
+  EXPECT_FALSE(extend_hold<TypeParam>(*lock, 10s));
+  TypeParam::unlock(*lock);  // no-op, and forgets what the extend found
+  EXPECT_THROW(TypeParam::release(*lock), NotHeldError);
+
+  ASSERT_TRUE(TypeParam::try_lock(*lock));
+  EXPECT_EQ(TypeParam::release(*lock), Release::released);
+}
+
+TYPED_TEST(LifecycleTest, ExtendAfterALossIsFalseAndReleaseSaysLost) {
+  Masters masters = this->connect();
+  auto lock = TypeParam::make(masters.clients, "k", LockOptions{}.ttl(300ms).auto_renew(true));
+  ASSERT_TRUE(TypeParam::try_lock(*lock));
+  this->on_all({"FLUSHALL"});
+  ASSERT_TRUE(testing::eventually([&] { return lock->lost(); }, 5s));
+  this->on_all({"CONFIG", "RESETSTAT"});
+  EXPECT_FALSE(extend_hold<TypeParam>(*lock, 10s));
+  EXPECT_EQ(TypeParam::release(*lock), Release::lost);
+  EXPECT_THROW(TypeParam::release(*lock), NotHeldError);
+  for (std::size_t i = 0; i < TypeParam::masters; ++i) {
+    const std::string stats = this->server(i).command({"INFO", "commandstats"});
+    EXPECT_EQ(testing::CommandCalls{stats}.total_except("config|resetstat"), 0) << stats;
+  }
+}
+
 }  // namespace
 }  // namespace distlock

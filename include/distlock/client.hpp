@@ -35,6 +35,7 @@
 #include "distlock/detail/thread_annotations.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
+#include "distlock/events.hpp"
 #include "distlock/reply.hpp"
 #include "distlock/runtime.hpp"
 #include "distlock/token.hpp"
@@ -68,6 +69,9 @@ struct ClientOptions : ConnectionOptions {
   /// Most acquirers of this Client waiting for a release at once; past it an
   /// acquire that would wait fails at once with Errc::too_many_waiters.
   std::size_t max_waiters = 10000;
+  /// Told what this Client's locks do (acquired, released, renewed, lost,
+  /// ...; see events.hpp). Empty: nothing is told, at the cost of a branch.
+  EventHook on_event;
 
   ClientOptions() = default;
   ClientOptions(ConnectionOptions connection) : ConnectionOptions(std::move(connection)) {}
@@ -128,6 +132,7 @@ class Endpoint {
 
   const ClientOptions& options() const noexcept { return options_; }
   const std::string& id() const noexcept { return id_; }
+  const SharedEventHook& events() const noexcept { return events_; }
   Runtime& runtime() {
     check_process();
     return runtime_;
@@ -144,6 +149,7 @@ class Endpoint {
   const ClientOptions options_;
   const std::string id_;
   const unsigned generation_;
+  const SharedEventHook events_;  // options_.on_event, shared with leases and the Notifier
   Mutex mutex_;
   std::condition_variable returned_;
   std::vector<std::unique_ptr<Connection>> idle_ DISTLOCK_GUARDED_BY(mutex_);
@@ -226,6 +232,9 @@ class Client {
   /// Throws Error(forked) if forked().
   void check_process() const { endpoint_->check_process(); }
 
+  /// The options' on_event as the locks share it; null when none is set.
+  const detail::SharedEventHook& events() const noexcept { return endpoint_->events(); }
+
  private:
   std::shared_ptr<detail::Endpoint> endpoint_;
 };
@@ -236,7 +245,8 @@ inline Endpoint::Endpoint(ClientOptions options)
     : options_(std::move(options)),
       id_(make_token()),  // also registers the fork handler read below
       generation_(fork_generation.load(std::memory_order_relaxed)),
-      runtime_(options_, options_.max_waiters) {
+      events_(options_.on_event ? std::make_shared<const EventHook>(options_.on_event) : nullptr),
+      runtime_(options_, options_.max_waiters, events_) {
   options_.validate();
   if (options_.pool_size == 0) throw InvalidArgument("pool_size must be at least 1");
   if (options_.pool_wait_timeout.count() < 0) {

@@ -12,6 +12,8 @@
 #include "distlock/connection_options.hpp"
 #include "distlock/counting_scripts.hpp"
 #include "distlock/error.hpp"
+#include "distlock/events.hpp"
+#include "distlock/inspect.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/mutex.hpp"

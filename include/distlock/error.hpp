@@ -144,6 +144,27 @@ class ServerError : public Error {
   ServerErrorKind kind_;
 };
 
+/// The lock's key holds a value of another type than the lock keeps there
+/// (a hash where Mutex keeps a string lease, a string where ReentrantMutex
+/// or SharedMutex keep a hash): the key is not a lock of this kind, and
+/// waiting for it would never end. A ServerError of kind wrongtype.
+class WrongTypeError : public ServerError {
+ public:
+  WrongTypeError(const std::string& key, const std::string& found, const std::string& expected)
+      : ServerError("WRONGTYPE " + key + " holds a " + found + ", not the " + expected +
+                    " this lock keeps there (another kind of lock, or not a lock, uses the name)"),
+        key_(key),
+        found_(found) {}
+  /// The lock's key.
+  const std::string& key() const noexcept { return key_; }
+  /// The type the key holds, as TYPE names it ("hash", "string", "list", ...).
+  const std::string& found() const noexcept { return found_; }
+
+ private:
+  std::string key_;
+  std::string found_;
+};
+
 /// The lease is gone: it expired, or the key now holds someone else's token.
 class LockLostError : public Error {
  public:

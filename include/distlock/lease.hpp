@@ -50,6 +50,8 @@ struct LeaseInfo {
 /// lease is lost. Exceptions it throws are caught and dropped.
 using LostCallback = std::function<void(const LeaseInfo&)>;
 
+struct LockEvent;  // events.hpp
+
 namespace detail {
 
 /// What the server said to a token-checked release or extend.
@@ -101,6 +103,10 @@ struct LeaseState {
 
   std::chrono::milliseconds ttl;  ///< the lease a renewal asks for
   std::string ttl_text;           ///< ttl in ms, as sent
+
+  /// The Client's event hook (events.hpp), set before the Watchdog has the
+  /// lease; null when none is set.
+  std::shared_ptr<const std::function<void(const LockEvent&)>> events;
 
   std::atomic<bool> lost{false};
   std::atomic<clock::rep> expires_ns;  // steady time the lease runs out, as we know it

@@ -25,6 +25,7 @@
 #include "distlock/connection.hpp"
 #include "distlock/detail/args.hpp"
 #include "distlock/detail/batch_renewal.hpp"
+#include "distlock/detail/key_type.hpp"
 #include "distlock/detail/lease_mutex.hpp"
 #include "distlock/scripts.hpp"
 
@@ -39,11 +40,12 @@ struct ScriptedLease {
     if (fencing) {
       const Reply reply =
           connection.eval(scripts::acquire_fenced, {keys.key, keys.fence}, {token, ttl});
-      if (reply.size() != 2) {
+      if (reply.size() < 2) {
         throw ConnectionError(Errc::protocol_error, "bad fenced acquire reply");
       }
       Attempt attempt;
       attempt.acquired = reply[0].integer() == 1;
+      if (!attempt.acquired && reply.size() > 2) check_key_type(keys.key, reply[2].str(), "string");
       (attempt.acquired ? attempt.fence : attempt.holder_pttl) = reply[1].integer();
       return attempt;
     }

@@ -38,6 +38,7 @@
 #include "distlock/connection.hpp"
 #include "distlock/detail/thread_annotations.hpp"
 #include "distlock/error.hpp"
+#include "distlock/events.hpp"
 
 namespace distlock {
 
@@ -84,7 +85,8 @@ class Notifier {
 
   /// Connects lazily from its own thread; `max_waiters` bounds the
   /// subscriptions held at once.
-  Notifier(ConnectionOptions options, std::size_t max_waiters);
+  Notifier(ConnectionOptions options, std::size_t max_waiters,
+           detail::SharedEventHook events = nullptr);
   ~Notifier();
 
   Notifier(const Notifier&) = delete;
@@ -131,6 +133,7 @@ class Notifier {
 
   const ConnectionOptions options_;
   const std::size_t max_waiters_;
+  const detail::SharedEventHook events_;  // told of reconnects
   const int wake_fd_;
 
   mutable detail::Mutex mutex_;
@@ -147,9 +150,11 @@ class Notifier {
   std::thread thread_;
 };
 
-inline Notifier::Notifier(ConnectionOptions options, std::size_t max_waiters)
+inline Notifier::Notifier(ConnectionOptions options, std::size_t max_waiters,
+                          detail::SharedEventHook events)
     : options_(std::move(options)),
       max_waiters_(max_waiters),
+      events_(std::move(events)),
       wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   if (wake_fd_ < 0) throw Error(Errc::io_error, "eventfd failed for the notifier");
   thread_ = std::thread([this] { run(); });
@@ -281,15 +286,25 @@ inline bool Notifier::connect_once() {
   } catch (const Error&) {
     return false;
   }
-  detail::MutexLock lock(mutex_);
-  up_ = true;
-  ++connects_;
-  // Releases may have gone unannounced while we were away: everyone looks again.
-  for (auto& [name, channel] : channels_) {
-    channel->sent = false;
-    channel->confirmed = false;
-    ++channel->generation;
-    channel->changed.notify_all();
+  bool again = false;
+  {
+    detail::MutexLock lock(mutex_);
+    up_ = true;
+    again = ++connects_ > 1;
+    // Releases may have gone unannounced while we were away: everyone looks again.
+    for (auto& [name, channel] : channels_) {
+      channel->sent = false;
+      channel->confirmed = false;
+      ++channel->generation;
+      channel->changed.notify_all();
+    }
+  }
+  if (again && events_) {
+    const std::string endpoint = options_.endpoint();
+    LockEvent event;
+    event.type = LockEventType::notifier_reconnected;
+    event.key = endpoint;
+    detail::emit(events_, event);
   }
   return true;
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "distlock/connection.hpp"
+#include "distlock/events.hpp"
 #include "distlock/notifier.hpp"
 #include "distlock/token.hpp"
 #include "distlock/watchdog.hpp"
@@ -32,9 +33,10 @@ inline std::vector<void*>& left_behind_in_child() {
 
 class Runtime {
  public:
-  Runtime(ConnectionOptions options, std::size_t max_waiters)
+  Runtime(ConnectionOptions options, std::size_t max_waiters, SharedEventHook events = nullptr)
       : options_(std::move(options)),
         max_waiters_(max_waiters),
+        events_(std::move(events)),
         generation_(fork_generation.load(std::memory_order_relaxed)) {}
 
   ~Runtime() {
@@ -47,8 +49,9 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   Notifier& notifier() {
-    std::call_once(notifier_started_,
-                   [this] { notifier_ = std::make_unique<Notifier>(options_, max_waiters_); });
+    std::call_once(notifier_started_, [this] {
+      notifier_ = std::make_unique<Notifier>(options_, max_waiters_, events_);
+    });
     return *notifier_;
   }
 
@@ -60,6 +63,7 @@ class Runtime {
  private:
   const ConnectionOptions options_;
   const std::size_t max_waiters_;
+  const SharedEventHook events_;
   const unsigned generation_;
   std::once_flag notifier_started_;
   std::unique_ptr<Notifier> notifier_;

@@ -44,10 +44,11 @@ return 0
 /// INCR fail (the counter is not a number) the SET is undone and the error
 /// returned: an error never leaves a lock behind. Under OOM the SET itself
 /// is refused, so nothing is written.
-/// Returns {1, fence} when acquired, {0, pttl of the holder} otherwise.
+/// Returns {1, fence} when acquired, {0, pttl of the holder, type of the
+/// key} otherwise (SET NX is refused by a key of any type).
 inline constexpr Script acquire_fenced{
     R"lua(if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {0, redis.call('pttl', KEYS[1])}
+  return {0, redis.call('pttl', KEYS[1]), redis.call('type', KEYS[1]).ok}
 end
 local fence = redis.pcall('incr', KEYS[2])
 if type(fence) == 'table' then
@@ -56,7 +57,7 @@ if type(fence) == 'table' then
 end
 return {1, fence}
 )lua",
-    "d37e35d1ac6d7840e1656ad11b8f054459872c07"};
+    "0d0ed1017bdf4c8f60c6029edc5c9136917fde01"};
 
 /// Watchdog renewal of many Mutex leases in one call. KEYS[i] lock i;
 /// ARGV[2i-1] its token, ARGV[2i] its TTL in ms. Each lease still holding
@@ -383,6 +384,32 @@ return 1
 )lua",
     "243da534fd23f61dd763fe22183d0cf7921fef48"};
 
+/// Administrative force_unlock (inspect.hpp), for every layout. KEYS[1]
+/// lock, KEYS[2..4] the release channels of Mutex, ReentrantMutex and
+/// SharedMutex, KEYS[5] the read holds' timeout-key stem ("{name}").
+/// Deletes a lock key of any holder (a string lease, or a Redisson hash and
+/// its readers' timeout keys) and announces the release on every channel,
+/// so every kind of waiter looks again; the fence counter stays. A key of
+/// another type is left alone. Returns 1 removed, 0 nothing there, or the
+/// type of a key that is no lock.
+inline constexpr Script force_unlock{
+    R"lua(local kind = redis.call('type', KEYS[1]).ok
+if kind == 'none' then return 0 end
+if kind ~= 'string' and kind ~= 'hash' then return kind end
+if kind == 'hash' then
+  local fields = redis.call('hgetall', KEYS[1])
+  for i = 1, #fields, 2 do
+    for n = 1, tonumber(fields[i + 1]) or 0 do
+      redis.call('del', KEYS[5] .. ':' .. fields[i] .. ':rwlock_timeout:' .. n)
+    end
+  end
+end
+redis.call('del', KEYS[1])
+for i = 2, 4 do redis.call('publish', KEYS[i], '0') end
+return 1
+)lua",
+    "ee9469bdc8519f435aa28265571c2c10565e1521"};
+
 /// Every script above, for checks that cover them all.
 inline constexpr const Script* all[] = {&release,           &extend,
                                         &acquire_fenced,    &renew_batch,
@@ -391,6 +418,6 @@ inline constexpr const Script* all[] = {&release,           &extend,
                                         &hash_field_renew,  &read_acquire,
                                         &read_release,      &read_renew,
                                         &read_extend,       &write_acquire,
-                                        &write_release};
+                                        &write_release,     &force_unlock};
 
 }  // namespace distlock::scripts

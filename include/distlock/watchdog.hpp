@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "distlock/detail/thread_annotations.hpp"
+#include "distlock/events.hpp"
 #include "distlock/lease.hpp"
 
 namespace distlock {
@@ -239,6 +240,9 @@ inline void Watchdog::run(State& state) {
   detail::MutexLock lock(state.mutex);
   std::vector<Entry*> work;
   std::vector<detail::Renewed> outcomes;
+  // Renewal events for leases whose Client has a hook (events.hpp), told
+  // with no lock held; stays empty, and allocates nothing, without hooks.
+  std::vector<std::pair<std::shared_ptr<detail::LeaseState>, LockEventType>> told;
   while (!state.stopping) {
     // Sleep until the next renewal or expiry falls due.
     clock::time_point wake = clock::time_point::max();
@@ -283,6 +287,11 @@ inline void Watchdog::run(State& state) {
       Entry& entry = *work[i];
       entry.in_flight = false;
       detail::LeaseState& lease = *entry.lease;
+      if (lease.events && outcomes[i] != detail::Renewed::gone) {
+        told.emplace_back(entry.lease, outcomes[i] == detail::Renewed::yes
+                                           ? LockEventType::renewed
+                                           : LockEventType::renewal_failed);
+      }
       switch (outcomes[i]) {
         case detail::Renewed::yes:
           lease.set_expires(lease.expiry_after(sent));
@@ -310,9 +319,23 @@ inline void Watchdog::run(State& state) {
     if (all) ++state.forced_rounds;
     state.round_done.notify_all();
 
-    if (!lost.empty()) {
+    if (!lost.empty() || !told.empty()) {
       lock.unlock();
+      for (const auto& [lease, type] : told) {
+        LockEvent event;
+        event.type = type;
+        event.key = lease->key;
+        detail::emit(lease->events, event);
+      }
+      told.clear();
       for (const auto& [lease, reason] : lost) {
+        if (lease->events) {
+          LockEvent event;
+          event.type = LockEventType::lost;
+          event.key = lease->key;
+          event.reason = reason;
+          detail::emit(lease->events, event);
+        }
         if (!lease->on_lost) continue;
         try {
           lease->on_lost(LeaseInfo{lease->key, lease->token, reason});

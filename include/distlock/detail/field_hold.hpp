@@ -28,6 +28,7 @@
 #include "distlock/detail/acquire.hpp"
 #include "distlock/detail/args.hpp"
 #include "distlock/detail/batch_renewal.hpp"
+#include "distlock/detail/key_type.hpp"
 #include "distlock/detail/single_server.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/lease.hpp"
@@ -152,17 +153,22 @@ class HashFieldCore : public SingleServer<Backend> {
   /// One attempt by `send`, whose undo (the script `release` on
   /// release_keys and release_args) is written behind it only if no other
   /// lock object of this thread holds `kind`: the owner is the thread, so
-  /// that release could take the other's hold.
+  /// that release could take the other's hold. A key that is not a hash
+  /// fails the scripts with WRONGTYPE: thrown as WrongTypeError.
   template <class Send>
   std::optional<Attempt> attempt_field(Kind kind, const Script& release, Args release_keys,
                                        Args release_args, SteadyClock::time_point deadline,
                                        Send&& send) {
     const bool undo = !held_here(kind);
-    return attempt_or_undo(this->backend_, deadline, std::forward<Send>(send),
-                           [&](Connection& connection) {
-                             if (undo)
-                               connection.send_eval_behind(release, release_keys, release_args);
-                           });
+    return attempt_or_undo(
+        this->backend_, deadline,
+        [&](Connection& connection) {
+          return naming_wrong_type(connection, this->key_, "hash",
+                                   [&] { return send(connection); });
+        },
+        [&](Connection& connection) {
+          if (undo) connection.send_eval_behind(release, release_keys, release_args);
+        });
   }
 };
 

@@ -20,6 +20,7 @@
 #include "distlock/detail/acquire.hpp"
 #include "distlock/detail/args.hpp"
 #include "distlock/detail/exclusive_lock.hpp"
+#include "distlock/detail/key_type.hpp"
 #include "distlock/detail/single_server.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lease.hpp"
@@ -73,6 +74,13 @@ class LeaseProtocol : public SingleServer<Backend> {
           return Wire::acquire(connection, keys(), token, this->ttl_, fencing_);
         },
         [&](Connection& connection) { Wire::undo(connection, keys(), token); });
+  }
+
+  /// The holder's PTTL, and (in the same round trip) a check that the key
+  /// holds a string: SET NX is refused by a key of any type, and a hash or
+  /// a list there would be waited for in vain.
+  std::optional<long long> holder_pttl(SteadyClock::time_point deadline) {
+    return read_pttl_of_type(this->backend_, this->key_, "string", deadline);
   }
 
   TokenCheck release(Kind, const std::string& token) {

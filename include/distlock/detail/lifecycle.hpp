@@ -20,6 +20,7 @@
 //   holder_pttl(deadline), subscribe(deadline), wake()   for waiting
 //   watched(kind, id, sent, options)   -> the Watchdog's LeaseState
 //   watchdog(), margin(ttl), held(kind, +1/-1), key(), describe(kind)
+//   events()                           the Client's event hook (events.hpp)
 //
 // Holds: with per_thread false (Mutex, SimpleMutex, Redlock) the object
 // has at most one, as a shared std::mutex: another thread of the object
@@ -32,6 +33,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -45,6 +47,7 @@
 #include "distlock/detail/thread_annotations.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
+#include "distlock/events.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/notifier.hpp"
@@ -74,11 +77,13 @@ class Lifecycle {
     const std::string id = protocol_.id_for(kind);
     std::optional<Notifier::Subscription> subscription;
     bool subscribed = false;
+    clock::time_point first_sent{};
     for (unsigned attempt = 1;; ++attempt) {
       // Read before the attempt, so a release announced between a failed
       // attempt and the sleep ends that sleep at once.
       const std::uint64_t seen = subscription ? subscription->generation() : 0;
       const clock::time_point sent = clock::now();
+      if (attempt == 1) first_sent = sent;
       const bool last_chance = !wait || sent >= deadline;
       // The first attempt of a call whose deadline has passed already is a
       // try_lock(); a last attempt after waiting gets what little is left.
@@ -96,6 +101,9 @@ class Lifecycle {
         result = *answered;
         if (result.acquired) {
           if (adopt(kind, result.id.empty() ? id : result.id, result.fence, sent)) {
+            if (const SharedEventHook& hook = protocol_.events()) {
+              emit_acquired(hook, protocol_.key(), clock::now() - first_sent, attempt);
+            }
             return Outcome::acquired;
           }
           // Another thread of this object got there first: wait for its unlock.
@@ -141,7 +149,16 @@ class Lifecycle {
     protocol_.check_process();  // a forked child gives back nothing
     MutexLock guard(mutex_);
     Hold* hold = find_for_release(kind);
-    if (hold == nullptr) throw NotHeldError(not_held_message(kind));
+    if (hold == nullptr) {
+      // After a failed extend(): what it found, once, instead of NotHeldError.
+      const std::optional<Ended> ended = take_ended(kind);
+      if (!ended) throw NotHeldError(not_held_message(kind));
+      guard.unlock();
+      if (const SharedEventHook& hook = protocol_.events()) {
+        emit_released(hook, protocol_.key(), clock::now() - ended->acquired, ended->outcome);
+      }
+      return ended->outcome;
+    }
     if (hold->depth > 1) {
       --hold->depth;
       return hold->lost() ? Release::lost : Release::released;
@@ -150,20 +167,33 @@ class Lifecycle {
     guard.unlock();
     protocol_.held(kind, -1);
     cancellation_.nudge();
-    if (last.lease) {
-      protocol_.watchdog().remove(*last.lease);  // no renewal of it is sent after this
-      if (last.lease->lost) return Release::lost;
+    Release outcome = Release::lost;
+    if (last.lease) protocol_.watchdog().remove(*last.lease);  // no renewal of it after this
+    if (!last.lost())
+      outcome = to_release(refused_by_acl(kind, [&] { return protocol_.release(kind, last.id); }));
+    if (const SharedEventHook& hook = protocol_.events()) {
+      emit_released(hook, protocol_.key(), clock::now() - last.acquired, outcome);
     }
-    return to_release(protocol_.release(kind, last.id));
+    return outcome;
   }
 
   /// release(), never throwing; does nothing if the caller holds nothing.
+  /// What it cannot release (the lease then runs out) goes to the Client's
+  /// event hook as unlock_failed.
   void unlock(Kind kind) noexcept {
     if (protocol_.forked()) return;  // the parent's holds stay the parent's
     try {
-      if (owns(kind)) static_cast<void>(release(kind));
-    } catch (...) {
+      if (owns(kind)) {
+        static_cast<void>(release(kind));
+      } else {
+        MutexLock guard(mutex_);
+        static_cast<void>(take_ended(kind));
+      }
+    } catch (const std::exception& error) {
       // The lease expires by itself; unlock() runs in destructors and must not throw.
+      emit_unlock_failed(protocol_.events(), protocol_.key(), error.what());
+    } catch (...) {
+      emit_unlock_failed(protocol_.events(), protocol_.key(), "unknown error");
     }
   }
 
@@ -180,7 +210,7 @@ class Lifecycle {
     }
     protocol_.check_process();
     if (lease && lease->lost) {
-      forget(kind, id);
+      forget(kind, id, Release::lost);
       return false;
     }
     // Renewals of this lease wait meanwhile, so none sent before this
@@ -188,9 +218,11 @@ class Lifecycle {
     std::optional<Watchdog::HoldOff> quiet;
     if (lease) quiet.emplace(protocol_.watchdog().hold_off(*lease));
     const clock::time_point sent = clock::now();
-    if ((lease && lease->lost) || protocol_.extend(kind, id, ttl) != TokenCheck::done) {
+    const TokenCheck found =
+        lease && lease->lost ? TokenCheck::no_key : protocol_.extend(kind, id, ttl);
+    if (found != TokenCheck::done) {
       quiet.reset();
-      forget(kind, id);
+      forget(kind, id, lease && lease->lost ? Release::lost : to_release(found));
       return false;
     }
     if (quiet) quiet->extended(ttl, sent);
@@ -258,6 +290,7 @@ class Lifecycle {
     unsigned depth = 1;
     std::string id;
     long long fence = 0;
+    clock::time_point acquired{};  // when the grant's attempt was sent
     clock::time_point expires{};
     std::shared_ptr<LeaseState> lease;  // set while the watchdog renews it
     bool lost() const noexcept { return lease && lease->lost; }
@@ -317,8 +350,12 @@ class Lifecycle {
     hold.kind = kind;
     hold.id = id;
     hold.fence = fence;
+    hold.acquired = sent;
     hold.expires = expiry(sent, options_.ttl());
-    if (options_.auto_renew()) hold.lease = protocol_.watched(kind, id, sent, options_);
+    if (options_.auto_renew()) {
+      hold.lease = protocol_.watched(kind, id, sent, options_);
+      hold.lease->events = protocol_.events();
+    }
     {
       MutexLock guard(mutex_);
       if (Protocol::per_thread || holds_.empty()) {
@@ -329,6 +366,7 @@ class Lifecycle {
                                                                         : clock::time_point::max();
           protocol_.watchdog().add(hold.lease, cap);
         }
+        static_cast<void>(take_ended(kind));
         holds_.push_back(std::move(hold));
         protocol_.held(kind, +1);
         return true;
@@ -340,6 +378,26 @@ class Lifecycle {
       // Best effort: if Redis cannot be reached now, the lease expires.
     }
     return false;
+  }
+
+  // A hold a failed extend() dropped, until its holder's next release()
+  // (which answers `outcome`), unlock() or acquire of the kind.
+  struct Ended {
+    std::thread::id thread;
+    Kind kind;
+    Release outcome;
+    clock::time_point acquired;
+  };
+
+  std::optional<Ended> take_ended(Kind kind) DISTLOCK_REQUIRES(mutex_) {
+    const std::thread::id me = std::this_thread::get_id();
+    const auto it = std::find_if(ended_.begin(), ended_.end(), [&](const Ended& ended) {
+      return !Protocol::per_thread || (ended.thread == me && ended.kind == kind);
+    });
+    if (it == ended_.end()) return std::nullopt;
+    const Ended ended = *it;
+    ended_.erase(it);
+    return ended;
   }
 
   Hold* find_for_release(Kind kind) DISTLOCK_REQUIRES(mutex_) {
@@ -366,8 +424,9 @@ class Lifecycle {
     return taken;
   }
 
-  // Drops the hold `id` of `kind` at every depth: it is gone on the server.
-  void forget(Kind kind, const std::string& id) {
+  // Drops the hold `id` of `kind` at every depth: it is gone on the server,
+  // as a failed extend found (`outcome`, for the next release()).
+  void forget(Kind kind, const std::string& id, Release outcome) {
     std::shared_ptr<LeaseState> lease;
     {
       MutexLock guard(mutex_);
@@ -376,11 +435,28 @@ class Lifecycle {
       });
       if (it == holds_.end()) return;
       lease = std::move(it->lease);
+      ended_.push_back(Ended{it->thread, kind, outcome, it->acquired});
       holds_.erase(it);
     }
     protocol_.held(kind, -1);
     cancellation_.nudge();
     if (lease) protocol_.watchdog().remove(*lease);
+  }
+
+  // send(); a release the server's ACL refuses (NOPERM: e.g. a user with
+  // SET but no EVALSHA, which Mutex releases by) is rethrown naming the key
+  // and what becomes of the lock (README: ACL users without scripting).
+  template <class Send>
+  TokenCheck refused_by_acl(Kind kind, Send&& send) {
+    try {
+      return send();
+    } catch (const ServerError& error) {
+      if (error.kind() != ServerErrorKind::noperm) throw;
+      throw ServerError(std::string(error.what()) +
+                        " (the server's ACL refused the release of the " +
+                        protocol_.describe(kind) + " " + protocol_.key() +
+                        "; it stays held until its lease runs out)");
+    }
   }
 
   std::string not_held_message(Kind kind) const DISTLOCK_REQUIRES(mutex_) {
@@ -411,9 +487,15 @@ class Lifecycle {
           protocol_.watchdog().remove(*hold.lease);
           if (hold.lease->lost) continue;
         }
-        static_cast<void>(protocol_.release(hold.kind, hold.id));
-      } catch (...) {
+        const Release outcome = to_release(protocol_.release(hold.kind, hold.id));
+        if (const SharedEventHook& hook = protocol_.events()) {
+          emit_released(hook, protocol_.key(), clock::now() - hold.acquired, outcome);
+        }
+      } catch (const std::exception& error) {
         // The lease expires by itself.
+        emit_unlock_failed(protocol_.events(), protocol_.key(), error.what());
+      } catch (...) {
+        emit_unlock_failed(protocol_.events(), protocol_.key(), "unknown error");
       }
     }
   }
@@ -426,6 +508,7 @@ class Lifecycle {
   // holds the lock.
   mutable Mutex mutex_;
   std::vector<Hold> holds_ DISTLOCK_GUARDED_BY(mutex_);
+  std::vector<Ended> ended_ DISTLOCK_GUARDED_BY(mutex_);
   Cancellation cancellation_;
 };
 

@@ -21,6 +21,7 @@
 #include "distlock/detail/acquire.hpp"
 #include "distlock/detail/args.hpp"
 #include "distlock/detail/fan_out.hpp"
+#include "distlock/detail/key_type.hpp"
 #include "distlock/detail/thread_annotations.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
@@ -99,8 +100,36 @@ class RedlockCore {
                                      return std::nullopt;
                                    });
     result.succeeded = result.ok() >= quorum_ && result.validity > clock::duration::zero();
-    if (!result.succeeded) clean_up(fan, token, start + budget);
+    if (!result.succeeded) {
+      clean_up(fan, token, start + budget);
+      refuse_wrong_type(fan);
+    }
     return result;
+  }
+
+  // After a failed attempt's clean_up: SET NX is refused by a key of any
+  // type, and the release script fails with WRONGTYPE where the key is not
+  // a string. When so many masters hold another type that no quorum can
+  // ever be had, waiting is in vain: WrongTypeError, naming the type one of
+  // them holds (one TYPE, on this path only).
+  void refuse_wrong_type(Fan& fan) {
+    std::size_t wrong = 0;
+    std::size_t first = 0;
+    for (std::size_t i = 0; i < fan.size(); ++i) {
+      if (fan[i].state != FanState::replied || !fan[i].reply.is_error()) continue;
+      if (!is_wrong_type(ServerError(fan[i].reply.str()))) continue;
+      if (wrong++ == 0) first = i;
+    }
+    if (wrong == 0 || fan.size() - wrong >= quorum_) return;
+    std::string found = "value of another type";
+    try {
+      auto connection = fan[first].backend->borrow(clock::now() + node_timeout_);
+      connection->set_timeout(node_timeout_);
+      found = std::string(connection->command("TYPE", key_).str());
+    } catch (const Error&) {
+      // The error is the same without the type's name.
+    }
+    throw WrongTypeError(key_, found, "string");
   }
 
   // Runs a token-checked script (1 done, 0 no key, -1 another token) on

@@ -19,6 +19,7 @@
 #include "distlock/detail/redlock_core.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
+#include "distlock/events.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/notifier.hpp"
@@ -160,8 +161,10 @@ class RedlockProtocol {
   TokenCheck extend(Kind, const std::string& token, std::chrono::milliseconds ttl) {
     RedlockAttempt result = core_->extend(token, ttl);
     const bool succeeded = result.succeeded;
+    const bool taken = result.count(NodeStatus::other_owner) > 0;
     core_->remember(std::move(result));
-    return succeeded ? TokenCheck::done : TokenCheck::other_token;
+    if (succeeded) return TokenCheck::done;
+    return taken ? TokenCheck::other_token : TokenCheck::no_key;
   }
 
   std::optional<long long> holder_pttl(clock::time_point) const { return -1; }
@@ -176,6 +179,8 @@ class RedlockProtocol {
   // The watchdog of the first master's Client keeps the time; renewals go
   // to every master through its own Client.
   Watchdog& watchdog() { return core_->masters().front()->watchdog(); }
+  // Its events go to the first master's Client's hook, too.
+  const SharedEventHook& events() const noexcept { return core_->masters().front()->events(); }
   static std::chrono::nanoseconds margin(std::chrono::milliseconds ttl) noexcept {
     return redlock_drift(ttl);
   }

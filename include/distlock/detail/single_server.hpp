@@ -13,6 +13,7 @@
 #include "distlock/connection.hpp"
 #include "distlock/detail/acquire.hpp"
 #include "distlock/detail/args.hpp"
+#include "distlock/events.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/notifier.hpp"
@@ -40,6 +41,7 @@ class SingleServer {
   }
   void wake() { backend_.notifier().wake(channel_); }
   Watchdog& watchdog() { return backend_.watchdog(); }
+  const SharedEventHook& events() const noexcept { return backend_.events(); }
   static constexpr std::chrono::nanoseconds margin(std::chrono::milliseconds) noexcept {
     return std::chrono::nanoseconds(0);
   }

@@ -1,0 +1,23 @@
+// What the README's code snippets call into, for the file
+// readme_snippets.cmake generates from them: each snippet is the body of a
+// function in namespace readme that is given a Client named `redis`; it is
+// compiled, never run.
+#pragma once
+
+#include <distlock/distlock.hpp>
+
+#include <vector>
+
+using namespace std::chrono_literals;
+
+namespace readme {
+
+template <class... Args>
+void log_warning(const Args&...) {}
+
+struct Step {
+  void run() {}
+};
+inline std::vector<Step> steps;
+
+}  // namespace readme
