@@ -158,11 +158,12 @@ class HashFieldCore : public SingleServer<Backend> {
                                        Args release_args, SteadyClock::time_point deadline,
                                        Send&& send) {
     const bool undo = !held_here(kind);
-    return attempt_or_undo(this->backend_, deadline, std::forward<Send>(send),
-                           [&](Connection& connection) {
-                             if (undo)
-                               connection.send_eval_behind(release, release_keys, release_args);
-                           });
+    return attempt_or_undo(
+        this->backend_, deadline, std::forward<Send>(send),
+        [&](Connection& connection) {
+          if (undo) connection.send_eval_behind(release, release_keys, release_args);
+        },
+        this->replicas_.get(), this->key_);
   }
 };
 
