@@ -8,6 +8,7 @@
 
 #include "distlock/connection.hpp"
 #include "support/redis_server.hpp"
+#include "support/replicated_server.hpp"
 
 namespace distlock::bench {
 
@@ -23,6 +24,18 @@ const ClientOptions& server_options() {
       o.host = own_server->host();
       o.port = own_server->port();
     }
+    return o;
+  }();
+  return options;
+}
+
+const ClientOptions& replicated_master_options() {
+  static std::unique_ptr<testing::ReplicatedServer> servers;
+  static const ClientOptions options = [] {
+    servers = std::make_unique<testing::ReplicatedServer>(1);
+    ClientOptions o;
+    o.host = servers->master().host();
+    o.port = servers->master().port();
     return o;
   }();
   return options;
@@ -102,8 +115,10 @@ bool read_replies(redisContext* context, int count, int expected_type, benchmark
   return all_expected;
 }
 
-std::string load_script(std::string_view source) {
-  Connection connection(server_options());
+std::string load_script(std::string_view source) { return load_script(source, server_options()); }
+
+std::string load_script(std::string_view source, const ClientOptions& where) {
+  Connection connection(where);
   return std::string(connection.command("SCRIPT", "LOAD", source).str());
 }
 

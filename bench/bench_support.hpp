@@ -23,6 +23,10 @@ namespace distlock::bench {
 /// Where the benchmarks' server is; starts it on first use.
 const ClientOptions& server_options();
 
+/// A master with one replica of its own (started on first use), for the
+/// replica-acknowledgement benchmarks; always local.
+const ClientOptions& replicated_master_options();
+
 struct FreeContext {
   void operator()(redisContext* c) const noexcept { redisFree(c); }
 };
@@ -67,7 +71,8 @@ inline constexpr std::string_view compare_delete_publish_lua =
     "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) "
     "redis.call('publish', KEYS[2], '0') return 1 end return 0";
 
-/// Loads a script on the benchmarks' server and returns its SHA-1.
+/// Loads a script on the benchmarks' server (or `where`) and returns its SHA-1.
 std::string load_script(std::string_view source);
+std::string load_script(std::string_view source, const ClientOptions& where);
 
 }  // namespace distlock::bench

@@ -2,6 +2,7 @@
 // to be read against BM_Raw_SetNxPx_EvalshaDel and BM_Raw_SetNxPx_Del.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <mutex>
 
 #include "bench_support.hpp"
@@ -31,6 +32,20 @@ void BM_Mutex_LockUnlock_Fenced(benchmark::State& state) {
   lock_unlock<Mutex>(state, LockOptions{}.fencing(true));
 }
 BENCHMARK(BM_Mutex_LockUnlock_Fenced)->UseRealTime();
+
+void BM_Mutex_LockUnlock_Replicas1(benchmark::State& state) {
+  Client client(replicated_master_options());
+  Mutex lock(client, "bench:lock",
+             LockOptions{}.ttl(std::chrono::seconds(30)).replicas(1, std::chrono::seconds(1)));
+  for (auto _ : state) {
+    if (!lock.try_lock()) {
+      state.SkipWithError("lock was not free");
+      break;
+    }
+    lock.unlock();
+  }
+}
+BENCHMARK(BM_Mutex_LockUnlock_Replicas1)->UseRealTime();
 
 void BM_SimpleMutex_LockUnlock(benchmark::State& state) {
   lock_unlock<SimpleMutex>(state, LockOptions{});

@@ -39,5 +39,23 @@ void BM_Raw_SetNxPx_EvalshaDel(benchmark::State& state) {
 }
 BENCHMARK(BM_Raw_SetNxPx_EvalshaDel)->UseRealTime();
 
+// Master + 1 replica: SET NX PX and WAIT 1 pipelined, then the release.
+void BM_Raw_SetNxPx_Wait1_EvalshaDel(benchmark::State& state) {
+  const RawConnection redis = raw_connect(replicated_master_options());
+  const std::string sha = load_script(compare_and_delete_lua, replicated_master_options());
+  const RawCommand set{"SET", "bench:raw", "tok", "NX", "PX", "30000"};
+  const RawCommand wait{"WAIT", "1", "1000"};
+  const RawCommand release{"EVALSHA", sha, "1", "bench:raw", "tok"};
+  for (auto _ : state) {
+    set.append(redis.get());
+    wait.append(redis.get());
+    if (!flush(redis.get(), state)) break;
+    if (!read_replies(redis.get(), 1, REDIS_REPLY_STATUS, state)) break;
+    if (!read_replies(redis.get(), 1, REDIS_REPLY_INTEGER, state)) break;
+    if (!release.run(redis.get(), REDIS_REPLY_INTEGER, state)) break;
+  }
+}
+BENCHMARK(BM_Raw_SetNxPx_Wait1_EvalshaDel)->UseRealTime();
+
 }  // namespace
 }  // namespace distlock::bench

@@ -4,7 +4,7 @@
 // Losing a race is not an error (try_lock returns false); these are for what
 // the caller did wrong (InvalidArgument) or what the infrastructure did
 // (ConnectionError, TimeoutError, ServerError) and for lease trouble
-// (LockLostError). Messages never contain credentials or lock tokens.
+// (LockLostError, NotReplicatedError). Messages never contain credentials or lock tokens.
 // Redlock's NoQuorumError (Errc::no_quorum) lives in redlock.hpp, next to
 // the per-master results it carries.
 #pragma once
@@ -31,6 +31,7 @@ enum class Errc {
   cancelled,           ///< a wait was cancelled from another thread
   no_quorum,           ///< too few of a Redlock's masters answered to decide
   forked,              ///< a Client made before fork() was used in the child
+  not_replicated,      ///< fewer replicas acknowledged a grant than LockOptions::replicas asks
 };
 
 namespace detail {
@@ -53,6 +54,7 @@ class ErrorCategory final : public std::error_category {
       case Errc::cancelled: return "wait cancelled";
       case Errc::no_quorum: return "no quorum of masters answered";
       case Errc::forked: return "Client used in a child process after fork()";
+      case Errc::not_replicated: return "not acknowledged by enough replicas";
     }
     return "unknown distlock error";
   }
@@ -169,6 +171,23 @@ class WrongTypeError : public ServerError {
 class LockLostError : public Error {
  public:
   explicit LockLostError(const std::string& what) : Error(Errc::lock_lost, what) {}
+};
+
+/// Fewer replicas acknowledged a write than LockOptions::replicas asks (or
+/// fewer are connected than it asks for). A grant it follows has been given
+/// back: the lock is not held.
+class NotReplicatedError : public Error {
+ public:
+  NotReplicatedError(const std::string& what, int acknowledged, int wanted)
+      : Error(Errc::not_replicated, what), acknowledged_(acknowledged), wanted_(wanted) {}
+  /// Replicas that acknowledged (WAIT's answer), or that were connected.
+  int acknowledged() const noexcept { return acknowledged_; }
+  /// Replicas asked for.
+  int wanted() const noexcept { return wanted_; }
+
+ private:
+  int acknowledged_;
+  int wanted_;
 };
 
 /// The operation needs a lock that this object does not hold.

@@ -1,5 +1,6 @@
 // LockOptions: how a lock object behaves (lease length and renewal, fencing,
-// key prefix, waking on release, the lost-lease callback), and the
+// key prefix, waking on release, the lost-lease callback, replica
+// acknowledgement), and the
 // documented limits on lock names and leases.
 //
 // Options are a plain value, set by chained calls:
@@ -89,6 +90,51 @@ class LockOptions {
   }
   bool fencing() const noexcept { return fencing_; }
 
+  /// Replica acknowledgement: every grant (acquire, with its fence), extend
+  /// and watchdog renewal is followed by WAIT `count` `timeout` on the same
+  /// connection, and counts only once `count` replicas have it. A grant
+  /// fewer acknowledge is given back (the usual token-checked release) and
+  /// the acquire throws NotReplicatedError, from try_lock() too: it is not
+  /// a lost race. When the caller's deadline, not `timeout`, cut WAIT
+  /// short, try_lock_for/until return false instead. An extend fewer
+  /// acknowledge throws NotReplicatedError and leaves the hold as it was; a
+  /// renewal fewer acknowledge does not lengthen the lease's validity. The
+  /// first acquire of each lock object reads INFO replication and throws
+  /// NotReplicatedError if fewer than `count` replicas are connected.
+  /// WAIT is not consensus: see the README's "Replicas and failover".
+  /// Single-server locks only (Mutex, SimpleMutex, ReentrantMutex,
+  /// SharedMutex); Redlock ignores it. `count` in [1, max_replicas],
+  /// `timeout` in [1 ms, max_ttl].
+  template <class Rep, class Period>
+  LockOptions& replicas(int count, std::chrono::duration<Rep, Period> timeout) {
+    if (count < 1 || count > max_replicas) {
+      throw InvalidArgument("replicas count must be in [1, " + std::to_string(max_replicas) +
+                            "], not " + std::to_string(count));
+    }
+    replica_timeout_ = detail::checked_milliseconds(timeout, max_ttl, "replica timeout");
+    replicas_ = count;
+    return *this;
+  }
+  /// As replicas(count, timeout) with count a majority of the replicas the
+  /// master has connected (INFO replication's connected_slaves / 2 + 1),
+  /// read at a lock object's first acquire and again after an attempt was
+  /// not replicated. A master with no connected replica is an error
+  /// (NotReplicatedError), not a majority of none.
+  template <class Rep, class Period>
+  LockOptions& replicas_majority(std::chrono::duration<Rep, Period> timeout) {
+    replica_timeout_ = detail::checked_milliseconds(timeout, max_ttl, "replica timeout");
+    replicas_ = majority;
+    return *this;
+  }
+  /// Replicas asked for: 0 for none (the default), majority for the
+  /// majority form.
+  int replicas() const noexcept { return replicas_; }
+  std::chrono::milliseconds replica_timeout() const noexcept { return replica_timeout_; }
+  /// The most replicas replicas() may ask for.
+  static constexpr int max_replicas = 1000;
+  /// replicas() of replicas_majority().
+  static constexpr int majority = -1;
+
   /// Prepended to the name to form the key (e.g. "locks:").
   LockOptions& key_prefix(std::string prefix) {
     key_prefix_ = std::move(prefix);
@@ -105,6 +151,8 @@ class LockOptions {
   bool wake_on_release_ = true;
   bool fencing_ = false;
   std::string key_prefix_;
+  int replicas_ = 0;
+  std::chrono::milliseconds replica_timeout_{0};
 };
 
 namespace detail {

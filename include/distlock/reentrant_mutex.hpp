@@ -63,7 +63,7 @@ class ReentrantProtocol : public HashFieldCore<Backend, ReentrantKind> {
       : Core(std::move(backend), key, redisson_prefixed("redisson_lock__channel", key), options),
         fence_key_(companion_key(this->key_, "fence")),
         fencing_(options.fencing()),
-        renewer_(std::make_shared<FieldRenewer<Backend>>(this->backend_)) {}
+        renewer_(this->template make_renewer<FieldRenewer<Backend>>()) {}
 
   std::string id_for(Kind) const { return this->owner(); }
   template <class DepthOf>
@@ -84,7 +84,7 @@ class ReentrantProtocol : public HashFieldCore<Backend, ReentrantKind> {
   }
 
   TokenCheck extend(Kind, const std::string& owner, std::chrono::milliseconds ttl) {
-    return this->checked([&](Connection& connection) {
+    return this->extended([&](Connection& connection) {
       return field_check(
           connection.eval(scripts::hash_field_extend, {this->key_}, {owner, Decimal(ttl.count())}));
     });

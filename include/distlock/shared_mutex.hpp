@@ -76,8 +76,8 @@ class SharedProtocol : public HashFieldCore<Backend, SharedKind> {
       : Core(std::move(backend), key, redisson_prefixed("redisson_rwlock", key),
              no_fencing(options)),
         timeout_stem_(redisson_tagged(this->key_)),
-        write_renewer_(std::make_shared<FieldRenewer<Backend>>(this->backend_)),
-        read_renewer_(std::make_shared<ReadRenewer<Backend>>(this->backend_)) {}
+        write_renewer_(this->template make_renewer<FieldRenewer<Backend>>()),
+        read_renewer_(this->template make_renewer<ReadRenewer<Backend>>()) {}
 
   std::string id_for(Kind kind) const {
     return kind == Kind::read ? this->owner() : this->owner() + ":write";
@@ -129,7 +129,7 @@ class SharedProtocol : public HashFieldCore<Backend, SharedKind> {
 
   TokenCheck extend(Kind kind, const std::string& field, std::chrono::milliseconds ttl) {
     const Decimal lease(ttl.count());
-    return this->checked([&](Connection& connection) {
+    return this->extended([&](Connection& connection) {
       if (kind == Kind::read) {
         return field_check(connection.eval(scripts::read_extend, {this->key_, timeout_stem(field)},
                                            {field, lease}));
@@ -272,6 +272,10 @@ class BasicSharedMutex : public detail::ExclusiveLock<detail::SharedProtocol<Bac
   /// Time left on the calling thread's read hold; zero when none or lost.
   std::chrono::milliseconds validity_shared() const noexcept {
     return this->life_.validity(Kind::read);
+  }
+  /// replicas_acknowledged() of the calling thread's read hold.
+  std::optional<int> replicas_acknowledged_shared() const {
+    return this->life_.replicas(Kind::read);
   }
 
   /// True once the watchdog found one of the calling thread's auto-renewed

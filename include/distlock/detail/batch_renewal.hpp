@@ -5,12 +5,20 @@
 // one pipeline on one connection borrowed from the lease's own backend, so
 // a round over N leases costs one round trip. Each script returns the
 // 1-based positions of the leases it found gone; a call that fails leaves
-// its leases unknown (the Watchdog tries them again soon).
+// its leases unknown (the Watchdog tries them again soon). With replica
+// acknowledgement one WAIT follows the whole pipeline, and a round fewer
+// replicas acknowledge renews nothing (its leases stay unknown, so their
+// validity is not lengthened).
 #pragma once
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <set>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -30,11 +38,16 @@ namespace distlock::detail {
 template <class Backend, class AddLease>
 void renew_by_script(Backend& backend, const Script& script, std::atomic<bool>& loaded,
                      const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
-                     SteadyClock::time_point deadline, AddLease&& add) noexcept {
+                     SteadyClock::time_point deadline, AddLease&& add,
+                     ReplicaCheck* replicas = nullptr) noexcept {
   constexpr std::size_t batch = Watchdog::batch_size;
+  bool replicated = true;  // no WAIT asked for, or enough replicas acknowledged
   try {
     auto connection = backend.borrow(deadline);
-    connection->set_timeout(reply_timeout(backend.options().command_timeout, deadline));
+    const std::chrono::milliseconds command_timeout = backend.options().command_timeout;
+    connection->set_timeout(reply_timeout(command_timeout, deadline));
+    const int needed =
+        replicas != nullptr && !leases.empty() ? replicas->needed(*connection, leases[0]->key) : 0;
     const bool load = !loaded.load(std::memory_order_relaxed);
     if (load) connection->append("SCRIPT", "LOAD", script.source);
     std::vector<std::vector<std::string_view>> calls;  // keys, args, keys, args, ...
@@ -48,6 +61,7 @@ void renew_by_script(Backend& backend, const Script& script, std::atomic<bool>& 
       calls.push_back(std::move(keys));
       calls.push_back(std::move(args));
     }
+    if (needed > 0) replicas->append_wait(*connection, needed, deadline, command_timeout);
     connection->flush();
     if (load) loaded = !connection->read_reply().is_error();
     const auto settle = [&](std::size_t call, const ReplyView& gone) {
@@ -71,13 +85,36 @@ void renew_by_script(Backend& backend, const Script& script, std::atomic<bool>& 
       }
       settle(call, reply.view());
     }
+    if (needed > 0) replicated = ReplicaCheck::read_wait(*connection) >= needed;
     for (const std::size_t call : unloaded) {
       const Reply reply = connection->eval(script, calls[2 * call], calls[2 * call + 1]);
       settle(call, reply.view());
     }
+    if (needed > 0 && !unloaded.empty() && replicated) {
+      bool cut = false;
+      replicated = replicas->wait(*connection, needed, deadline, command_timeout, cut) >= needed;
+    }
   } catch (...) {
-    // Whatever was not settled stays unknown.
+    replicated = replicas == nullptr;  // Whatever was not settled stays unknown.
   }
+  if (replicated) return;
+  if (replicas != nullptr) replicas->reread();
+  // Renewed on the master only: not counted, so the lease's validity runs on.
+  for (Renewed& outcome : outcomes) {
+    if (outcome == Renewed::yes) outcome = Renewed::unknown;
+  }
+}
+
+/// A batch key for leases of `kind` on the backend whose options are
+/// `options`, renewed with WAIT for `wanted` replicas within `timeout`: one
+/// stable address per distinct combination, so that such leases of many
+/// lock objects still share a round.
+inline const void* replicated_batch_key(const void* kind, const void* options, int wanted,
+                                        std::chrono::milliseconds timeout) {
+  static std::mutex mutex;
+  static std::set<std::tuple<const void*, const void*, int, long long>> keys;
+  const std::lock_guard<std::mutex> guard(mutex);
+  return &*keys.emplace(kind, options, wanted, timeout.count()).first;
 }
 
 /// The usual batch call: the leases' keys as KEYS, each one's token (or
@@ -100,15 +137,25 @@ struct KeyTokenLeases {
 template <class Backend, class Kind>
 class ScriptRenewer final : public Renewer {
  public:
-  explicit ScriptRenewer(Backend backend) : backend_(std::move(backend)) {}
-  BatchKey batch_key() const noexcept override { return {&Kind::script, &backend_.options()}; }
+  /// With `replicas`, every round is confirmed by WAIT (see the top of file).
+  explicit ScriptRenewer(Backend backend, std::shared_ptr<ReplicaCheck> replicas = nullptr)
+      : backend_(std::move(backend)),
+        replicas_(std::move(replicas)),
+        batch_key_(&Kind::script,
+                   replicas_ ? replicated_batch_key(&Kind::script, &backend_.options(),
+                                                    replicas_->wanted(), replicas_->timeout())
+                             : &backend_.options()) {}
+  BatchKey batch_key() const noexcept override { return batch_key_; }
   void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
              SteadyClock::time_point deadline) noexcept override {
-    renew_by_script(backend_, Kind::script, loaded_, leases, outcomes, deadline, &Kind::add);
+    renew_by_script(backend_, Kind::script, loaded_, leases, outcomes, deadline, &Kind::add,
+                    replicas_.get());
   }
 
  private:
   Backend backend_;
+  const std::shared_ptr<ReplicaCheck> replicas_;
+  const BatchKey batch_key_;
   std::atomic<bool> loaded_{false};
 };
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -32,7 +33,9 @@ class ExclusiveLock {
   /// command timeout. Throws ConnectionError/TimeoutError/ServerError when
   /// Redis fails, Error(cancelled) after cancel_waits(),
   /// Error(too_many_waiters) past the Client's waiter bound, Error(forked)
-  /// in a child forked after the Client was made, and
+  /// in a child forked after the Client was made, NotReplicatedError
+  /// when LockOptions::replicas is set and too few replicas acknowledged
+  /// the grant (which is then given back), and
   /// std::system_error(resource_deadlock_would_occur) if the calling thread
   /// already holds a lock that is not re-entrant.
   void lock() {
@@ -49,7 +52,9 @@ class ExclusiveLock {
 
   /// Attempts until acquired or `timeout` has passed on the steady clock. A
   /// zero or negative timeout is try_lock(). False when the time ran out or
-  /// cancel_waits() was called. Returns by the deadline: every wait on
+  /// cancel_waits() was called (also when the deadline cut a replica WAIT
+  /// short; a full replica timeout that ends short throws
+  /// NotReplicatedError). Returns by the deadline: every wait on
   /// Redis is cut to the time left, and a reply that misses it counts as
   /// the time running out (the attempt's key is removed if it lands).
   template <class Rep, class Period>
@@ -103,6 +108,11 @@ class ExclusiveLock {
   /// The fencing token of the current hold. Throws NotHeldError when not
   /// held, InvalidArgument when fencing is off.
   long long fence() const { return life_.fence(kind); }
+
+  /// With LockOptions::replicas: how many replicas acknowledged the current
+  /// hold's grant (WAIT's answer, at least the count asked for). nullopt
+  /// when not held or without replica acknowledgement.
+  std::optional<int> replicas_acknowledged() const { return life_.replicas(kind); }
 
   /// Makes every acquire of this object that is waiting now give up:
   /// try_lock_for/until return false, lock() throws Error(cancelled).

@@ -168,7 +168,8 @@ class HashFieldCore : public SingleServer<Backend> {
         },
         [&](Connection& connection) {
           if (undo) connection.send_eval_behind(release, release_keys, release_args);
-        });
+        },
+        this->replicas_.get(), this->key_);
   }
 };
 

@@ -60,7 +60,7 @@ class LeaseProtocol : public SingleServer<Backend> {
       : SingleServer<Backend>(std::move(backend), key, companion_key(key, "released"), options),
         fence_key_(companion_key(key, "fence")),
         fencing_(options.fencing()),
-        renewer_(std::make_shared<typename Wire::template Renewer<Backend>>(this->backend_)) {}
+        renewer_(this->template make_renewer<typename Wire::template Renewer<Backend>>()) {}
 
   std::string id_for(Kind) const { return make_token(); }
   template <class DepthOf>
@@ -73,7 +73,8 @@ class LeaseProtocol : public SingleServer<Backend> {
         [&](Connection& connection) {
           return Wire::acquire(connection, keys(), token, this->ttl_, fencing_);
         },
-        [&](Connection& connection) { Wire::undo(connection, keys(), token); });
+        [&](Connection& connection) { Wire::undo(connection, keys(), token); },
+        this->replicas_.get(), this->key_);
   }
 
   /// The holder's PTTL, and (in the same round trip) a check that the key
@@ -89,7 +90,7 @@ class LeaseProtocol : public SingleServer<Backend> {
   }
 
   TokenCheck extend(Kind, const std::string& token, std::chrono::milliseconds ttl) {
-    return this->checked([&](Connection& connection) {
+    return this->extended([&](Connection& connection) {
       return Wire::extend(connection, keys(), token, Decimal(ttl.count()));
     });
   }

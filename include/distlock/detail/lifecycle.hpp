@@ -99,8 +99,16 @@ class Lifecycle {
         const std::optional<Attempt> answered = protocol_.attempt(kind, id, step_deadline);
         if (!answered) return Outcome::timed_out;  // the deadline cut the step short
         result = *answered;
+        if (result.not_replicated) {
+          // Granted, but fewer replicas have it than asked: never held.
+          give_back(kind, result.id.empty() ? id : result.id);
+          if (result.deadline_cut) return Outcome::timed_out;
+          throw not_replicated_error(protocol_.key(), "grant", result.replicas,
+                                     result.replicas_wanted);
+        }
         if (result.acquired) {
-          if (adopt(kind, result.id.empty() ? id : result.id, result.fence, sent)) {
+          if (adopt(kind, result.id.empty() ? id : result.id, result.fence, sent,
+                    result.replicas)) {
             if (const SharedEventHook& hook = protocol_.events()) {
               emit_acquired(hook, protocol_.key(), clock::now() - first_sent, attempt);
             }
@@ -265,6 +273,14 @@ class Lifecycle {
     const Hold* hold = find_for_release(kind);
     return hold == nullptr ? std::string() : hold->id;
   }
+  /// Replicas that acknowledged the hold's grant; nullopt when not held or
+  /// without replica acknowledgement.
+  std::optional<int> replicas(Kind kind) const {
+    MutexLock guard(mutex_);
+    const Hold* hold = find_for_release(kind);
+    if (hold == nullptr || hold->replicas < 0) return std::nullopt;
+    return hold->replicas;
+  }
   long long fence(Kind kind) const {
     if (!options_.fencing()) throw InvalidArgument("fencing is off for " + protocol_.key());
     MutexLock guard(mutex_);
@@ -291,6 +307,7 @@ class Lifecycle {
     std::string id;
     long long fence = 0;
     clock::time_point acquired{};  // when the grant's attempt was sent
+    int replicas = -1;  // that acknowledged the grant; -1 when not asked
     clock::time_point expires{};
     std::shared_ptr<LeaseState> lease;  // set while the watchdog renews it
     bool lost() const noexcept { return lease && lease->lost; }
@@ -344,8 +361,10 @@ class Lifecycle {
 
   // Records the hold just taken; false, after giving it back, if another
   // thread of a single-holder object recorded one meanwhile.
-  bool adopt(Kind kind, const std::string& id, long long fence, clock::time_point sent) {
+  bool adopt(Kind kind, const std::string& id, long long fence, clock::time_point sent,
+             int replicas) {
     Hold hold;
+    hold.replicas = replicas;
     hold.thread = std::this_thread::get_id();
     hold.kind = kind;
     hold.id = id;
@@ -372,12 +391,17 @@ class Lifecycle {
         return true;
       }
     }
+    give_back(kind, id);
+    return false;
+  }
+
+  // Releases a grant that is not to be held; best effort: if Redis cannot
+  // be reached now, the lease expires.
+  void give_back(Kind kind, const std::string& id) noexcept {
     try {
       static_cast<void>(protocol_.release(kind, id));
     } catch (...) {
-      // Best effort: if Redis cannot be reached now, the lease expires.
     }
-    return false;
   }
 
   // A hold a failed extend() dropped, until its holder's next release()

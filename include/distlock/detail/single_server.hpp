@@ -1,18 +1,22 @@
 // SingleServer: what every lock type on one Redis server gives the
 // Lifecycle alike (Mutex, SimpleMutex, ReentrantMutex, SharedMutex): its
 // Client, its key and release channel, the fork check, the waiting steps
-// (the holder's PTTL, the subscription, the wake-up) and the Watchdog.
-// Each lock's Protocol adds only its own wire steps.
+// (the holder's PTTL, the subscription, the wake-up), the Watchdog, and
+// the replica acknowledgement its grants and extends wait for. Each lock's
+// Protocol adds only its own wire steps.
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "distlock/connection.hpp"
 #include "distlock/detail/acquire.hpp"
 #include "distlock/detail/args.hpp"
+#include "distlock/error.hpp"
 #include "distlock/events.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
@@ -28,7 +32,11 @@ class SingleServer {
       : backend_(std::move(backend)),
         key_(std::move(key)),
         channel_(std::move(channel)),
-        ttl_(options.ttl().count()) {}
+        ttl_(options.ttl().count()),
+        replicas_(options.replicas() == 0 ? nullptr
+                                          : std::make_shared<ReplicaCheck>(
+                                                options.replicas(), options.replica_timeout())),
+        auto_renew_(options.auto_renew()) {}
 
   void check_process() const { backend_.check_process(); }
   bool forked() const noexcept { return backend_.forked(); }
@@ -46,6 +54,24 @@ class SingleServer {
     return std::chrono::nanoseconds(0);
   }
 
+  /// This lock's Renewer of type R, given the replica acknowledgement when
+  /// R can confirm renewals with it. One that cannot (SimpleMutex's) is
+  /// refused with replicas and auto-renewal together: its renewals would
+  /// lengthen leases no replica had confirmed.
+  template <class R>
+  std::shared_ptr<Renewer> make_renewer() const {
+    if constexpr (std::is_constructible_v<R, Backend, std::shared_ptr<ReplicaCheck>>) {
+      return std::make_shared<R>(backend_, replicas_);
+    } else {
+      if (replicas_ && auto_renew_) {
+        throw InvalidArgument(key_ +
+                              ": this lock type's renewals cannot wait for replicas; with "
+                              "LockOptions::replicas give it a ttl without auto_renew");
+      }
+      return std::make_shared<R>(backend_);
+    }
+  }
+
   const std::string& key() const noexcept { return key_; }
   const std::string& channel() const noexcept { return channel_; }
 
@@ -57,10 +83,27 @@ class SingleServer {
     return send_checked(backend_, no_deadline, std::forward<Send>(send));
   }
 
+  /// An extend by checked(): with replica acknowledgement, one that took
+  /// effect is followed by WAIT on its connection, and throws
+  /// NotReplicatedError if too few replicas acknowledged it.
+  template <class Send>
+  TokenCheck extended(Send&& send) {
+    return send_checked(backend_, no_deadline, [&](Connection& connection) {
+      const TokenCheck check = send(connection);
+      if (check == TokenCheck::done && replicas_) {
+        replicas_->require(connection, key_, "extend", backend_.options().command_timeout);
+      }
+      return check;
+    });
+  }
+
   Backend backend_;
   const std::string key_;
   const std::string channel_;
   const Decimal ttl_;
+  /// LockOptions::replicas; null without.
+  const std::shared_ptr<ReplicaCheck> replicas_;
+  const bool auto_renew_;
 };
 
 }  // namespace distlock::detail
