@@ -1,8 +1,8 @@
 // Lifecycle: everything a lock object does between its wire protocol and
 // its user, written once for every lock type.
 //
-// It keeps the object's holds (the lease record: id, fence, expiry, the
-// Watchdog's record, the depth of re-entry), runs the acquire loop under
+// It keeps the object's holds (detail/hold_table.hpp: the lease record,
+// the depth of re-entry), runs the acquire loop under
 // the deadline rules of detail/acquire.hpp (attempt; subscribe to the
 // release channel; sleep until a release, the policy's pause, the holder's
 // lease or the deadline; try again), decides re-entry and "held by this
@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "distlock/detail/acquire.hpp"
+#include "distlock/detail/hold_table.hpp"
 #include "distlock/detail/thread_annotations.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
@@ -156,10 +157,10 @@ class Lifecycle {
   Release release(Kind kind) {
     protocol_.check_process();  // a forked child gives back nothing
     MutexLock guard(mutex_);
-    Hold* hold = find_for_release(kind);
+    Hold* hold = holds_.mine(kind);
     if (hold == nullptr) {
       // After a failed extend(): what it found, once, instead of NotHeldError.
-      const std::optional<Ended> ended = take_ended(kind);
+      const std::optional<Ended> ended = holds_.take_ended(kind);
       if (!ended) throw NotHeldError(not_held_message(kind));
       guard.unlock();
       if (const SharedEventHook& hook = protocol_.events()) {
@@ -171,7 +172,7 @@ class Lifecycle {
       --hold->depth;
       return hold->lost() ? Release::lost : Release::released;
     }
-    const Hold last = take(hold);
+    const Hold last = holds_.take(hold);
     guard.unlock();
     protocol_.held(kind, -1);
     cancellation_.nudge();
@@ -195,7 +196,7 @@ class Lifecycle {
         static_cast<void>(release(kind));
       } else {
         MutexLock guard(mutex_);
-        static_cast<void>(take_ended(kind));
+        static_cast<void>(holds_.take_ended(kind));
       }
     } catch (const std::exception& error) {
       // The lease expires by itself; unlock() runs in destructors and must not throw.
@@ -211,7 +212,7 @@ class Lifecycle {
     std::shared_ptr<LeaseState> lease;
     {
       MutexLock guard(mutex_);
-      const Hold* hold = find_for_release(kind);
+      const Hold* hold = holds_.mine(kind);
       if (hold == nullptr) throw NotHeldError(not_held_message(kind));
       id = hold->id;
       lease = hold->lease;
@@ -235,33 +236,29 @@ class Lifecycle {
     }
     if (quiet) quiet->extended(ttl, sent);
     MutexLock guard(mutex_);
-    for (Hold& hold : holds_) {
-      if (hold.id == id && hold.kind == kind) {
-        hold.expires = expiry(sent, ttl);
-      }
-    }
+    if (Hold* hold = holds_.with_id(kind, id)) hold->expires = expiry(sent, ttl);
     return true;
   }
 
   bool owns(Kind kind) const noexcept {
     MutexLock guard(mutex_);
-    return find_for_release(kind) != nullptr;
+    return holds_.mine(kind) != nullptr;
   }
   unsigned depth(Kind kind) const noexcept {
     MutexLock guard(mutex_);
-    const Hold* hold = find_for_release(kind);
+    const Hold* hold = holds_.mine(kind);
     return hold == nullptr ? 0 : hold->depth;
   }
   /// In a forked child every inherited hold counts as lost: it is the
   /// parent's, and nothing in the child renews it.
   bool lost(Kind kind) const noexcept {
     MutexLock guard(mutex_);
-    const Hold* hold = find_for_release(kind);
+    const Hold* hold = holds_.mine(kind);
     return hold != nullptr && (hold->lost() || protocol_.forked());
   }
   std::chrono::milliseconds validity(Kind kind) const noexcept {
     MutexLock guard(mutex_);
-    const Hold* hold = find_for_release(kind);
+    const Hold* hold = holds_.mine(kind);
     if (hold == nullptr || hold->lost() || protocol_.forked()) return std::chrono::milliseconds(0);
     const clock::time_point end = hold->lease ? hold->lease->expires() : hold->expires;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now());
@@ -270,21 +267,21 @@ class Lifecycle {
   /// The hold's id (a token, or a hash field); empty when not held.
   std::string id(Kind kind) const {
     MutexLock guard(mutex_);
-    const Hold* hold = find_for_release(kind);
+    const Hold* hold = holds_.mine(kind);
     return hold == nullptr ? std::string() : hold->id;
   }
   /// Replicas that acknowledged the hold's grant; nullopt when not held or
   /// without replica acknowledgement.
   std::optional<int> replicas(Kind kind) const {
     MutexLock guard(mutex_);
-    const Hold* hold = find_for_release(kind);
+    const Hold* hold = holds_.mine(kind);
     if (hold == nullptr || hold->replicas < 0) return std::nullopt;
     return hold->replicas;
   }
   long long fence(Kind kind) const {
     if (!options_.fencing()) throw InvalidArgument("fencing is off for " + protocol_.key());
     MutexLock guard(mutex_);
-    const Hold* hold = find_for_release(kind);
+    const Hold* hold = holds_.mine(kind);
     if (hold == nullptr) throw NotHeldError(not_held_message(kind));
     return hold->fence;
   }
@@ -300,18 +297,9 @@ class Lifecycle {
   const LockOptions& options() const noexcept { return options_; }
 
  private:
-  struct Hold {
-    std::thread::id thread;
-    Kind kind;
-    unsigned depth = 1;
-    std::string id;
-    long long fence = 0;
-    clock::time_point acquired{};  // when the grant's attempt was sent
-    int replicas = -1;  // that acknowledged the grant; -1 when not asked
-    clock::time_point expires{};
-    std::shared_ptr<LeaseState> lease;  // set while the watchdog renews it
-    bool lost() const noexcept { return lease && lease->lost; }
-  };
+  using Holds = HoldTable<Kind, Protocol::per_thread>;
+  using Hold = typename Holds::Hold;
+  using Ended = typename Holds::Ended;
 
   // When a lease of `ttl` sent at `sent` runs out, as the holder counts it
   // (less the protocol's margin: a Redlock's drift allowance).
@@ -328,23 +316,21 @@ class Lifecycle {
   bool reenter(Kind kind) {
     MutexLock guard(mutex_);
     const std::thread::id me = std::this_thread::get_id();
-    for (Hold& hold : holds_) {
-      if (hold.thread != me) continue;
-      if (!Protocol::per_thread) {
-        throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
-                                protocol_.key() + " is already held by this thread");
-      }
-      if (hold.kind != kind) continue;
-      if (hold.lost()) {
+    if (!Protocol::per_thread && holds_.any_of(me)) {
+      throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
+                              protocol_.key() + " is already held by this thread");
+    }
+    if (Hold* hold = holds_.of(me, kind)) {
+      if (hold->lost()) {
         throw LockLostError(protocol_.key() +
                             " was lost while this thread held it; unlock it before locking again");
       }
-      ++hold.depth;
+      ++hold->depth;
       return true;
     }
     // before_first() calls it at once, under our mutex.
     protocol_.before_first(kind, [&](Kind other) DISTLOCK_NO_THREAD_SAFETY_ANALYSIS {
-      return depth_locked(me, other);
+      return holds_.depth(me, other);
     });
     return false;
   }
@@ -385,8 +371,7 @@ class Lifecycle {
                                                                         : clock::time_point::max();
           protocol_.watchdog().add(hold.lease, cap);
         }
-        static_cast<void>(take_ended(kind));
-        holds_.push_back(std::move(hold));
+        holds_.add(std::move(hold));
         protocol_.held(kind, +1);
         return true;
       }
@@ -404,63 +389,15 @@ class Lifecycle {
     }
   }
 
-  // A hold a failed extend() dropped, until its holder's next release()
-  // (which answers `outcome`), unlock() or acquire of the kind.
-  struct Ended {
-    std::thread::id thread;
-    Kind kind;
-    Release outcome;
-    clock::time_point acquired;
-  };
-
-  std::optional<Ended> take_ended(Kind kind) DISTLOCK_REQUIRES(mutex_) {
-    const std::thread::id me = std::this_thread::get_id();
-    const auto it = std::find_if(ended_.begin(), ended_.end(), [&](const Ended& ended) {
-      return !Protocol::per_thread || (ended.thread == me && ended.kind == kind);
-    });
-    if (it == ended_.end()) return std::nullopt;
-    const Ended ended = *it;
-    ended_.erase(it);
-    return ended;
-  }
-
-  Hold* find_for_release(Kind kind) DISTLOCK_REQUIRES(mutex_) {
-    const std::thread::id me = std::this_thread::get_id();
-    for (Hold& hold : holds_) {
-      if (!Protocol::per_thread || (hold.thread == me && hold.kind == kind)) return &hold;
-    }
-    return nullptr;
-  }
-  const Hold* find_for_release(Kind kind) const DISTLOCK_REQUIRES(mutex_) {
-    return const_cast<Lifecycle*>(this)->find_for_release(kind);
-  }
-
-  unsigned depth_locked(std::thread::id thread, Kind kind) const DISTLOCK_REQUIRES(mutex_) {
-    for (const Hold& hold : holds_) {
-      if (hold.thread == thread && hold.kind == kind) return hold.depth;
-    }
-    return 0;
-  }
-
-  Hold take(Hold* hold) DISTLOCK_REQUIRES(mutex_) {
-    Hold taken = std::move(*hold);
-    holds_.erase(holds_.begin() + (hold - holds_.data()));
-    return taken;
-  }
-
   // Drops the hold `id` of `kind` at every depth: it is gone on the server,
   // as a failed extend found (`outcome`, for the next release()).
   void forget(Kind kind, const std::string& id, Release outcome) {
     std::shared_ptr<LeaseState> lease;
     {
       MutexLock guard(mutex_);
-      const auto it = std::find_if(holds_.begin(), holds_.end(), [&](const Hold& hold) {
-        return hold.kind == kind && hold.id == id;
-      });
-      if (it == holds_.end()) return;
-      lease = std::move(it->lease);
-      ended_.push_back(Ended{it->thread, kind, outcome, it->acquired});
-      holds_.erase(it);
+      Hold* hold = holds_.with_id(kind, id);
+      if (hold == nullptr) return;
+      lease = holds_.end(hold, outcome);
     }
     protocol_.held(kind, -1);
     cancellation_.nudge();
@@ -498,7 +435,7 @@ class Lifecycle {
     std::vector<Hold> holds;
     {
       MutexLock guard(mutex_);
-      holds.swap(holds_);
+      holds = holds_.take_all();
     }
     // Read holds first (SharedMutex): a write release then finds no readers
     // left and frees the lock with one announcement.
@@ -531,8 +468,7 @@ class Lifecycle {
   // The holds as this object knows them; Redis, not this mutex, decides who
   // holds the lock.
   mutable Mutex mutex_;
-  std::vector<Hold> holds_ DISTLOCK_GUARDED_BY(mutex_);
-  std::vector<Ended> ended_ DISTLOCK_GUARDED_BY(mutex_);
+  Holds holds_ DISTLOCK_GUARDED_BY(mutex_);
   Cancellation cancellation_;
 };
 
