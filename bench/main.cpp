@@ -42,6 +42,9 @@ const std::vector<Ratio> ratios = {
     {"BM_SharedMutex_LockUnlock", "BM_Raw_SetNxPx_EvalshaDel", 1.6},
     {"BM_Redlock5_LockUnlock", "BM_Raw5_Parallel_SetNxPx_EvalshaDel", 1.3},
     {"BM_Redlock5_LockUnlock", "BM_Raw5_Sequential_SetNxPx_EvalshaDel", 0.6},
+    {"BM_Semaphore_AcquireRelease", "BM_Raw_SetNxPx_EvalshaDel", 1.3},
+    {"BM_RateLimiter_TryAcquire", "BM_Raw_Evalsha_Noop", 1.2},
+    {"BM_StripedMutex16_Contended8", "BM_Mutex_Contended8", 0.25},
 };
 
 // Prints as the console reporter does, and remembers each benchmark's time.
