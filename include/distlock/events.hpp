@@ -14,6 +14,7 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string_view>
@@ -109,6 +110,21 @@ inline void emit_unlock_failed(const SharedEventHook& hook, std::string_view key
   event.key = key;
   event.error = error;
   emit(hook, event);
+}
+
+/// Runs `give_back`, a release whose failure nobody could be told of
+/// otherwise (unlock(), a destructor): what it throws goes to the hook as
+/// unlock_failed, and the lease runs out by itself.
+template <class GiveBack>
+void reporting_unlock_failure(const SharedEventHook& hook, std::string_view key,
+                              GiveBack&& give_back) noexcept {
+  try {
+    give_back();
+  } catch (const std::exception& error) {
+    emit_unlock_failed(hook, key, error.what());
+  } catch (...) {
+    emit_unlock_failed(hook, key, "unknown error");
+  }
 }
 
 }  // namespace detail

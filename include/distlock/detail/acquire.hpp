@@ -345,4 +345,18 @@ auto send_checked(Backend& backend, SteadyClock::time_point deadline, Send&& sen
   return send(*connection);
 }
 
+/// send(); a refusal by the server's ACL (NOPERM: e.g. a user with SET but
+/// no EVALSHA, which Mutex releases by) is rethrown naming `what` it
+/// refused and what becomes of the lock.
+template <class Send>
+auto naming_acl_refusal(const std::string& what, Send&& send) -> decltype(send()) {
+  try {
+    return send();
+  } catch (const ServerError& error) {
+    if (error.kind() != ServerErrorKind::noperm) throw;
+    throw ServerError(std::string(error.what()) + " (the server's ACL refused the release of the " +
+                      what + "; it stays held until its lease runs out)");
+  }
+}
+
 }  // namespace distlock::detail

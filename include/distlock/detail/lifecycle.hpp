@@ -163,9 +163,7 @@ class Lifecycle {
       const std::optional<Ended> ended = holds_.take_ended(kind);
       if (!ended) throw NotHeldError(not_held_message(kind));
       guard.unlock();
-      if (const SharedEventHook& hook = protocol_.events()) {
-        emit_released(hook, protocol_.key(), clock::now() - ended->acquired, ended->outcome);
-      }
+      told_released(ended->acquired, ended->outcome);
       return ended->outcome;
     }
     if (hold->depth > 1) {
@@ -179,10 +177,9 @@ class Lifecycle {
     Release outcome = Release::lost;
     if (last.lease) protocol_.watchdog().remove(*last.lease);  // no renewal of it after this
     if (!last.lost())
-      outcome = to_release(refused_by_acl(kind, [&] { return protocol_.release(kind, last.id); }));
-    if (const SharedEventHook& hook = protocol_.events()) {
-      emit_released(hook, protocol_.key(), clock::now() - last.acquired, outcome);
-    }
+      outcome = to_release(naming_acl_refusal(protocol_.describe(kind) + " " + protocol_.key(),
+                                              [&] { return protocol_.release(kind, last.id); }));
+    told_released(last.acquired, outcome);
     return outcome;
   }
 
@@ -191,19 +188,14 @@ class Lifecycle {
   /// event hook as unlock_failed.
   void unlock(Kind kind) noexcept {
     if (protocol_.forked()) return;  // the parent's holds stay the parent's
-    try {
+    reporting_unlock_failure(protocol_.events(), protocol_.key(), [&] {
       if (owns(kind)) {
         static_cast<void>(release(kind));
       } else {
         MutexLock guard(mutex_);
         static_cast<void>(holds_.take_ended(kind));
       }
-    } catch (const std::exception& error) {
-      // The lease expires by itself; unlock() runs in destructors and must not throw.
-      emit_unlock_failed(protocol_.events(), protocol_.key(), error.what());
-    } catch (...) {
-      emit_unlock_failed(protocol_.events(), protocol_.key(), "unknown error");
-    }
+    });
   }
 
   /// Sets the hold's lease to `ttl` if it is still ours (see Mutex::extend).
@@ -404,19 +396,10 @@ class Lifecycle {
     if (lease) protocol_.watchdog().remove(*lease);
   }
 
-  // send(); a release the server's ACL refuses (NOPERM: e.g. a user with
-  // SET but no EVALSHA, which Mutex releases by) is rethrown naming the key
-  // and what becomes of the lock (README: ACL users without scripting).
-  template <class Send>
-  TokenCheck refused_by_acl(Kind kind, Send&& send) {
-    try {
-      return send();
-    } catch (const ServerError& error) {
-      if (error.kind() != ServerErrorKind::noperm) throw;
-      throw ServerError(std::string(error.what()) +
-                        " (the server's ACL refused the release of the " +
-                        protocol_.describe(kind) + " " + protocol_.key() +
-                        "; it stays held until its lease runs out)");
+  // Tells the hook, if any, of a release of a hold taken at `acquired`.
+  void told_released(clock::time_point acquired, Release outcome) const noexcept {
+    if (const SharedEventHook& hook = protocol_.events()) {
+      emit_released(hook, protocol_.key(), clock::now() - acquired, outcome);
     }
   }
 
@@ -443,21 +426,13 @@ class Lifecycle {
                           [](const Hold& hold) { return Protocol::given_back_first(hold.kind); });
     for (const Hold& hold : holds) {
       if (hold.thread == std::this_thread::get_id()) protocol_.held(hold.kind, -1);
-      try {
+      reporting_unlock_failure(protocol_.events(), protocol_.key(), [&] {
         if (hold.lease) {
           protocol_.watchdog().remove(*hold.lease);
-          if (hold.lease->lost) continue;
+          if (hold.lease->lost) return;
         }
-        const Release outcome = to_release(protocol_.release(hold.kind, hold.id));
-        if (const SharedEventHook& hook = protocol_.events()) {
-          emit_released(hook, protocol_.key(), clock::now() - hold.acquired, outcome);
-        }
-      } catch (const std::exception& error) {
-        // The lease expires by itself.
-        emit_unlock_failed(protocol_.events(), protocol_.key(), error.what());
-      } catch (...) {
-        emit_unlock_failed(protocol_.events(), protocol_.key(), "unknown error");
-      }
+        told_released(hold.acquired, to_release(protocol_.release(hold.kind, hold.id)));
+      });
     }
   }
 
