@@ -133,7 +133,7 @@ struct TransactionalLease {
   class Renewer final : public detail::Renewer {
    public:
     explicit Renewer(Backend backend) : backend_(std::move(backend)) {}
-    BatchKey batch_key() const noexcept override { return {&kind_tag, &backend_.options()}; }
+    BatchKey batch_key() const noexcept override { return {&kind_tag, batch_identity(backend_)}; }
     void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
                SteadyClock::time_point deadline) noexcept override {
       try {

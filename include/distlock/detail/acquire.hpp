@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 
 #include "distlock/acquire_policy.hpp"
@@ -126,6 +127,51 @@ SteadyClock::time_point next_attempt_at(const Policy& policy, unsigned attempt,
   return deadline - now < pause ? deadline : now + pause;
 }
 
+/// Whether `Backend` routes each step itself (ClusterClient: by the hash
+/// slot its lock object was bound to) instead of lending one endpoint's
+/// connections.
+template <class Backend, class = void>
+inline constexpr bool routes_by_slot = false;
+template <class Backend>
+inline constexpr bool routes_by_slot<Backend, std::void_t<typename Backend::routes_by_slot>> = true;
+
+/// `send(connection)` on a connection to where the lock lives, timed by the
+/// deadline rules above: borrowed from a single-endpoint Backend, or sent
+/// through a routing Backend's route() (which follows its redirects).
+template <class Backend, class Send>
+auto on_connection(Backend& backend, SteadyClock::time_point deadline, Send&& send) {
+  if constexpr (routes_by_slot<Backend>) {
+    return backend.route(deadline, std::forward<Send>(send));
+  } else {
+    auto connection = backend.borrow(deadline);
+    connection->set_timeout(reply_timeout(backend.options().command_timeout, deadline));
+    return send(*connection);
+  }
+}
+
+/// The copy of `backend` a lock on `key` keeps: bound to the key's slot for
+/// a routing Backend, the same handle otherwise.
+template <class Backend>
+Backend for_lock_key(Backend backend, const std::string& key) {
+  if constexpr (routes_by_slot<Backend>) {
+    return backend.for_key(key);
+  } else {
+    return backend;
+  }
+}
+
+/// What the leases of one renewal batch share besides their kind: the
+/// endpoint for a single-endpoint Backend; the hash slot for a routing one
+/// (a cluster runs a script or a transaction only over keys of one slot).
+template <class Backend>
+const void* batch_identity(const Backend& backend) noexcept {
+  if constexpr (routes_by_slot<Backend>) {
+    return backend.slot_identity();
+  } else {
+    return &backend.options();
+  }
+}
+
 /// One attempt on a single server: `send(connection)` on a connection
 /// borrowed and timed by the deadline rules above. If the reply never came,
 /// `undo(connection)` writes the undo behind it (Connection::send_behind)
@@ -135,17 +181,17 @@ template <class Backend, class Send, class Undo>
 std::optional<Attempt> attempt_or_undo(Backend& backend, SteadyClock::time_point deadline,
                                        Send&& send, Undo&& undo) {
   try {
-    auto connection = backend.borrow(deadline);
-    connection->set_timeout(reply_timeout(backend.options().command_timeout, deadline));
-    try {
-      return send(*connection);
-    } catch (const Error& error) {
-      const std::error_code code = error.code();
-      if (code == Errc::timed_out || code == Errc::io_error || code == Errc::protocol_error) {
-        undo(*connection);
+    return on_connection(backend, deadline, [&](Connection& connection) {
+      try {
+        return send(connection);
+      } catch (const Error& error) {
+        const std::error_code code = error.code();
+        if (code == Errc::timed_out || code == Errc::io_error || code == Errc::protocol_error) {
+          undo(connection);
+        }
+        throw;
       }
-      throw;
-    }
+    });
   } catch (const TimeoutError&) {
     if (deadline_reached(deadline)) return std::nullopt;
     throw;
@@ -158,9 +204,9 @@ template <class Backend>
 std::optional<long long> read_pttl(Backend& backend, const std::string& key,
                                    SteadyClock::time_point deadline) {
   try {
-    auto connection = backend.borrow(deadline);
-    connection->set_timeout(reply_timeout(backend.options().command_timeout, deadline));
-    return connection->command("PTTL", key).integer();
+    return on_connection(backend, deadline, [&](Connection& connection) {
+      return connection.command("PTTL", key).integer();
+    });
   } catch (const TimeoutError&) {
     if (deadline_reached(deadline)) return std::nullopt;
     throw;
@@ -171,9 +217,7 @@ std::optional<long long> read_pttl(Backend& backend, const std::string& key,
 /// deadline rules; throws on failure like any command.
 template <class Backend, class Send>
 auto send_checked(Backend& backend, SteadyClock::time_point deadline, Send&& send) {
-  auto connection = backend.borrow(deadline);
-  connection->set_timeout(reply_timeout(backend.options().command_timeout, deadline));
-  return send(*connection);
+  return on_connection(backend, deadline, std::forward<Send>(send));
 }
 
 }  // namespace distlock::detail

@@ -66,6 +66,8 @@ void renew_by_script(Backend& backend, const Script& script, std::atomic<bool>& 
         if (classify_server_error(reply.str()) == ServerErrorKind::noscript) {
           unloaded.push_back(call);
           loaded = false;  // flushed, or a restarted server: load it next round
+        } else if constexpr (routes_by_slot<Backend>) {
+          backend.saw_error(reply.str());  // a MOVED: the next round goes to the new owner
         }
         continue;  // other errors: unknown, tried again soon
       }
@@ -101,7 +103,7 @@ template <class Backend, class Kind>
 class ScriptRenewer final : public Renewer {
  public:
   explicit ScriptRenewer(Backend backend) : backend_(std::move(backend)) {}
-  BatchKey batch_key() const noexcept override { return {&Kind::script, &backend_.options()}; }
+  BatchKey batch_key() const noexcept override { return {&Kind::script, batch_identity(backend_)}; }
   void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
              SteadyClock::time_point deadline) noexcept override {
     renew_by_script(backend_, Kind::script, loaded_, leases, outcomes, deadline, &Kind::add);
