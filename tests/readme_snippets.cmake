@@ -1,5 +1,6 @@
-# Writes every ```cpp block of README.md except the Quick start's (which is
-# examples/quick_start.cpp, checked by readme_quick_start.cmake) into one
+# Writes every ```cpp block of README.md except the Quick start's and the
+# Redis Cluster section's (whole programs: examples/quick_start.cpp and
+# examples/cluster.cpp, checked against the README) into one
 # C++ file, each block as the body of a function in namespace readme, with
 # #line directives so that a compile error names the README's line. The
 # build compiles that file with every warning as an error, so a snippet that
@@ -29,7 +30,7 @@ foreach(line IN LISTS lines)
   elseif(line STREQUAL "```cpp")
     set(in_block TRUE)
     set(keep TRUE)
-    if(section STREQUAL "## Quick start")
+    if(section STREQUAL "## Quick start" OR section STREQUAL "## Redis Cluster")
       set(keep FALSE)
     else()
       math(EXPR number "${number} + 1")

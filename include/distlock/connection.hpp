@@ -85,6 +85,10 @@ class Connection {
 
   /// Runs a script: EVALSHA, and on NOSCRIPT one EVAL (which also caches it).
   Reply eval(const Script& script, detail::Args keys, detail::Args args);
+  /// For a Redis Cluster's ASK redirect, whose ASKING lets only the next
+  /// command in: while set, eval() sends ASKING again before the EVAL that
+  /// follows a NOSCRIPT.
+  void set_asking(bool on) noexcept { asking_ = on; }
   /// Queues the EVALSHA of a script (the caller handles NOSCRIPT replies).
   void append_evalsha(const Script& script, detail::Args keys, detail::Args args);
 
@@ -155,6 +159,7 @@ class Connection {
   std::chrono::milliseconds timeout_{};
   std::size_t pending_ = 0;
   bool broken_ = false;
+  bool asking_ = false;
   std::chrono::steady_clock::time_point last_used_{};
   Reply last_{nullptr};
   char verb_[16] = {};  // the first command of the pipeline in flight, for messages
@@ -286,6 +291,7 @@ inline Reply Connection::eval(const Script& script, detail::Args keys, detail::A
   if (read_reply().is_error() && classify_server_error(last_.str()) == ServerErrorKind::noscript) {
     // The server lost its script cache (restart, failover, SCRIPT FLUSH):
     // EVAL runs the script and caches it for the next EVALSHA.
+    if (asking_) command("ASKING");
     append_script("EVAL", script.source, keys, args);
     read_reply();
   }

@@ -8,6 +8,8 @@
 
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
+#include "distlock/cluster_client.hpp"
+#include "distlock/cluster_options.hpp"
 #include "distlock/connection.hpp"
 #include "distlock/connection_options.hpp"
 #include "distlock/counting_scripts.hpp"

@@ -145,7 +145,7 @@ struct TransactionalLease {
    public:
     explicit Renewer(Backend backend, bool server_has_gt = true)
         : backend_(std::move(backend)), read_pttl_(!server_has_gt) {}
-    BatchKey batch_key() const noexcept override { return {&kind_tag, &backend_.options()}; }
+    BatchKey batch_key() const noexcept override { return {&kind_tag, batch_identity(backend_)}; }
     void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
                SteadyClock::time_point deadline) noexcept override {
       try {

@@ -30,6 +30,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 
 #include "distlock/acquire_policy.hpp"
@@ -285,6 +286,51 @@ class ReplicaCheck {
   std::atomic<int> needed_{0};
 };
 
+/// Whether `Backend` routes each step itself (ClusterClient: by the hash
+/// slot its lock object was bound to) instead of lending one endpoint's
+/// connections.
+template <class Backend, class = void>
+inline constexpr bool routes_by_slot = false;
+template <class Backend>
+inline constexpr bool routes_by_slot<Backend, std::void_t<typename Backend::routes_by_slot>> = true;
+
+/// `send(connection)` on a connection to where the lock lives, timed by the
+/// deadline rules above: borrowed from a single-endpoint Backend, or sent
+/// through a routing Backend's route() (which follows its redirects).
+template <class Backend, class Send>
+auto on_connection(Backend& backend, SteadyClock::time_point deadline, Send&& send) {
+  if constexpr (routes_by_slot<Backend>) {
+    return backend.route(deadline, std::forward<Send>(send));
+  } else {
+    auto connection = backend.borrow(deadline);
+    connection->set_timeout(reply_timeout(backend.options().command_timeout, deadline));
+    return send(*connection);
+  }
+}
+
+/// The copy of `backend` a lock on `key` keeps: bound to the key's slot for
+/// a routing Backend, the same handle otherwise.
+template <class Backend>
+Backend for_lock_key(Backend backend, const std::string& key) {
+  if constexpr (routes_by_slot<Backend>) {
+    return backend.for_key(key);
+  } else {
+    return backend;
+  }
+}
+
+/// What the leases of one renewal batch share besides their kind: the
+/// endpoint for a single-endpoint Backend; the hash slot for a routing one
+/// (a cluster runs a script or a transaction only over keys of one slot).
+template <class Backend>
+const void* batch_identity(const Backend& backend) noexcept {
+  if constexpr (routes_by_slot<Backend>) {
+    return backend.slot_identity();
+  } else {
+    return &backend.options();
+  }
+}
+
 /// One attempt on a single server: `send(connection)` on a connection
 /// borrowed and timed by the deadline rules above. If the reply never came,
 /// `undo(connection)` writes the undo behind it (Connection::send_behind)
@@ -296,25 +342,25 @@ std::optional<Attempt> attempt_or_undo(Backend& backend, SteadyClock::time_point
                                        Send&& send, Undo&& undo, ReplicaCheck* replicas = nullptr,
                                        std::string_view key = {}) {
   try {
-    auto connection = backend.borrow(deadline);
-    const std::chrono::milliseconds command_timeout = backend.options().command_timeout;
-    connection->set_timeout(reply_timeout(command_timeout, deadline));
-    const int needed = replicas != nullptr ? replicas->needed(*connection, key) : 0;
-    Attempt attempt;
-    try {
-      attempt = send(*connection);
-      if (needed > 0 && attempt.acquired) {
-        replicas->confirm(*connection, needed, deadline, command_timeout, attempt);
+    return on_connection(backend, deadline, [&](Connection& connection) {
+      const std::chrono::milliseconds command_timeout = backend.options().command_timeout;
+      const int needed = replicas != nullptr ? replicas->needed(connection, key) : 0;
+      Attempt attempt;
+      try {
+        attempt = send(connection);
+        if (needed > 0 && attempt.acquired) {
+          replicas->confirm(connection, needed, deadline, command_timeout, attempt);
+        }
+        return attempt;
+      } catch (const Error& error) {
+        const std::error_code code = error.code();
+        if (attempt.acquired || code == Errc::timed_out || code == Errc::io_error ||
+            code == Errc::protocol_error) {
+          undo(connection);
+        }
+        throw;
       }
-      return attempt;
-    } catch (const Error& error) {
-      const std::error_code code = error.code();
-      if (attempt.acquired || code == Errc::timed_out || code == Errc::io_error ||
-          code == Errc::protocol_error) {
-        undo(*connection);
-      }
-      throw;
-    }
+    });
   } catch (const TimeoutError&) {
     if (deadline_reached(deadline)) return std::nullopt;
     throw;
@@ -327,9 +373,9 @@ template <class Backend>
 std::optional<long long> read_pttl(Backend& backend, const std::string& key,
                                    SteadyClock::time_point deadline) {
   try {
-    auto connection = backend.borrow(deadline);
-    connection->set_timeout(reply_timeout(backend.options().command_timeout, deadline));
-    return connection->command("PTTL", key).integer();
+    return on_connection(backend, deadline, [&](Connection& connection) {
+      return connection.command("PTTL", key).integer();
+    });
   } catch (const TimeoutError&) {
     if (deadline_reached(deadline)) return std::nullopt;
     throw;
@@ -340,9 +386,7 @@ std::optional<long long> read_pttl(Backend& backend, const std::string& key,
 /// deadline rules; throws on failure like any command.
 template <class Backend, class Send>
 auto send_checked(Backend& backend, SteadyClock::time_point deadline, Send&& send) {
-  auto connection = backend.borrow(deadline);
-  connection->set_timeout(reply_timeout(backend.options().command_timeout, deadline));
-  return send(*connection);
+  return on_connection(backend, deadline, std::forward<Send>(send));
 }
 
 /// send(); a refusal by the server's ACL (NOPERM: e.g. a user with SET but

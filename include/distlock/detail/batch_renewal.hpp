@@ -80,6 +80,8 @@ void renew_by_script(Backend& backend, const Script& script, std::atomic<bool>& 
         if (classify_server_error(reply.str()) == ServerErrorKind::noscript) {
           unloaded.push_back(call);
           loaded = false;  // flushed, or a restarted server: load it next round
+        } else if constexpr (routes_by_slot<Backend>) {
+          backend.saw_error(reply.str());  // a MOVED: the next round goes to the new owner
         }
         continue;  // other errors: unknown, tried again soon
       }
@@ -142,9 +144,9 @@ class ScriptRenewer final : public Renewer {
       : backend_(std::move(backend)),
         replicas_(std::move(replicas)),
         batch_key_(&Kind::script,
-                   replicas_ ? replicated_batch_key(&Kind::script, &backend_.options(),
+                   replicas_ ? replicated_batch_key(&Kind::script, batch_identity(backend_),
                                                     replicas_->wanted(), replicas_->timeout())
-                             : &backend_.options()) {}
+                             : batch_identity(backend_)) {}
   BatchKey batch_key() const noexcept override { return batch_key_; }
   void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
              SteadyClock::time_point deadline) noexcept override {

@@ -3,7 +3,9 @@
 // Client, its key and release channel, the fork check, the waiting steps
 // (the holder's PTTL, the subscription, the wake-up), the Watchdog, and
 // the replica acknowledgement its grants and extends wait for. Each lock's
-// Protocol adds only its own wire steps.
+// Protocol adds only its own wire steps. On a Backend that routes by slot
+// (ClusterClient) the copy kept is bound to the key's slot, and the lock's
+// keys are checked to share it.
 #pragma once
 
 #include <chrono>
@@ -29,14 +31,19 @@ template <class Backend>
 class SingleServer {
  public:
   SingleServer(Backend backend, std::string key, std::string channel, const LockOptions& options)
-      : backend_(std::move(backend)),
+      : backend_(for_lock_key(std::move(backend), key)),
         key_(std::move(key)),
         channel_(std::move(channel)),
         ttl_(options.ttl().count()),
         replicas_(options.replicas() == 0 ? nullptr
                                           : std::make_shared<ReplicaCheck>(
                                                 options.replicas(), options.replica_timeout())),
-        auto_renew_(options.auto_renew()) {}
+        auto_renew_(options.auto_renew()) {
+    if constexpr (routes_by_slot<Backend>) {
+      // A cluster runs a script only if all its keys share a slot.
+      Backend::check_keys("lock '" + key_ + "'", {key_, channel_, companion_key(key_, "fence")});
+    }
+  }
 
   void check_process() const { backend_.check_process(); }
   bool forked() const noexcept { return backend_.forked(); }

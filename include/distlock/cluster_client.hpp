@@ -1,0 +1,166 @@
+// ClusterClient: the transport to a Redis Cluster, a Backend every lock type
+// takes in place of a Client:
+//
+//   distlock::ClusterClient cluster{"redis://10.0.0.5:7000,10.0.0.6:7000"};
+//   distlock::BasicMutex<distlock::ClusterClient> stock{cluster, "stock:{42}"};
+//   distlock::ClusterMutex same_thing{cluster, "stock:{42}"};
+//
+// How it plugs in: a lock's keys all share one hash slot (its companion keys
+// carry the name as a hash tag), so a lock object binds its copy of the
+// ClusterClient to that slot when it is made (for_key(); the keys are
+// checked then, InvalidArgument if they do not share a slot), and every
+// step it sends, from any thread and the Watchdog's renewals too, goes to
+// the node that owns the slot now, following MOVED and ASK
+// (detail/cluster_routing.hpp). The Watchdog renews the leases of one slot
+// in one batch (a cluster runs a script only over keys of one slot).
+//
+// A handle: copies share the pools (one per node), the slot map and the
+// Runtime. Nothing connects until first use. Release announcements use
+// PUBLISH, which a cluster forwards to every node, and one subscriber
+// connection at one node hears them; a waiter that misses one still wakes
+// by the holder's lease end.
+#pragma once
+
+#include <chrono>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "distlock/client.hpp"
+#include "distlock/cluster_options.hpp"
+#include "distlock/connection.hpp"
+#include "distlock/detail/args.hpp"
+#include "distlock/detail/cluster_routing.hpp"
+#include "distlock/detail/cluster_slots.hpp"
+#include "distlock/error.hpp"
+#include "distlock/mutex.hpp"
+#include "distlock/notifier.hpp"
+#include "distlock/reentrant_mutex.hpp"
+#include "distlock/reply.hpp"
+#include "distlock/shared_mutex.hpp"
+#include "distlock/simple_mutex.hpp"
+#include "distlock/watchdog.hpp"
+
+namespace distlock {
+
+/// A thread-safe handle to one Redis Cluster. Copies share everything.
+class ClusterClient {
+ public:
+  /// Marks a Backend whose steps are routed by slot (detail/acquire.hpp).
+  using routes_by_slot = void;
+
+  /// Throws InvalidArgument for bad options (no seed among them); connects
+  /// nothing.
+  explicit ClusterClient(ClusterOptions options)
+      : nodes_(std::make_shared<detail::ClusterNodes>(std::move(options))) {}
+  /// ClusterOptions::from_uri: "redis://host1:port1,host2:port2?...".
+  explicit ClusterClient(std::string_view uri) : ClusterClient(ClusterOptions::from_uri(uri)) {}
+
+  /// A copy bound to the slot of `key`: what a lock object keeps.
+  ClusterClient for_key(std::string_view key) const {
+    ClusterClient bound(*this);
+    bound.slot_ = detail::key_slot(key);
+    return bound;
+  }
+  /// The slot this copy is bound to; -1 if unbound.
+  int slot() const noexcept { return slot_; }
+
+  /// A connection to the node that owns this copy's slot (the slot map is
+  /// read first if it is due). Throws InvalidArgument on an unbound copy,
+  /// and as Client::borrow does.
+  Client::Borrowed borrow(std::chrono::steady_clock::time_point deadline =
+                              std::chrono::steady_clock::time_point::max()) {
+    return nodes_->owner(bound_slot(), deadline).client.borrow(deadline);
+  }
+
+  /// Runs `send(connection)` at the owner of this copy's slot, following
+  /// MOVED, ASK, TRYAGAIN and CLUSTERDOWN within `deadline` and
+  /// max_redirects; returns what send returns.
+  template <class Send>
+  auto route(std::chrono::steady_clock::time_point deadline, Send&& send) {
+    return nodes_->route(bound_slot(), deadline, std::forward<Send>(send));
+  }
+
+  /// One command, sent to the owner of the slot of its first argument after
+  /// the command's name (the key of GET, SET, PTTL, DEL, HGETALL, ...), or of
+  /// this copy's slot when bound. Error replies throw ServerError.
+  template <class... Arg>
+  Reply command(const Arg&... args) {
+    const std::string_view argv[] = {std::string_view(args)...};
+    const detail::Args list(argv, sizeof...(Arg));
+    const int slot = slot_ >= 0 ? slot_ : detail::key_slot(sizeof...(Arg) > 1 ? argv[1] : "");
+    return nodes_->route(slot, detail::no_deadline,
+                         [&](Connection& connection) { return connection.command_argv(list); });
+  }
+
+  /// Runs a script at the owner of its first key's slot (EVALSHA, EVAL on
+  /// NOSCRIPT); every key must share that slot (InvalidArgument otherwise).
+  Reply eval(const Script& script, detail::Args keys, detail::Args args) {
+    if (keys.size() == 0) throw InvalidArgument("a script sent to a cluster needs a key");
+    const std::string_view first = *keys.begin();
+    const int slot = detail::key_slot(first);
+    for (const std::string_view key : keys) detail::check_one_slot("eval", {first, key});
+    return nodes_->route(slot, detail::no_deadline, [&](Connection& connection) {
+      return connection.eval(script, keys, args);
+    });
+  }
+
+  /// The options every node's pool was made with.
+  const ClientOptions& options() const noexcept { return nodes_->options(); }
+  /// Distinct for each slot: the Watchdog renews one slot's leases together.
+  const void* slot_identity() const noexcept {
+    return slot_ >= 0 ? nodes_->slot_identity(slot_) : nodes_.get();
+  }
+  const ClusterOptions& cluster_options() const noexcept { return nodes_->options(); }
+
+  /// Reads the slot map now. Throws ConnectionError naming the nodes tried
+  /// when none answers.
+  void refresh(std::chrono::steady_clock::time_point deadline =
+                   std::chrono::steady_clock::time_point::max()) {
+    nodes_->refresh(deadline);
+  }
+  /// "host:port" of the node that owns `slot` (the map is read if due).
+  std::string node_of(int slot) {
+    return nodes_->owner(slot, detail::no_deadline).client.options().endpoint();
+  }
+
+  /// An error reply to a step this copy pipelined (a batch of renewals): a
+  /// MOVED updates the slot map.
+  void saw_error(std::string_view reply) { nodes_->saw_error(reply); }
+
+  /// The release notifier, started (one thread, one connection) on first use.
+  Notifier& notifier() { return nodes_->runtime().notifier(); }
+  /// The lease watchdog, started (one thread) on first use.
+  Watchdog& watchdog() { return nodes_->runtime().watchdog(); }
+
+  /// A random id shared by the copies, used to name lock owners.
+  const std::string& id() const noexcept { return nodes_->id(); }
+  bool forked() const noexcept { return nodes_->forked(); }
+  void check_process() const { nodes_->check_process(); }
+
+  /// Throws InvalidArgument unless the keys a lock touches share one slot.
+  static void check_keys(std::string_view what, std::initializer_list<std::string_view> keys) {
+    detail::check_one_slot(what, keys);
+  }
+
+ private:
+  int bound_slot() const {
+    if (slot_ < 0) {
+      throw InvalidArgument("this ClusterClient is not bound to a slot: use for_key(key)");
+    }
+    return slot_;
+  }
+
+  std::shared_ptr<detail::ClusterNodes> nodes_;
+  int slot_ = -1;
+};
+
+/// The lock types on a cluster: each is its Basic template over ClusterClient.
+using ClusterMutex = BasicMutex<ClusterClient>;
+using ClusterSimpleMutex = BasicSimpleMutex<ClusterClient>;
+using ClusterReentrantMutex = BasicReentrantMutex<ClusterClient>;
+using ClusterSharedMutex = BasicSharedMutex<ClusterClient>;
+
+}  // namespace distlock

@@ -1,0 +1,328 @@
+// ClusterNodes: what every copy of a ClusterClient shares: one Client (a
+// connection pool) per node, the map from hash slot to the node that owns
+// it, and route(), which sends one step to the owner of a slot and follows
+// the cluster's answers.
+//
+// The slot map is read with CLUSTER SLOTS (every Redis since 3.0) from any
+// node that answers, known nodes first, then the seeds. It is read on first
+// use, and again after a MOVED, after a node could not be reached, and when
+// it is older than refresh_interval; a read that fails leaves the old map.
+//
+// route() follows, all within the caller's deadline and max_redirects:
+// - MOVED <slot> <node>: the slot moved for good; note the new owner and
+//   send the step there;
+// - ASK <slot> <node>: the slot is being migrated and this key is already
+//   at the importing node; send ASKING and the step on one connection there
+//   (the map is not changed);
+// - TRYAGAIN, CLUSTERDOWN: pause (doubling from retry_pause) and send again.
+// A redirect or refusal means the node did not run the step, so sending it
+// again elsewhere is safe. Connection errors are not retried here (the step
+// may have run); the map is read again before the next step.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "distlock/client.hpp"
+#include "distlock/cluster_options.hpp"
+#include "distlock/connection.hpp"
+#include "distlock/detail/acquire.hpp"
+#include "distlock/detail/cluster_slots.hpp"
+#include "distlock/detail/thread_annotations.hpp"
+#include "distlock/detail/time.hpp"
+#include "distlock/error.hpp"
+#include "distlock/runtime.hpp"
+#include "distlock/token.hpp"
+
+namespace distlock::detail {
+
+class ClusterNodes {
+ public:
+  /// One node and its pool. Nodes are never removed while the ClusterNodes
+  /// lives, so a Node& stays valid.
+  struct Node {
+    Node(const ClientOptions& base, std::string node_host, int node_port)
+        : client(with_address(base, std::move(node_host), node_port)) {}
+    Client client;
+    const std::string& host() const noexcept { return client.options().host; }
+    int port() const noexcept { return client.options().port; }
+
+   private:
+    static ClientOptions with_address(ClientOptions options, std::string host, int port) {
+      options.host = std::move(host);
+      options.port = port;
+      options.unix_socket.clear();
+      return options;
+    }
+  };
+
+  explicit ClusterNodes(ClusterOptions options)
+      : options_(checked(std::move(options))),
+        id_(make_token()),
+        generation_(fork_generation.load(std::memory_order_relaxed)),
+        slots_(cluster_slots, nullptr) {}
+
+  ClusterNodes(const ClusterNodes&) = delete;
+  ClusterNodes& operator=(const ClusterNodes&) = delete;
+
+  const ClusterOptions& options() const noexcept { return options_; }
+  const std::string& id() const noexcept { return id_; }
+
+  bool forked() const noexcept {
+    return fork_generation.load(std::memory_order_relaxed) != generation_;
+  }
+  void check_process() const {
+    if (forked()) {
+      throw Error(Errc::forked,
+                  "this ClusterClient was made before fork(); make a new ClusterClient in the "
+                  "child");
+    }
+  }
+
+  /// The node that owns `slot`, reading the map first if it is due (or
+  /// missing: then a failure to read it throws ConnectionError naming the
+  /// nodes tried). Throws ServerError if no node serves the slot.
+  Node& owner(int slot, SteadyClock::time_point deadline) {
+    check_process();
+    refresh_if_due(deadline);
+    MutexLock lock(mutex_);
+    Node* node = slots_[static_cast<std::size_t>(slot)];
+    if (node == nullptr) {
+      stale_ = true;
+      throw ServerError("CLUSTERDOWN Hash slot " + std::to_string(slot) +
+                        " is not served by any node");
+    }
+    return *node;
+  }
+
+  /// An address distinct for each slot: what renewal batches of one slot
+  /// share (detail::batch_identity).
+  const void* slot_identity(int slot) const noexcept {
+    return &slot_tags_[static_cast<std::size_t>(slot)];
+  }
+
+  /// Sends `send(connection)` to the owner of `slot`, following redirects
+  /// as the top of this file says; returns what send returns.
+  template <class Send>
+  auto route(int slot, SteadyClock::time_point deadline, Send&& send) {
+    Node* target = &owner(slot, deadline);
+    bool asking = false;
+    std::chrono::milliseconds pause = options_.retry_pause;
+    for (unsigned redirects = 0;; ++redirects) {
+      std::optional<Client::Borrowed> connection;
+      try {
+        connection.emplace(target->client.borrow(deadline));
+        (*connection)->set_timeout(reply_timeout(options_.command_timeout, deadline));
+        if (!asking) return send(**connection);
+        (*connection)->command("ASKING");
+        struct AskingOff {
+          Connection& connection;
+          ~AskingOff() { connection.set_asking(false); }
+        } off{**connection};
+        (*connection)->set_asking(true);
+        return send(**connection);
+      } catch (const ServerError& error) {
+        const Redirect redirect = parse_redirect(error.what());
+        if (redirect.kind == Redirect::Kind::none || redirects >= options_.max_redirects) throw;
+        connection.reset();
+        if (redirect.kind == Redirect::Kind::try_again) {
+          if (deadline != no_deadline && SteadyClock::now() + pause >= deadline) {
+            // The caller's time runs out first: its wait ends at its deadline.
+            std::this_thread::sleep_until(deadline);
+            throw TimeoutError(Errc::timed_out,
+                               std::string("cluster busy until the deadline: ") + error.what());
+          }
+          std::this_thread::sleep_for(pause);
+          pause *= 2;
+          continue;
+        }
+        Node& to = node_at(redirect.host.empty() ? target->host() : redirect.host, redirect.port);
+        if (redirect.kind == Redirect::Kind::moved) {
+          moved(redirect.slot, to);
+          asking = false;
+        } else {
+          asking = true;
+        }
+        target = &to;
+      } catch (const ConnectionError&) {
+        stale_ = true;  // the node may be gone: read the map before the next step
+        throw;
+      } catch (const TimeoutError&) {
+        stale_ = true;
+        throw;
+      }
+    }
+  }
+
+  /// Notes that `slot` is now served by `node` (a MOVED), and that the rest
+  /// of the map is to be read again soon.
+  void moved(int slot, Node& node) {
+    MutexLock lock(mutex_);
+    slots_[static_cast<std::size_t>(slot)] = &node;
+    stale_ = true;
+  }
+
+  /// Reads the error reply of a pipelined step: a MOVED updates the map.
+  void saw_error(std::string_view reply) {
+    const Redirect redirect = parse_redirect(reply);
+    if (redirect.kind != Redirect::Kind::moved || redirect.host.empty()) {
+      if (redirect.kind != Redirect::Kind::none) stale_ = true;
+      return;
+    }
+    moved(redirect.slot, node_at(redirect.host, redirect.port));
+  }
+
+  /// The node at host:port, its pool made on first sight.
+  Node& node_at(const std::string& host, int port) {
+    MutexLock lock(mutex_);
+    return node_at_locked(host, port);
+  }
+
+  /// Reads the slot map now (see the top of this file). Throws
+  /// ConnectionError naming every node tried if none answered.
+  void refresh(SteadyClock::time_point deadline);
+
+  /// The Runtime (Notifier and Watchdog) beside the pools, made on first
+  /// use. The Notifier subscribes at one node: a PUBLISH anywhere in a
+  /// cluster reaches every node's subscribers.
+  Runtime& runtime() {
+    check_process();
+    std::call_once(runtime_made_, [this] {
+      ConnectionOptions where = options_;
+      const Node& first = owner(0, SteadyClock::now() + options_.connect_timeout);
+      where.host = first.host();
+      where.port = first.port();
+      runtime_ = std::make_unique<Runtime>(where, options_.max_waiters);
+    });
+    return *runtime_;
+  }
+
+ private:
+  static ClusterOptions checked(ClusterOptions options) {
+    options.validate();
+    if (options.ignore_sigpipe) ignore_default_sigpipe();
+    return options;
+  }
+
+  Node& node_at_locked(const std::string& host, int port) DISTLOCK_REQUIRES(mutex_) {
+    for (const auto& node : nodes_) {
+      if (node->port() == port && node->host() == host) return *node;
+    }
+    nodes_.push_back(std::make_unique<Node>(options_, host, port));
+    return *nodes_.back();
+  }
+
+  void refresh_if_due(SteadyClock::time_point deadline) {
+    const auto now = SteadyClock::now();
+    bool loaded = false;
+    {
+      MutexLock lock(mutex_);
+      loaded = loaded_;
+      if (loaded && !stale_ && now - refreshed_ < options_.refresh_interval) return;
+    }
+    if (loaded) {
+      // Someone else is reading it: go on with the map as it is.
+      std::unique_lock<std::mutex> one(refreshing_, std::try_to_lock);
+      if (!one.owns_lock()) return;
+      try {
+        refresh(deadline);
+      } catch (const Error&) {
+        // Keep the old map; the step itself finds out whether it still holds.
+      }
+      return;
+    }
+    std::lock_guard<std::mutex> one(refreshing_);
+    {
+      MutexLock lock(mutex_);
+      if (loaded_) return;  // read while we waited
+    }
+    refresh(deadline);
+  }
+
+  /// The map as one node tells it; false if the node did not answer.
+  bool read_map_from(Node& node, SteadyClock::time_point deadline, std::string& why);
+
+  const ClusterOptions options_;
+  const std::string id_;
+  const unsigned generation_;
+  std::mutex refreshing_;  // one map read at a time
+  mutable Mutex mutex_;
+  std::vector<std::unique_ptr<Node>> nodes_ DISTLOCK_GUARDED_BY(mutex_);
+  std::vector<Node*> slots_ DISTLOCK_GUARDED_BY(mutex_);
+  bool loaded_ DISTLOCK_GUARDED_BY(mutex_) = false;
+  SteadyClock::time_point refreshed_ DISTLOCK_GUARDED_BY(mutex_){};
+  std::atomic<bool> stale_{false};
+  const std::array<char, cluster_slots> slot_tags_{};
+  std::once_flag runtime_made_;
+  // Declared last so it stops first: its threads use the pools above.
+  std::unique_ptr<Runtime> runtime_;
+};
+
+inline void ClusterNodes::refresh(SteadyClock::time_point deadline) {
+  std::vector<Node*> candidates;
+  {
+    MutexLock lock(mutex_);
+    for (const auto& node : nodes_) candidates.push_back(node.get());
+    for (const std::string& seed : options_.seeds) {
+      const ConnectionOptions where = parse_seed(seed);
+      candidates.push_back(&node_at_locked(where.host, where.port));
+    }
+  }
+  std::string why;
+  for (Node* node : candidates) {
+    if (read_map_from(*node, deadline, why)) return;
+    if (deadline != no_deadline && SteadyClock::now() >= deadline) break;
+  }
+  stale_ = true;
+  throw ConnectionError(Errc::connect_failed, "no cluster node told the slot map:" + why);
+}
+
+inline bool ClusterNodes::read_map_from(Node& node, SteadyClock::time_point deadline,
+                                        std::string& why) {
+  struct Range {
+    int first;
+    int last;
+    std::string host;
+    int port;
+  };
+  std::vector<Range> ranges;
+  try {
+    auto connection = node.client.borrow(deadline);
+    connection->set_timeout(reply_timeout(options_.command_timeout, deadline));
+    const Reply reply = connection->command("CLUSTER", "SLOTS");
+    for (std::size_t i = 0; i < reply.size(); ++i) {
+      const ReplyView range = reply[i];
+      if (range.size() < 3 || range[2].size() < 2) continue;
+      const ReplyView master = range[2];
+      std::string host(master[0].str());
+      if (host.empty() || host == "?") host = node.host();
+      ranges.push_back({static_cast<int>(range[0].integer()), static_cast<int>(range[1].integer()),
+                        std::move(host), static_cast<int>(master[1].integer())});
+    }
+  } catch (const Error& error) {
+    why += "\n  " + node.client.options().endpoint() + ": " + error.what();
+    return false;
+  }
+  MutexLock lock(mutex_);
+  std::fill(slots_.begin(), slots_.end(), nullptr);
+  for (const Range& range : ranges) {
+    Node& owner = node_at_locked(range.host, range.port);
+    const int first = std::clamp(range.first, 0, cluster_slots - 1);
+    const int last = std::clamp(range.last, 0, cluster_slots - 1);
+    for (int slot = first; slot <= last; ++slot) slots_[static_cast<std::size_t>(slot)] = &owner;
+  }
+  loaded_ = true;
+  refreshed_ = SteadyClock::now();
+  stale_ = false;
+  return true;
+}
+
+}  // namespace distlock::detail

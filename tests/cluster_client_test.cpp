@@ -1,0 +1,451 @@
+// Tests for cluster_client.hpp (and the routing in detail/cluster_routing.hpp)
+// against a real 3-master Redis Cluster (support/redis_cluster.hpp). One
+// cluster is shared by the tests of a suite: every test uses names of its
+// own, and the harness keeps track of the slots a test moves.
+#include "distlock/cluster_client.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "distlock/acquire_policy.hpp"
+#include "distlock/detail/cluster_slots.hpp"
+#include "support/fixture.hpp"
+#include "support/redis_cluster.hpp"
+#include "support/redis_server.hpp"
+
+namespace distlock {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using testing::RedisCluster;
+using testing::RedisServer;
+
+/// A port nothing listens on (as far as a test can tell).
+int closed_port() { return testing::detail::pick_free_port(); }
+
+// ---------------------------------------------------------------------------
+// Options: no server needed.
+
+TEST(ClusterClientOptions, FromUriTakesEverySeedAndTheOptions) {
+  const ClusterOptions options = ClusterOptions::from_uri(
+      "redis://:secret@h1:7000,h2:7001,[::1]:7002?command_timeout=250&pool_size=3");
+  EXPECT_EQ(options.seeds, (std::vector<std::string>{"h1:7000", "h2:7001", "[::1]:7002"}));
+  EXPECT_EQ(options.password, "secret");
+  EXPECT_EQ(options.command_timeout, 250ms);
+  EXPECT_EQ(options.pool_size, 3u);
+  EXPECT_EQ(ClusterOptions::from_uri("redis://h1").seeds, std::vector<std::string>{"h1:6379"});
+}
+
+TEST(ClusterClientOptions, BadInputIsAnInvalidArgument) {
+  EXPECT_THROW(ClusterClient{ClusterOptions{}}, InvalidArgument);  // no seed
+  EXPECT_THROW(ClusterClient{"redis://h1:7000,,h2:7001"}, InvalidArgument);
+  EXPECT_THROW(ClusterClient{"redis://h1:7000/2"}, InvalidArgument);  // db 2
+  EXPECT_THROW(ClusterClient{"redis://h1:notaport"}, InvalidArgument);
+  EXPECT_THROW(ClusterClient{"unix:///tmp/redis.sock"}, InvalidArgument);
+  EXPECT_THROW(ClusterClient{ClusterOptions({"h1:7000/0"})}, InvalidArgument);
+  ClusterOptions no_redirects({"h1:7000"});
+  no_redirects.max_redirects = 0;
+  EXPECT_THROW(ClusterClient{no_redirects}, InvalidArgument);
+}
+
+TEST(ClusterClientOptions, UnboundCopyRefusesToBorrow) {
+  ClusterClient cluster{ClusterOptions({"127.0.0.1:" + std::to_string(closed_port())})};
+  EXPECT_THROW(static_cast<void>(cluster.borrow()), InvalidArgument);
+  EXPECT_EQ(cluster.slot(), -1);
+  EXPECT_EQ(cluster.for_key("foo").slot(), 12182);
+}
+
+// ---------------------------------------------------------------------------
+// A cluster shared by the tests of one suite.
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!RedisServer::available()) return;
+    try {
+      cluster_ = new RedisCluster(3);
+    } catch (const std::exception& error) {
+      start_error_ = new std::string(error.what());
+    }
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+    delete start_error_;
+    start_error_ = nullptr;
+  }
+
+  void SetUp() override {
+    DISTLOCK_REQUIRE_REDIS_SERVER();
+    ASSERT_NE(cluster_, nullptr) << "the cluster did not start: "
+                                 << (start_error_ != nullptr ? *start_error_ : "?");
+    client_.emplace(options());
+  }
+
+  static ClusterOptions options() {
+    ClusterOptions options(cluster_->seed_list());
+    options.connect_timeout = 1s;
+    options.command_timeout = 1s;
+    return options;
+  }
+
+  RedisCluster& cluster() { return *cluster_; }
+  ClusterClient& client() { return *client_; }
+
+  /// A name made from `stem` whose slot master `master` owns now.
+  std::string name_on(std::size_t master, const std::string& stem) const {
+    for (int i = 0;; ++i) {
+      std::string name = stem + "-" + std::to_string(i);
+      if (cluster_->owner_of(detail::key_slot(name)) == master) return name;
+    }
+  }
+
+  /// A command at one node, as RedisServer renders its reply.
+  std::string at(std::size_t master, const std::vector<std::string>& argv) {
+    return cluster_->node(master).command(argv);
+  }
+  long long pttl_at(std::size_t master, const std::string& key) {
+    return std::stoll(at(master, {"PTTL", key}));
+  }
+  long long calls_at(std::size_t master, const std::string& command) {
+    const std::string stats = at(master, {"INFO", "commandstats"});
+    const std::string field = "cmdstat_" + command + ":calls=";
+    const auto found = stats.find(field);
+    return found == std::string::npos ? 0 : std::stoll(stats.substr(found + field.size()));
+  }
+
+  static RedisCluster* cluster_;
+  static std::string* start_error_;
+  std::optional<ClusterClient> client_;
+};
+
+RedisCluster* ClusterTest::cluster_ = nullptr;
+std::string* ClusterTest::start_error_ = nullptr;
+
+// ---------------------------------------------------------------------------
+// Routing: what reaches which node.
+
+class ClusterRouting : public ClusterTest {};
+
+TEST_F(ClusterRouting, SlotsAgreeWithTheServer) {
+  for (const std::string key : {"foo", "bar", "{user1000}.following", "a}b", "x{}y", "q{", "",
+                                "stock:{42}", "{}", "}{", "{a}{b}"}) {
+    EXPECT_EQ(std::to_string(detail::key_slot(key)), at(0, {"CLUSTER", "KEYSLOT", key})) << key;
+  }
+  for (int i = 0; i < 200; ++i) {
+    const std::string key = "k" + std::to_string(i * 7919);
+    ASSERT_EQ(std::to_string(detail::key_slot(key)), at(1, {"CLUSTER", "KEYSLOT", key})) << key;
+  }
+}
+
+TEST_F(ClusterRouting, CommandsReachTheOwnerOnEveryMaster) {
+  for (std::size_t master = 0; master < cluster().size(); ++master) {
+    const std::string key = name_on(master, "routed");
+    EXPECT_TRUE(client().command("SET", key, "v" + std::to_string(master)).is_ok());
+    EXPECT_EQ(at(master, {"GET", key}), "v" + std::to_string(master));
+    EXPECT_EQ(client().command("GET", key).str(), "v" + std::to_string(master));
+  }
+}
+
+TEST_F(ClusterRouting, UnreachableSeedsFailNamingThem) {
+  const std::string seed = "127.0.0.1:" + std::to_string(closed_port());
+  ClusterOptions options({seed});
+  options.connect_timeout = 200ms;
+  ClusterClient nowhere{options};
+  try {
+    client_.reset();
+    static_cast<void>(nowhere.command("GET", "k"));
+    FAIL() << "a cluster with no reachable seed answered";
+  } catch (const ConnectionError& error) {
+    EXPECT_NE(std::string(error.what()).find(seed), std::string::npos) << error.what();
+  }
+}
+
+TEST_F(ClusterRouting, ANodeNotInClusterModeIsAClearError) {
+  RedisServer plain;
+  ClusterClient wrong{ClusterOptions({plain.host() + ":" + std::to_string(plain.port())})};
+  try {
+    static_cast<void>(wrong.command("GET", "k"));
+    FAIL() << "a server without cluster mode was taken for a cluster";
+  } catch (const ConnectionError& error) {
+    EXPECT_NE(std::string(error.what()).find("cluster support disabled"), std::string::npos)
+        << error.what();
+  }
+}
+
+TEST_F(ClusterRouting, EvalRefusesKeysOfTwoSlots) {
+  const Script echo{"return 1", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"};
+  EXPECT_EQ(client().eval(echo, {"{t}a", "{t}b"}, {}).integer(), 1);
+  EXPECT_THROW(client().eval(echo, {"foo", "bar"}, {}), InvalidArgument);
+}
+
+// ---------------------------------------------------------------------------
+// Every lock type, on each master.
+
+class ClusterLocks : public ClusterTest {};
+
+TEST_F(ClusterLocks, MutexOnEachMaster) {
+  for (std::size_t master = 0; master < cluster().size(); ++master) {
+    const std::string name = name_on(master, "mutex");
+    ClusterMutex lock(client(), name, LockOptions{}.ttl(10s));
+    ClusterMutex other(client(), name, LockOptions{}.ttl(10s));
+    ASSERT_TRUE(lock.try_lock()) << name;
+    EXPECT_EQ(at(master, {"GET", name}), lock.token());
+    EXPECT_GT(pttl_at(master, name), 9000);
+    EXPECT_FALSE(other.try_lock());
+    EXPECT_TRUE(lock.extend(20s));
+    EXPECT_GT(pttl_at(master, name), 19000);
+    EXPECT_EQ(lock.release(), Release::released);
+    EXPECT_EQ(at(master, {"EXISTS", name}), "0");
+    EXPECT_TRUE(other.try_lock());
+    other.unlock();
+  }
+}
+
+TEST_F(ClusterLocks, FencingCountsAtTheSlotOwner) {
+  const std::string name = name_on(2, "fenced");
+  BasicMutex<ClusterClient> lock(client(), name, LockOptions{}.ttl(10s).fencing(true));
+  ASSERT_TRUE(lock.try_lock());
+  const long long first = lock.fence();
+  lock.unlock();
+  ASSERT_TRUE(lock.try_lock());
+  EXPECT_EQ(lock.fence(), first + 1);
+  EXPECT_EQ(at(2, {"GET", detail::companion_key(name, "fence")}), std::to_string(first + 1));
+  lock.unlock();
+}
+
+TEST_F(ClusterLocks, NameWhoseKeysSpanSlotsIsRefused) {
+  for (const char* name : {"a}b", "x{}y"}) {
+    try {
+      ClusterMutex lock(client(), name);
+      FAIL() << "a lock whose keys span slots was made: " << name;
+    } catch (const InvalidArgument& error) {
+      EXPECT_NE(std::string(error.what()).find(std::string("\"") + name + "\""), std::string::npos)
+          << error.what();
+    }
+    EXPECT_THROW(ClusterReentrantMutex(client(), name), InvalidArgument);
+    EXPECT_THROW(ClusterSharedMutex(client(), name), InvalidArgument);
+  }
+  // A hash tag keeps every key in one slot.
+  EXPECT_NO_THROW(ClusterMutex(client(), "{a}b"));
+}
+
+TEST_F(ClusterLocks, SimpleMutexOnEachMaster) {
+  for (std::size_t master = 0; master < cluster().size(); ++master) {
+    const std::string name = name_on(master, "simple");
+    ClusterSimpleMutex lock(client(), name, LockOptions{}.ttl(10s));
+    ClusterSimpleMutex other(client(), name, LockOptions{}.ttl(10s));
+    ASSERT_TRUE(lock.try_lock());
+    EXPECT_EQ(at(master, {"GET", name}), lock.token());
+    EXPECT_FALSE(other.try_lock());
+    EXPECT_TRUE(lock.extend(20s));
+    EXPECT_EQ(lock.release(), Release::released);
+    EXPECT_EQ(at(master, {"EXISTS", name}), "0");
+  }
+}
+
+TEST_F(ClusterLocks, ReentrantMutexOnEachMaster) {
+  for (std::size_t master = 0; master < cluster().size(); ++master) {
+    const std::string name = name_on(master, "reentrant");
+    ClusterReentrantMutex lock(client(), name, LockOptions{}.ttl(10s));
+    ASSERT_TRUE(lock.try_lock());
+    EXPECT_EQ(at(master, {"TYPE", name}), "hash");
+    std::thread([&] {
+      ClusterReentrantMutex other(client(), name, LockOptions{}.ttl(10s));
+      EXPECT_FALSE(other.try_lock());
+    }).join();
+    EXPECT_EQ(lock.release(), Release::released);
+    EXPECT_EQ(at(master, {"EXISTS", name}), "0");
+  }
+}
+
+TEST_F(ClusterLocks, SharedMutexOnEachMaster) {
+  for (std::size_t master = 0; master < cluster().size(); ++master) {
+    const std::string name = name_on(master, "shared");
+    ClusterSharedMutex reader(client(), name, LockOptions{}.ttl(10s));
+    ASSERT_TRUE(reader.try_lock_shared());
+    EXPECT_EQ(at(master, {"HGET", name, "mode"}), "read");
+    std::thread([&] {
+      ClusterSharedMutex other_reader(client(), name, LockOptions{}.ttl(10s));
+      ClusterSharedMutex writer(client(), name, LockOptions{}.ttl(10s));
+      EXPECT_TRUE(other_reader.try_lock_shared());
+      other_reader.unlock_shared();
+      EXPECT_FALSE(writer.try_lock());  // our reader keeps it out
+    }).join();
+    reader.unlock_shared();
+    ClusterSharedMutex writer(client(), name, LockOptions{}.ttl(10s));
+    ASSERT_TRUE(writer.try_lock());
+    EXPECT_EQ(at(master, {"HGET", name, "mode"}), "write");
+    EXPECT_EQ(writer.release(), Release::released);
+    EXPECT_EQ(at(master, {"EXISTS", name}), "0");
+  }
+}
+
+TEST_F(ClusterLocks, WatchdogRenewsLeasesOnEveryMaster) {
+  // Leases of 400 ms renewed about every 133 ms: held for three leases'
+  // worth, each stays alive at its own node.
+  std::vector<std::unique_ptr<ClusterMutex>> locks;
+  std::vector<std::string> names;
+  for (std::size_t master = 0; master < cluster().size(); ++master) {
+    for (int i = 0; i < 2; ++i) {  // two slots per master: one batch each
+      names.push_back(name_on(master, "renewed" + std::to_string(i)));
+      locks.push_back(std::make_unique<ClusterMutex>(client(), names.back(),
+                                                     LockOptions{}.ttl(400ms).auto_renew(true)));
+      ASSERT_TRUE(locks.back()->try_lock());
+    }
+  }
+  std::this_thread::sleep_for(1200ms);  // the premise: three leases' time passes
+  for (std::size_t i = 0; i < locks.size(); ++i) {
+    const std::size_t master = cluster().owner_of(detail::key_slot(names[i]));
+    EXPECT_FALSE(locks[i]->lost()) << names[i];
+    EXPECT_EQ(at(master, {"GET", names[i]}), locks[i]->token()) << names[i];
+    EXPECT_EQ(locks[i]->release(), Release::released) << names[i];
+  }
+}
+
+TEST_F(ClusterLocks, WaiterIsWokenByTheRelease) {
+  // The waiter's own pause is 20 s: only the release's announcement can
+  // bring it back in time.
+  const std::string name = name_on(1, "woken");
+  ClusterMutex holder(client(), name, LockOptions{}.ttl(30s));
+  ASSERT_TRUE(holder.try_lock());
+  std::atomic<bool> waiting{false};
+  std::atomic<bool> got{false};
+  std::thread waiter([&] {
+    BasicMutex<ClusterClient, FixedInterval> lock(client(), name, LockOptions{}.ttl(30s),
+                                                  FixedInterval(20s));
+    waiting = true;
+    got = lock.try_lock_for(10s);
+    if (got) lock.unlock();
+  });
+  while (!waiting) std::this_thread::yield();
+  // Let the waiter subscribe: until its subscription is confirmed it polls.
+  const auto subscribed_by = Clock::now() + 5s;
+  while (client().notifier().channel_count() == 0 && Clock::now() < subscribed_by) {
+    std::this_thread::sleep_for(5ms);
+  }
+  const auto released = Clock::now();
+  holder.unlock();
+  waiter.join();
+  EXPECT_TRUE(got);
+  EXPECT_LT(Clock::now() - released, 5s);
+}
+
+// ---------------------------------------------------------------------------
+// Slots that move while a lock is held.
+
+class ClusterMigration : public ClusterTest {};
+
+TEST_F(ClusterMigration, ReleaseAndExtendFollowMovedAfterTheSlotMoved) {
+  const std::string name = name_on(0, "moved");
+  const int slot = detail::key_slot(name);
+  ClusterMutex lock(client(), name, LockOptions{}.ttl(10s));
+  ASSERT_TRUE(lock.try_lock());
+  cluster().move_slot(slot, 1);
+  EXPECT_EQ(at(1, {"GET", name}), lock.token());
+  EXPECT_TRUE(lock.extend(20s));  // sent to node 0, MOVED to node 1
+  EXPECT_GT(pttl_at(1, name), 19000);
+  EXPECT_EQ(lock.release(), Release::released);
+  EXPECT_EQ(at(1, {"EXISTS", name}), "0");
+  EXPECT_EQ(client().node_of(slot), cluster().seed_list()[1]);
+}
+
+TEST_F(ClusterMigration, WatchdogRenewsAtTheNewOwner) {
+  const std::string name = name_on(1, "renewed-moved");
+  const int slot = detail::key_slot(name);
+  ClusterMutex lock(client(), name, LockOptions{}.ttl(500ms).auto_renew(true));
+  ASSERT_TRUE(lock.try_lock());
+  cluster().move_slot(slot, 2);
+  std::this_thread::sleep_for(1500ms);  // the premise: three leases' time passes
+  EXPECT_FALSE(lock.lost());
+  EXPECT_EQ(at(2, {"GET", name}), lock.token());
+  EXPECT_GT(pttl_at(2, name), 0);
+  EXPECT_EQ(lock.release(), Release::released);
+}
+
+TEST_F(ClusterMigration, AskDuringTheMigrationWindowReachesTheImportingNode) {
+  const std::string name = name_on(2, "asked");
+  const int slot = detail::key_slot(name);
+  ClusterMutex held(client(), name, LockOptions{}.ttl(10s));
+  ASSERT_TRUE(held.try_lock());
+  cluster().begin_migration(slot, 2, 0);
+  cluster().migrate_keys(slot, 2, 0);
+  // Node 2 still owns the slot but no longer has the key: it answers ASK,
+  // and only ASKING lets node 0 serve the key.
+  EXPECT_TRUE(held.extend(20s));
+  // A new key of the slot is made at the importing node too.
+  const std::string sibling = "{" + name + "}:sibling";
+  ClusterMutex other(client(), sibling, LockOptions{}.ttl(10s));
+  ASSERT_TRUE(other.try_lock());
+  // The source has neither key: it sends a reader of either on with ASK.
+  EXPECT_EQ(at(2, {"GET", sibling}).rfind("(error) ASK ", 0), 0u);
+  EXPECT_EQ(at(2, {"GET", name}).rfind("(error) ASK ", 0), 0u);
+  cluster().finish_migration(slot, 0);  // node 0 answers for the slot from now on
+  EXPECT_GT(pttl_at(0, name), 10000);   // the extend reached it
+  EXPECT_EQ(at(0, {"GET", sibling}), other.token());
+  EXPECT_EQ(other.release(), Release::released);
+  EXPECT_EQ(held.release(), Release::released);
+  EXPECT_EQ(at(0, {"EXISTS", name}), "0");
+}
+
+TEST_F(ClusterMigration, ReleaseDuringTheMigrationWindowIsRetriedUntilItEnds) {
+  // A release names two keys (the lock and its channel, which never exists),
+  // so the importing node answers TRYAGAIN until the slot is its own.
+  ClusterOptions patient = options();
+  patient.retry_pause = 100ms;  // retries over about 3 s
+  ClusterClient cluster_client{patient};
+  const std::string name = name_on(1, "tryagain");
+  const int slot = detail::key_slot(name);
+  ClusterMutex held(cluster_client, name, LockOptions{}.ttl(10s));
+  ASSERT_TRUE(held.try_lock());
+  cluster().begin_migration(slot, 1, 2);
+  cluster().migrate_keys(slot, 1, 2);
+  const auto tryagains = [&] {
+    const std::string stats = at(2, {"INFO", "errorstats"});
+    const auto found = stats.find("errorstat_TRYAGAIN:count=");
+    return found == std::string::npos ? 0 : std::stoll(stats.substr(found + 25));
+  };
+  const long long before = tryagains();
+  std::optional<Release> released;
+  std::string failed;
+  std::thread releaser([&] {
+    try {
+      released = held.release();
+    } catch (const Error& error) {
+      failed = error.what();
+    }
+  });
+  const auto refused_by = Clock::now() + 5s;
+  while (tryagains() == before && Clock::now() < refused_by) std::this_thread::yield();
+  EXPECT_GT(tryagains(), before);
+  cluster().finish_migration(slot, 2);
+  releaser.join();
+  EXPECT_EQ(released, Release::released) << failed;
+  EXPECT_EQ(at(2, {"EXISTS", name}), "0");
+}
+
+TEST_F(ClusterMigration, NoScriptAtTheNewOwnerFallsBackToEval) {
+  const std::string name = name_on(0, "noscript");
+  const int slot = detail::key_slot(name);
+  ClusterMutex lock(client(), name, LockOptions{}.ttl(10s));
+  ASSERT_TRUE(lock.try_lock());
+  cluster().move_slot(slot, 2);
+  at(2, {"SCRIPT", "FLUSH"});
+  const long long evals = calls_at(2, "eval");
+  EXPECT_TRUE(lock.extend(20s));
+  EXPECT_EQ(calls_at(2, "eval"), evals + 1);
+  EXPECT_EQ(lock.release(), Release::released);
+  EXPECT_EQ(at(2, {"EXISTS", name}), "0");
+}
+
+}  // namespace
+}  // namespace distlock
