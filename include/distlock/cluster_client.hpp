@@ -132,6 +132,7 @@ class ClusterClient {
 
   /// The release notifier, started (one thread, one connection) on first use.
   Notifier& notifier() { return nodes_->runtime().notifier(); }
+  const detail::SharedEventHook& events() const noexcept { return nodes_->events(); }
   /// The lease watchdog, started (one thread) on first use.
   Watchdog& watchdog() { return nodes_->runtime().watchdog(); }
 

@@ -68,6 +68,7 @@ class ClusterNodes {
       : options_(checked(std::move(options))),
         id_(make_token()),
         generation_(fork_generation.load(std::memory_order_relaxed)),
+        events_(options_.on_event ? std::make_shared<const EventHook>(options_.on_event) : nullptr),
         slots_(cluster_slots, nullptr) {}
 
   ClusterNodes(const ClusterNodes&) = delete;
@@ -75,6 +76,7 @@ class ClusterNodes {
 
   const ClusterOptions& options() const noexcept { return options_; }
   const std::string& id() const noexcept { return id_; }
+  const SharedEventHook& events() const noexcept { return events_; }
 
   bool forked() const noexcept {
     return fork_generation.load(std::memory_order_relaxed) != generation_;
@@ -200,7 +202,7 @@ class ClusterNodes {
       const Node& first = owner(0, SteadyClock::now() + options_.connect_timeout);
       where.host = first.host();
       where.port = first.port();
-      runtime_ = std::make_unique<Runtime>(where, options_.max_waiters);
+      runtime_ = std::make_unique<Runtime>(where, options_.max_waiters, events_);
     });
     return *runtime_;
   }
@@ -253,6 +255,7 @@ class ClusterNodes {
   const ClusterOptions options_;
   const std::string id_;
   const unsigned generation_;
+  const SharedEventHook events_;  // options_.on_event, shared with leases and the Notifier
   std::mutex refreshing_;  // one map read at a time
   mutable Mutex mutex_;
   std::vector<std::unique_ptr<Node>> nodes_ DISTLOCK_GUARDED_BY(mutex_);
