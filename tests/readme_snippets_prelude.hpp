@@ -6,6 +6,7 @@
 
 #include <distlock/distlock.hpp>
 
+#include <iostream>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -19,5 +20,7 @@ struct Step {
   void run() {}
 };
 inline std::vector<Step> steps;
+
+inline void run_export() {}
 
 }  // namespace readme
