@@ -256,7 +256,7 @@ class ClusterNodes {
   const std::string id_;
   const unsigned generation_;
   const SharedEventHook events_;  // options_.on_event, shared with leases and the Notifier
-  std::mutex refreshing_;  // one map read at a time
+  std::mutex refreshing_;         // one map read at a time
   mutable Mutex mutex_;
   std::vector<std::unique_ptr<Node>> nodes_ DISTLOCK_GUARDED_BY(mutex_);
   std::vector<Node*> slots_ DISTLOCK_GUARDED_BY(mutex_);
