@@ -29,7 +29,8 @@ const std::vector<Ratio> ratios = {
     {"BM_Mutex_LockUnlock_Fenced", "BM_Raw_SetNxPx_EvalshaDel", 1.15},
     {"BM_SimpleMutex_LockUnlock", "BM_Raw_SetNxPx_Del", 1.8},
     {"BM_Mutex_LockUnlock_Replicas1", "BM_Raw_SetNxPx_Wait1_EvalshaDel", 1.1},
-    {"BM_Mutex_Handoff", "BM_Raw_Handoff_PubSub", 1.5},
+    {"BM_Mutex_Handoff", "BM_Raw_Handoff_PubSub", 1.3},
+    {"BM_Mutex_Handoff", "BM_Raw_Handoff_PubSub_Idle2ms", 1.3},
     {"BM_Mutex_Handoff", "BM_Mutex_Handoff_Polling50ms", 0.02},
     {"BM_Watchdog_Renew1000", "BM_Raw_Pexpire1000_Pipelined", 2.5},
     {"BM_Watchdog_Renew1000_Simple", "BM_Raw_Pexpire1000_Pipelined", 3.0},
@@ -45,6 +46,9 @@ const std::vector<Ratio> ratios = {
     {"BM_Semaphore_AcquireRelease", "BM_Raw_SetNxPx_EvalshaDel", 1.3},
     {"BM_RateLimiter_TryAcquire", "BM_Raw_Evalsha_Noop", 1.2},
     {"BM_StripedMutex16_Contended8", "BM_Mutex_Contended8", 0.25},
+    {"BM_Mutex_Contended/threads:2", "BM_Raw_Contended_PubSub/threads:2", 1.5},
+    {"BM_Mutex_Contended/threads:4", "BM_Raw_Contended_PubSub/threads:4", 1.5},
+    {"BM_Mutex_Contended/threads:8", "BM_Raw_Contended_PubSub/threads:8", 1.5},
 };
 
 // Prints as the console reporter does, and remembers each benchmark's time.
@@ -57,7 +61,9 @@ class RatioReporter : public benchmark::ConsoleReporter {
     ConsoleReporter::ReportRuns(runs);
     for (const Run& run : runs) {
       if (run.error_occurred) continue;
-      const std::string name = run.run_name.function_name;
+      // A benchmark run at several thread counts is told apart by its count.
+      std::string name = run.run_name.function_name;
+      if (!run.run_name.threads.empty()) name += "/" + run.run_name.threads;
       const double ns = run.GetAdjustedRealTime() * unit_in_ns(run.time_unit);
       if (run.run_type == Run::RT_Aggregate) {
         if (run.aggregate_name == "median") medians_[name] = ns;

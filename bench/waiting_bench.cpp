@@ -122,8 +122,10 @@ BENCHMARK(BM_Mutex_Handoff_Polling50ms)->UseManualTime()->Iterations(20);
 // The floor: the holder releases with one EVALSHA that deletes and
 // publishes; a thread blocked reading its subscribed connection gets the
 // message and at once sends SET NX PX on its own connection. Measured from
-// the release call to that SET's OK.
-void BM_Raw_Handoff_PubSub(benchmark::State& state) {
+// the release call to that SET's OK. With `idle`, the holder first pauses
+// as long as Waiter::go() does before each of BM_Mutex_Handoff's releases,
+// so that both hand over from the same idle start.
+void raw_handoff(benchmark::State& state, std::chrono::milliseconds idle) {
   const ClientOptions& where = server_options();
   const RawConnection holder = raw_connect(where);
   const RawConnection subscriber = raw_connect(where);
@@ -159,6 +161,7 @@ void BM_Raw_Handoff_PubSub(benchmark::State& state) {
   for (auto _ : state) {
     if (!hold.run(holder.get(), REDIS_REPLY_STATUS, state)) break;
     ++round;
+    if (idle.count() > 0) std::this_thread::sleep_for(idle);
     const Clock::time_point released = Clock::now();
     if (!release.run(holder.get(), REDIS_REPLY_INTEGER, state)) break;
     std::unique_lock guard(mutex);
@@ -171,7 +174,16 @@ void BM_Raw_Handoff_PubSub(benchmark::State& state) {
   ::shutdown(subscriber->fd, SHUT_RDWR);  // ends the taker's blocking read
   taker_thread.join();
 }
+
+void BM_Raw_Handoff_PubSub(benchmark::State& state) {
+  raw_handoff(state, std::chrono::milliseconds(0));
+}
 BENCHMARK(BM_Raw_Handoff_PubSub)->UseManualTime()->Iterations(2000);
+
+void BM_Raw_Handoff_PubSub_Idle2ms(benchmark::State& state) {
+  raw_handoff(state, std::chrono::milliseconds(2));
+}
+BENCHMARK(BM_Raw_Handoff_PubSub_Idle2ms)->UseManualTime()->Iterations(2000);
 
 constexpr int leases = 1000;
 
