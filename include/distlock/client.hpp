@@ -9,6 +9,14 @@
 // a connection that broke is dropped then and a fresh one is opened by the
 // next borrower, so a server restart costs one failed call, not a dead Client.
 //
+// A server that comes back may not be the one the leases were granted on
+// (restarted without persistence, or another process on the address). The
+// first connection, and the first one made after a connection broke, asks
+// the server's run_id (INFO server); when it differs from the one seen
+// before, every lease the Watchdog renews is revalidated at once
+// (Runtime::revalidate): kept if its key still holds its token, reported
+// lost otherwise. A server whose ACL refuses INFO is not checked.
+//
 // After fork() the child shares the parent's sockets, owner id and leases,
 // but not its threads. A Client made before the fork therefore refuses every
 // call in the child with Errc::forked (make a new Client there), and a lock
@@ -43,6 +51,19 @@
 namespace distlock {
 
 namespace detail {
+
+/// The value of `field` in an INFO reply ("" when absent).
+inline std::string_view server_info_field(std::string_view info, std::string_view field) {
+  for (std::size_t at = info.find(field); at != std::string_view::npos;
+       at = info.find(field, at + 1)) {
+    const std::size_t end = at + field.size();
+    if ((at == 0 || info[at - 1] == '\n') && end < info.size() && info[end] == ':') {
+      const std::size_t stop = info.find_first_of("\r\n", end + 1);
+      return info.substr(end + 1, stop == std::string_view::npos ? stop : stop - end - 1);
+    }
+  }
+  return {};
+}
 
 inline void ignore_default_sigpipe() noexcept {
   struct sigaction current {};
@@ -130,6 +151,13 @@ class Endpoint {
   std::unique_ptr<Connection> take(SteadyClock::time_point deadline);
   void give_back(std::unique_ptr<Connection> connection) noexcept;
 
+  /// The run_id of the server last checked (see the top of this file);
+  /// empty before the first check or when the server refused INFO.
+  std::string run_id() const {
+    MutexLock lock(mutex_);
+    return run_id_;
+  }
+
   const ClientOptions& options() const noexcept { return options_; }
   const std::string& id() const noexcept { return id_; }
   const SharedEventHook& events() const noexcept { return events_; }
@@ -149,9 +177,15 @@ class Endpoint {
   const ClientOptions options_;
   const std::string id_;
   const unsigned generation_;
+  // Asks a new connection's server its run_id when a check is due (see the
+  // top of this file); a changed one has the leases revalidated.
+  void check_identity(Connection& connection);
+
   const SharedEventHook events_;  // options_.on_event, shared with leases and the Notifier
-  Mutex mutex_;
+  mutable Mutex mutex_;
   std::condition_variable returned_;
+  std::string run_id_ DISTLOCK_GUARDED_BY(mutex_);
+  std::atomic<bool> identity_due_{true};  // the next new connection checks the run_id
   std::vector<std::unique_ptr<Connection>> idle_ DISTLOCK_GUARDED_BY(mutex_);
   std::size_t open_ DISTLOCK_GUARDED_BY(mutex_) = 0;  // idle plus lent out
 
@@ -285,21 +319,28 @@ inline std::unique_ptr<Connection> Endpoint::take(SteadyClock::time_point deadli
     idle_.pop_back();
     if (!connection->stale_after_idle(idle_check_after)) return connection;
     --open_;  // closed under us while idle: drop it and look again
+    identity_due_.store(true, std::memory_order_relaxed);
   }
   // Connect outside the lock: other borrowers need not wait for our handshake.
   ++open_;
   lock.unlock();
   try {
-    if (deadline == SteadyClock::time_point::max()) return std::make_unique<Connection>(options_);
-    // A caller with a deadline waits no longer for the connect, AUTH and
-    // SELECT than it has left.
-    ConnectionOptions hurried = options_;
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
-    const auto budget = std::max(left, std::chrono::milliseconds(1));
-    hurried.connect_timeout = std::min(hurried.connect_timeout, budget);
-    hurried.command_timeout = std::min(hurried.command_timeout, budget);
-    return std::make_unique<Connection>(std::move(hurried));
+    std::unique_ptr<Connection> connection;
+    if (deadline == SteadyClock::time_point::max()) {
+      connection = std::make_unique<Connection>(options_);
+    } else {
+      // A caller with a deadline waits no longer for the connect, AUTH and
+      // SELECT than it has left.
+      ConnectionOptions hurried = options_;
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
+      const auto budget = std::max(left, std::chrono::milliseconds(1));
+      hurried.connect_timeout = std::min(hurried.connect_timeout, budget);
+      hurried.command_timeout = std::min(hurried.command_timeout, budget);
+      connection = std::make_unique<Connection>(std::move(hurried));
+    }
+    if (identity_due_.load(std::memory_order_relaxed)) check_identity(*connection);
+    return connection;
   } catch (...) {
     lock.lock();
     --open_;
@@ -321,6 +362,7 @@ inline void Endpoint::give_back(std::unique_ptr<Connection> connection) noexcept
   if (reusable) {
     connection->touch();
   } else {
+    if (connection && connection->broken()) identity_due_.store(true, std::memory_order_relaxed);
     connection.reset();
   }
   {
@@ -332,6 +374,25 @@ inline void Endpoint::give_back(std::unique_ptr<Connection> connection) noexcept
     }
   }
   returned_.notify_one();
+}
+
+inline void Endpoint::check_identity(Connection& connection) {
+  std::string seen;
+  try {
+    seen = std::string(server_info_field(connection.command("INFO", "server").str(), "run_id"));
+  } catch (const ServerError&) {
+    identity_due_.store(false, std::memory_order_relaxed);  // INFO refused: not checked
+    return;
+  }
+  identity_due_.store(false, std::memory_order_relaxed);
+  if (seen.empty()) return;
+  bool changed = false;
+  {
+    MutexLock lock(mutex_);
+    changed = !run_id_.empty() && run_id_ != seen;
+    run_id_ = seen;
+  }
+  if (changed) runtime_.revalidate();
 }
 
 }  // namespace detail
