@@ -10,12 +10,13 @@
 // next borrower, so a server restart costs one failed call, not a dead Client.
 //
 // A server that comes back may not be the one the leases were granted on
-// (restarted without persistence, or another process on the address). The
-// first connection, and the first one made after a connection broke, asks
-// the server's run_id (INFO server); when it differs from the one seen
-// before, every lease the Watchdog renews is revalidated at once
-// (Runtime::revalidate): kept if its key still holds its token, reported
-// lost otherwise. A server whose ACL refuses INFO is not checked.
+// (restarted without persistence, or another process on the address), so
+// the first connection made after one broke has every lease the Watchdog
+// renews revalidated at once (Runtime::revalidate): kept, and renewed, if
+// its key still holds its token; reported lost otherwise. Asking the server
+// whether it changed (its run_id) would cost a round trip on the path of
+// the call that reconnects; a renewal round off that path answers the
+// question that matters, whether the leases are still there.
 //
 // After fork() the child shares the parent's sockets, owner id and leases,
 // but not its threads. A Client made before the fork therefore refuses every
@@ -51,19 +52,6 @@
 namespace distlock {
 
 namespace detail {
-
-/// The value of `field` in an INFO reply ("" when absent).
-inline std::string_view server_info_field(std::string_view info, std::string_view field) {
-  for (std::size_t at = info.find(field); at != std::string_view::npos;
-       at = info.find(field, at + 1)) {
-    const std::size_t end = at + field.size();
-    if ((at == 0 || info[at - 1] == '\n') && end < info.size() && info[end] == ':') {
-      const std::size_t stop = info.find_first_of("\r\n", end + 1);
-      return info.substr(end + 1, stop == std::string_view::npos ? stop : stop - end - 1);
-    }
-  }
-  return {};
-}
 
 inline void ignore_default_sigpipe() noexcept {
   struct sigaction current {};
@@ -151,13 +139,6 @@ class Endpoint {
   std::unique_ptr<Connection> take(SteadyClock::time_point deadline);
   void give_back(std::unique_ptr<Connection> connection) noexcept;
 
-  /// The run_id of the server last checked (see the top of this file);
-  /// empty before the first check or when the server refused INFO.
-  std::string run_id() const {
-    MutexLock lock(mutex_);
-    return run_id_;
-  }
-
   const ClientOptions& options() const noexcept { return options_; }
   const std::string& id() const noexcept { return id_; }
   const SharedEventHook& events() const noexcept { return events_; }
@@ -177,15 +158,11 @@ class Endpoint {
   const ClientOptions options_;
   const std::string id_;
   const unsigned generation_;
-  // Asks a new connection's server its run_id when a check is due (see the
-  // top of this file); a changed one has the leases revalidated.
-  void check_identity(Connection& connection);
-
   const SharedEventHook events_;  // options_.on_event, shared with leases and the Notifier
-  mutable Mutex mutex_;
+  Mutex mutex_;
   std::condition_variable returned_;
-  std::string run_id_ DISTLOCK_GUARDED_BY(mutex_);
-  std::atomic<bool> identity_due_{true};  // the next new connection checks the run_id
+  // A connection broke: the next one made has the leases revalidated.
+  std::atomic<bool> reconnecting_{false};
   std::vector<std::unique_ptr<Connection>> idle_ DISTLOCK_GUARDED_BY(mutex_);
   std::size_t open_ DISTLOCK_GUARDED_BY(mutex_) = 0;  // idle plus lent out
 
@@ -319,7 +296,7 @@ inline std::unique_ptr<Connection> Endpoint::take(SteadyClock::time_point deadli
     idle_.pop_back();
     if (!connection->stale_after_idle(idle_check_after)) return connection;
     --open_;  // closed under us while idle: drop it and look again
-    identity_due_.store(true, std::memory_order_relaxed);
+    reconnecting_.store(true, std::memory_order_relaxed);
   }
   // Connect outside the lock: other borrowers need not wait for our handshake.
   ++open_;
@@ -339,7 +316,7 @@ inline std::unique_ptr<Connection> Endpoint::take(SteadyClock::time_point deadli
       hurried.command_timeout = std::min(hurried.command_timeout, budget);
       connection = std::make_unique<Connection>(std::move(hurried));
     }
-    if (identity_due_.load(std::memory_order_relaxed)) check_identity(*connection);
+    if (reconnecting_.exchange(false, std::memory_order_relaxed)) runtime_.revalidate();
     return connection;
   } catch (...) {
     lock.lock();
@@ -362,7 +339,7 @@ inline void Endpoint::give_back(std::unique_ptr<Connection> connection) noexcept
   if (reusable) {
     connection->touch();
   } else {
-    if (connection && connection->broken()) identity_due_.store(true, std::memory_order_relaxed);
+    if (connection && connection->broken()) reconnecting_.store(true, std::memory_order_relaxed);
     connection.reset();
   }
   {
@@ -374,25 +351,6 @@ inline void Endpoint::give_back(std::unique_ptr<Connection> connection) noexcept
     }
   }
   returned_.notify_one();
-}
-
-inline void Endpoint::check_identity(Connection& connection) {
-  std::string seen;
-  try {
-    seen = std::string(server_info_field(connection.command("INFO", "server").str(), "run_id"));
-  } catch (const ServerError&) {
-    identity_due_.store(false, std::memory_order_relaxed);  // INFO refused: not checked
-    return;
-  }
-  identity_due_.store(false, std::memory_order_relaxed);
-  if (seen.empty()) return;
-  bool changed = false;
-  {
-    MutexLock lock(mutex_);
-    changed = !run_id_.empty() && run_id_ != seen;
-    run_id_ = seen;
-  }
-  if (changed) runtime_.revalidate();
 }
 
 }  // namespace detail
