@@ -252,6 +252,32 @@ TEST_F(Sentinel, WaiterIsWokenByAReleaseOnTheNewMaster) {
   EXPECT_LT(woke - released, seconds(3)) << "the waiter was not woken by the release";
 }
 
+// The Sentinels and the data nodes each have their own password: each is
+// sent where it belongs, and one in the wrong place is refused.
+TEST(SentinelAuth, SentinelsAndDataNodesAuthenticateSeparately) {
+  DISTLOCK_REQUIRE_REDIS_SERVER();
+  SentinelGroup group("data-secret", "sentinel-secret");
+  SentinelOptions options = sentinel_options(group);
+  options.password = "data-secret";
+  options.sentinel_password = "sentinel-secret";
+  SentinelClient sentinel(options);
+  SentinelMutex mutex(sentinel, "job");
+  ASSERT_TRUE(mutex.try_lock());
+  mutex.unlock();
+
+  SentinelOptions swapped = options;
+  swapped.password = "sentinel-secret";
+  swapped.sentinel_password = "data-secret";
+  SentinelClient wrong(swapped);
+  SentinelMutex refused(wrong, "job");
+  try {
+    static_cast<void>(refused.try_lock());
+    FAIL() << "locked with the passwords swapped";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("sentinel"), std::string::npos) << error.what();
+  }
+}
+
 TEST(SentinelBadInput, UnknownMasterNameIsAClearError) {
   DISTLOCK_REQUIRE_REDIS_SERVER();
   RedisServerOptions options;

@@ -31,10 +31,17 @@ class SentinelGroup {
   static constexpr const char* master_name = "distlock-master";
 
   /// Starts the master, two replicas and three Sentinels, and waits until
-  /// they agree (see the top of this file).
-  SentinelGroup() {
+  /// they agree (see the top of this file). With passwords, the data nodes
+  /// require `data_password` (and replicate with it), the Sentinels
+  /// require `sentinel_password` (and tell each other with it).
+  explicit SentinelGroup(const std::string& data_password = {},
+                         const std::string& sentinel_password = {}) {
     RedisServerOptions master_options;
     master_options.config_lines = {"repl-diskless-sync yes", "repl-diskless-sync-delay 0"};
+    if (!data_password.empty()) {
+      master_options.requirepass = data_password;
+      master_options.config_lines.push_back("masterauth " + data_password);
+    }
     servers_.push_back(std::make_unique<RedisServer>(master_options));
     for (int i = 0; i < 2; ++i) {
       RedisServerOptions options = master_options;
@@ -50,6 +57,13 @@ class SentinelGroup {
           "sentinel monitor " + name + " 127.0.0.1 " + std::to_string(master_port_()) + " 2",
           "sentinel down-after-milliseconds " + name + " 1000",
           "sentinel failover-timeout " + name + " 3000", "sentinel parallel-syncs " + name + " 2"};
+      if (!data_password.empty()) {
+        options.config_lines.push_back("sentinel auth-pass " + name + " " + data_password);
+      }
+      if (!sentinel_password.empty()) {
+        options.requirepass = sentinel_password;
+        options.config_lines.push_back("sentinel sentinel-pass " + sentinel_password);
+      }
       sentinels_.push_back(std::make_unique<RedisServer>(options));
     }
     wait_agreed(2);
