@@ -20,8 +20,11 @@
 #include "distlock/events.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/mutex.hpp"
+#include "distlock/rate_limiter.hpp"
+#include "distlock/semaphore.hpp"
 #include "distlock/sentinel_client.hpp"
 #include "distlock/sentinel_options.hpp"
+#include "distlock/striped_mutex.hpp"
 #include "support/fixture.hpp"
 #include "support/options.hpp"
 #include "support/redis_server.hpp"
@@ -122,6 +125,18 @@ TEST_F(Sentinel, FindsTheMasterAndEveryLockWorks) {
   SentinelSimpleMutex simple(sentinel, "simple", LockOptions{}.ttl(seconds(5)));
   ASSERT_TRUE(simple.try_lock());
   simple.unlock();
+  BasicSemaphore<SentinelClient> permits(sentinel, "permits", 2);
+  auto permit = permits.try_acquire();
+  ASSERT_TRUE(permit);
+  EXPECT_EQ(permit.release(), Release::released);
+  BasicStripedMutex<SentinelClient> stripes(sentinel, "stripes", 4);
+  auto taken = stripes.lock_any(seconds(2));
+  ASSERT_TRUE(taken);
+  taken.guard.unlock();
+  BasicRateLimiter<SentinelClient> limiter(sentinel, "visits",
+                                           RateOptions{}.fixed_window(1, seconds(10)));
+  EXPECT_TRUE(limiter.try_acquire().allowed);
+  EXPECT_FALSE(limiter.try_acquire().allowed);
 }
 
 TEST_F(Sentinel, ReplicatedLeaseSurvivesSentinelFailoverAndIsRevalidated) {
