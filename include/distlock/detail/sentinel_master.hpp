@@ -240,8 +240,10 @@ class SentinelMaster {
         throw TimeoutError(Errc::timed_out, "no master of '" + options_.master_name +
                                                 "' answered until the deadline: " + error.what());
       }
+      const std::string why = error.what();
+      const std::string prefix = "no master of '" + options_.master_name + "'";
       throw ConnectionError(Errc::connect_failed,
-                            "no master of '" + options_.master_name + "': " + error.what());
+                            why.compare(0, prefix.size(), prefix) == 0 ? why : prefix + ": " + why);
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(1000));
