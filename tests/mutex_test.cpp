@@ -452,7 +452,10 @@ TYPED_TEST(LeaseLockTest, NextCallReconnectsAfterServerRestart) {
   this->server().restart();  // no persistence: the lease is gone with the data
   TypeParam other(this->client(), "k");
   EXPECT_TRUE(other.try_lock());
-  EXPECT_EQ(lock.release(), Release::not_owner);
+  // The reconnect has the first lease revalidated in the background: it
+  // may be reported lost before the release, or found another's by it.
+  const Release outcome = lock.release();
+  EXPECT_TRUE(outcome == Release::not_owner || outcome == Release::lost) << to_string(outcome);
 }
 
 class MutexTest : public LeaseLockTest<Mutex> {};

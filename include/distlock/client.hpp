@@ -9,6 +9,15 @@
 // a connection that broke is dropped then and a fresh one is opened by the
 // next borrower, so a server restart costs one failed call, not a dead Client.
 //
+// A server that comes back may not be the one the leases were granted on
+// (restarted without persistence, or another process on the address), so
+// the first connection made after one broke has every lease the Watchdog
+// renews revalidated at once (Runtime::revalidate): kept, and renewed, if
+// its key still holds its token; reported lost otherwise. Asking the server
+// whether it changed (its run_id) would cost a round trip on the path of
+// the call that reconnects; a renewal round off that path answers the
+// question that matters, whether the leases are still there.
+//
 // After fork() the child shares the parent's sockets, owner id and leases,
 // but not its threads. A Client made before the fork therefore refuses every
 // call in the child with Errc::forked (make a new Client there), and a lock
@@ -152,6 +161,8 @@ class Endpoint {
   const SharedEventHook events_;  // options_.on_event, shared with leases and the Notifier
   Mutex mutex_;
   std::condition_variable returned_;
+  // A connection broke: the next one made has the leases revalidated.
+  std::atomic<bool> reconnecting_{false};
   std::vector<std::unique_ptr<Connection>> idle_ DISTLOCK_GUARDED_BY(mutex_);
   std::size_t open_ DISTLOCK_GUARDED_BY(mutex_) = 0;  // idle plus lent out
 
@@ -285,21 +296,28 @@ inline std::unique_ptr<Connection> Endpoint::take(SteadyClock::time_point deadli
     idle_.pop_back();
     if (!connection->stale_after_idle(idle_check_after)) return connection;
     --open_;  // closed under us while idle: drop it and look again
+    reconnecting_.store(true, std::memory_order_relaxed);
   }
   // Connect outside the lock: other borrowers need not wait for our handshake.
   ++open_;
   lock.unlock();
   try {
-    if (deadline == SteadyClock::time_point::max()) return std::make_unique<Connection>(options_);
-    // A caller with a deadline waits no longer for the connect, AUTH and
-    // SELECT than it has left.
-    ConnectionOptions hurried = options_;
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
-    const auto budget = std::max(left, std::chrono::milliseconds(1));
-    hurried.connect_timeout = std::min(hurried.connect_timeout, budget);
-    hurried.command_timeout = std::min(hurried.command_timeout, budget);
-    return std::make_unique<Connection>(std::move(hurried));
+    std::unique_ptr<Connection> connection;
+    if (deadline == SteadyClock::time_point::max()) {
+      connection = std::make_unique<Connection>(options_);
+    } else {
+      // A caller with a deadline waits no longer for the connect, AUTH and
+      // SELECT than it has left.
+      ConnectionOptions hurried = options_;
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
+      const auto budget = std::max(left, std::chrono::milliseconds(1));
+      hurried.connect_timeout = std::min(hurried.connect_timeout, budget);
+      hurried.command_timeout = std::min(hurried.command_timeout, budget);
+      connection = std::make_unique<Connection>(std::move(hurried));
+    }
+    if (reconnecting_.exchange(false, std::memory_order_relaxed)) runtime_.revalidate();
+    return connection;
   } catch (...) {
     lock.lock();
     --open_;
@@ -321,6 +339,7 @@ inline void Endpoint::give_back(std::unique_ptr<Connection> connection) noexcept
   if (reusable) {
     connection->touch();
   } else {
+    if (connection && connection->broken()) reconnecting_.store(true, std::memory_order_relaxed);
     connection.reset();
   }
   {

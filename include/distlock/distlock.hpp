@@ -28,6 +28,8 @@
 #include "distlock/runtime.hpp"
 #include "distlock/scripts.hpp"
 #include "distlock/semaphore.hpp"
+#include "distlock/sentinel_client.hpp"
+#include "distlock/sentinel_options.hpp"
 #include "distlock/shared_mutex.hpp"
 #include "distlock/simple_mutex.hpp"
 #include "distlock/striped_mutex.hpp"

@@ -101,6 +101,12 @@ class Notifier {
   /// Wakes every waiter of `channel` (as a message would).
   void wake(const std::string& channel);
 
+  /// Moves the subscriber connection to another server (a backend that
+  /// follows a failover, sentinel_client.hpp): the connection is dropped
+  /// and made again there, every channel is subscribed again, and every
+  /// waiter is woken to look again, as after any reconnect.
+  void retarget(ConnectionOptions options);
+
   /// Channels with at least one waiter (for tests and diagnostics).
   std::size_t channel_count() const;
   /// Subscriber connections made so far (the first, plus reconnects).
@@ -131,7 +137,7 @@ class Notifier {
   bool is_active(Channel& channel);
   void poke() noexcept;
 
-  const ConnectionOptions options_;
+  ConnectionOptions options_ DISTLOCK_GUARDED_BY(mutex_);
   const std::size_t max_waiters_;
   const detail::SharedEventHook events_;  // told of reconnects
   const int wake_fd_;
@@ -143,6 +149,7 @@ class Notifier {
   std::size_t waiters_ DISTLOCK_GUARDED_BY(mutex_) = 0;
   bool up_ DISTLOCK_GUARDED_BY(mutex_) = false;
   bool stopping_ DISTLOCK_GUARDED_BY(mutex_) = false;
+  bool retarget_ DISTLOCK_GUARDED_BY(mutex_) = false;  // retarget(): drop the connection
   std::uint64_t connects_ DISTLOCK_GUARDED_BY(mutex_) = 0;
 
   // Touched by the notifier thread only.
@@ -230,6 +237,15 @@ inline void Notifier::wake(const std::string& channel) {
   }
 }
 
+inline void Notifier::retarget(ConnectionOptions options) {
+  {
+    detail::MutexLock lock(mutex_);
+    options_ = std::move(options);
+    retarget_ = true;
+  }
+  poke();
+}
+
 inline std::size_t Notifier::channel_count() const {
   detail::MutexLock lock(mutex_);
   return channels_.size();
@@ -248,10 +264,13 @@ inline void Notifier::poke() noexcept {
 inline void Notifier::run() {
   auto retry_pause = std::chrono::milliseconds(10);
   for (;;) {
+    bool moved = false;
     {
       detail::MutexLock lock(mutex_);
       if (stopping_) return;
+      moved = std::exchange(retarget_, false);
     }
+    if (moved && connection_) drop_connection();
     if (!connection_ && !connect_once()) {
       // Back off before reconnecting, but wake at once to stop.
       pollfd wake{wake_fd_, POLLIN, 0};
@@ -281,8 +300,13 @@ inline void Notifier::run() {
 }
 
 inline bool Notifier::connect_once() {
+  ConnectionOptions where;
+  {
+    detail::MutexLock lock(mutex_);
+    where = options_;
+  }
   try {
-    connection_ = std::make_unique<Connection>(options_);
+    connection_ = std::make_unique<Connection>(where);
   } catch (const Error&) {
     return false;
   }
@@ -300,7 +324,7 @@ inline bool Notifier::connect_once() {
     }
   }
   if (again && events_) {
-    const std::string endpoint = options_.endpoint();
+    const std::string endpoint = where.endpoint();
     LockEvent event;
     event.type = LockEventType::notifier_reconnected;
     event.key = endpoint;

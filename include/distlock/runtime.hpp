@@ -50,25 +50,48 @@ class Runtime {
 
   Notifier& notifier() {
     std::call_once(notifier_started_, [this] {
+      std::lock_guard<std::mutex> guard(where_mutex_);
       notifier_ = std::make_unique<Notifier>(options_, max_waiters_, events_);
+      notifier_made_.store(true, std::memory_order_release);
     });
     return *notifier_;
   }
 
   Watchdog& watchdog() {
-    std::call_once(watchdog_started_, [this] { watchdog_ = std::make_unique<Watchdog>(); });
+    std::call_once(watchdog_started_, [this] {
+      watchdog_ = std::make_unique<Watchdog>();
+      watchdog_made_.store(true, std::memory_order_release);
+    });
     return *watchdog_;
   }
 
+  /// The server moved (a failover followed by the backend): the Notifier,
+  /// started or not, subscribes at `options` from now on.
+  void retarget(ConnectionOptions options) {
+    std::lock_guard<std::mutex> guard(where_mutex_);
+    options_ = options;
+    if (notifier_made_.load(std::memory_order_acquire)) notifier_->retarget(std::move(options));
+  }
+
+  /// The backend now talks to a server other than the one its leases were
+  /// granted on: every lease the Watchdog holds is revalidated there at
+  /// once (Watchdog::revalidate). Nothing to do before the Watchdog starts.
+  void revalidate() {
+    if (watchdog_made_.load(std::memory_order_acquire)) watchdog_->revalidate();
+  }
+
  private:
-  const ConnectionOptions options_;
+  std::mutex where_mutex_;     // options_, against retarget()
+  ConnectionOptions options_;  // where the Notifier subscribes
   const std::size_t max_waiters_;
   const SharedEventHook events_;
   const unsigned generation_;
   std::once_flag notifier_started_;
   std::unique_ptr<Notifier> notifier_;
+  std::atomic<bool> notifier_made_{false};
   std::once_flag watchdog_started_;
   std::unique_ptr<Watchdog> watchdog_;
+  std::atomic<bool> watchdog_made_{false};
 };
 
 }  // namespace distlock::detail

@@ -112,6 +112,20 @@ class Watchdog {
   /// asks for the round and returns.
   void renew_all_now();
 
+  /// Asks for a renewal round over every lease now and returns at once:
+  /// how a backend that learned of a new master (or of a restarted server)
+  /// has every lease revalidated there. A lease whose key still holds its
+  /// token is renewed (its validity counted afresh from the round); one
+  /// whose key is gone or another's is reported lost (LostReason::taken),
+  /// by the same path as any renewal that finds it so.
+  void revalidate() {
+    {
+      detail::MutexLock lock(state_->mutex);
+      state_->force_round = true;
+    }
+    state_->changed.notify_all();
+  }
+
   /// Leases being renewed.
   std::size_t size() const {
     detail::MutexLock lock(state_->mutex);

@@ -49,6 +49,7 @@ struct RedisServerOptions {
   bool unix_socket = false;               // also listen on <dir>/redis.sock
   std::string requirepass;                // empty = no password
   std::vector<std::string> config_lines;  // appended verbatim to redis.conf
+  bool sentinel = false;                  // run as `redis-server <conf> --sentinel`
 };
 
 namespace detail {
@@ -483,8 +484,10 @@ class RedisServer {
                              static_cast<short>(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF));
 
     const std::string config = config_path();
+    std::string sentinel_flag = "--sentinel";
     std::vector<char*> argv = {const_cast<char*>(executable_.c_str()),
-                               const_cast<char*>(config.c_str()), nullptr};
+                               const_cast<char*>(config.c_str()), nullptr, nullptr};
+    if (options_.sentinel) argv[2] = sentinel_flag.data();
     pid_t child = -1;
     const int error =
         ::posix_spawnp(&child, executable_.c_str(), &actions, &attributes, argv.data(), environ);

@@ -1,0 +1,143 @@
+// SentinelClient: the transport to a master watched by Redis Sentinel, a
+// Backend every lock type takes in place of a Client:
+//
+//   distlock::SentinelOptions options{"mymaster", {"10.0.0.5:26379", "10.0.0.6:26379"}};
+//   distlock::SentinelClient sentinel{options};
+//   distlock::BasicMutex<distlock::SentinelClient> job{sentinel, "job"};
+//   distlock::SentinelMutex same_thing{sentinel, "job"};
+//
+// It asks the Sentinels where the master is, checks that the server there
+// says ROLE master, and follows the master when it moves: after a
+// connection to it fails, after it answers READONLY, and when a Sentinel
+// announces +switch-master (detail/sentinel_master.hpp). Waiters for a
+// release are subscribed again at the new master. Every lease its
+// Watchdog renews is revalidated on the new master at once: a lease whose
+// key still holds its token is kept, with its validity counted afresh; any
+// other is reported lost (lost(), on_lost, the lost event), never believed.
+//
+// A handle: copies share the pools (one per address the master has had),
+// the watch thread and the Runtime. Nothing connects until first use.
+#pragma once
+
+#include <chrono>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "distlock/client.hpp"
+#include "distlock/connection.hpp"
+#include "distlock/detail/acquire.hpp"
+#include "distlock/detail/args.hpp"
+#include "distlock/detail/sentinel_master.hpp"
+#include "distlock/error.hpp"
+#include "distlock/mutex.hpp"
+#include "distlock/notifier.hpp"
+#include "distlock/reentrant_mutex.hpp"
+#include "distlock/reply.hpp"
+#include "distlock/sentinel_options.hpp"
+#include "distlock/shared_mutex.hpp"
+#include "distlock/simple_mutex.hpp"
+#include "distlock/watchdog.hpp"
+
+namespace distlock {
+
+/// A thread-safe handle to the master of one Sentinel-watched group.
+/// Copies share everything.
+class SentinelClient {
+ public:
+  /// Marks a Backend that routes each step itself (detail/acquire.hpp):
+  /// here, to wherever the master is now.
+  using routes_by_slot = void;
+
+  /// Throws InvalidArgument for bad options; connects nothing.
+  explicit SentinelClient(SentinelOptions options)
+      : master_(std::make_shared<detail::SentinelMaster>(std::move(options))) {}
+
+  /// What a lock object keeps: the same handle (every key lives on the
+  /// one master).
+  SentinelClient for_key(std::string_view) const { return *this; }
+  /// Every key is on the master: nothing to check.
+  static void check_keys(std::string_view, std::initializer_list<std::string_view>) noexcept {}
+  /// What renewal batches on this master share.
+  const void* slot_identity() const noexcept { return master_.get(); }
+
+  /// A connection to the master, found first if need be. Throws
+  /// ConnectionError when the Sentinels name no master that answers, and
+  /// as Client::borrow does.
+  Client::Borrowed borrow(std::chrono::steady_clock::time_point deadline =
+                              std::chrono::steady_clock::time_point::max()) {
+    try {
+      return master_->master(deadline).borrow(deadline);
+    } catch (const ConnectionError&) {
+      master_->stale();
+      throw;
+    }
+  }
+
+  /// Runs `send(connection)` at the master, following it within `deadline`
+  /// as detail/sentinel_master.hpp says; returns what send returns.
+  template <class Send>
+  auto route(std::chrono::steady_clock::time_point deadline, Send&& send) {
+    return master_->route(deadline, std::forward<Send>(send));
+  }
+
+  /// One command at the master; error replies throw ServerError.
+  template <class... Arg>
+  Reply command(const Arg&... args) {
+    const std::string_view argv[] = {std::string_view(args)...};
+    const detail::Args list(argv, sizeof...(Arg));
+    return route(detail::no_deadline,
+                 [&](Connection& connection) { return connection.command_argv(list); });
+  }
+
+  /// Runs a script at the master (EVALSHA, EVAL on NOSCRIPT).
+  Reply eval(const Script& script, detail::Args keys, detail::Args args) {
+    return route(detail::no_deadline,
+                 [&](Connection& connection) { return connection.eval(script, keys, args); });
+  }
+
+  /// The options the master's pools are made with.
+  const ClientOptions& options() const noexcept { return master_->options(); }
+  const SentinelOptions& sentinel_options() const noexcept { return master_->options(); }
+
+  /// Asks the Sentinels for the master now. Throws ConnectionError naming
+  /// each Sentinel and what it said when none named a master that answers.
+  void refresh(std::chrono::steady_clock::time_point deadline =
+                   std::chrono::steady_clock::time_point::max()) {
+    master_->stale();
+    static_cast<void>(master_->master(deadline));
+  }
+  /// "host:port" of the master as last found; empty before first use.
+  std::string master_address() const { return master_->address(); }
+  /// How many times the master moved since it was first found.
+  unsigned switches() const noexcept { return master_->switches(); }
+
+  /// An error reply to a step this copy pipelined (a batch of renewals):
+  /// READONLY has the master looked for again.
+  void saw_error(std::string_view reply) { master_->saw_error(reply); }
+
+  /// The release notifier (at the master, following it), started on first use.
+  Notifier& notifier() { return master_->runtime().notifier(); }
+  const detail::SharedEventHook& events() const noexcept { return master_->events(); }
+  /// The lease watchdog, started (one thread) on first use.
+  Watchdog& watchdog() { return master_->runtime().watchdog(); }
+
+  /// A random id shared by the copies, used to name lock owners.
+  const std::string& id() const noexcept { return master_->id(); }
+  bool forked() const noexcept { return master_->forked(); }
+  void check_process() const { master_->check_process(); }
+
+ private:
+  std::shared_ptr<detail::SentinelMaster> master_;
+};
+
+/// The lock types on a Sentinel-watched master: each is its Basic template
+/// over SentinelClient.
+using SentinelMutex = BasicMutex<SentinelClient>;
+using SentinelSimpleMutex = BasicSimpleMutex<SentinelClient>;
+using SentinelReentrantMutex = BasicReentrantMutex<SentinelClient>;
+using SentinelSharedMutex = BasicSharedMutex<SentinelClient>;
+
+}  // namespace distlock
