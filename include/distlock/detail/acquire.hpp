@@ -25,6 +25,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -72,44 +73,48 @@ inline constexpr SteadyClock::time_point no_deadline = SteadyClock::time_point::
 
 /// The cancel_waits() of one lock object: a generation every acquire notes
 /// when it starts and gives up on once it changes, and the condition a
-/// polling waiter sleeps on.
+/// polling waiter sleeps on. Copies share it (a Semaphore shares its own
+/// with every permit lock it makes).
 class Cancellation {
  public:
   std::uint64_t generation() const {
-    MutexLock guard(mutex_);
-    return generation_;
+    MutexLock guard(state_->mutex);
+    return state_->generation;
   }
 
   bool since(std::uint64_t seen) const {
-    MutexLock guard(mutex_);
-    return generation_ != seen;
+    MutexLock guard(state_->mutex);
+    return state_->generation != seen;
   }
 
   /// Ends every acquire that noted an earlier generation. A waiter asleep on
   /// a subscription is woken by the caller through the Notifier.
   void cancel() {
     {
-      MutexLock guard(mutex_);
-      ++generation_;
+      MutexLock guard(state_->mutex);
+      ++state_->generation;
     }
-    cancelled_.notify_all();
+    state_->cancelled.notify_all();
   }
 
   /// Wakes polling waiters without cancelling them (the lock object's own
   /// holder let go).
-  void nudge() { cancelled_.notify_all(); }
+  void nudge() { state_->cancelled.notify_all(); }
 
   /// Sleeps until `until`, a cancel after generation `seen`, or a nudge.
   void sleep_until(std::uint64_t seen, SteadyClock::time_point until) {
-    MutexLock guard(mutex_);
-    if (generation_ != seen) return;
-    guard.wait_until(cancelled_, until);
+    MutexLock guard(state_->mutex);
+    if (state_->generation != seen) return;
+    guard.wait_until(state_->cancelled, until);
   }
 
  private:
-  mutable Mutex mutex_;
-  std::condition_variable cancelled_;
-  std::uint64_t generation_ DISTLOCK_GUARDED_BY(mutex_) = 0;
+  struct State {
+    Mutex mutex;
+    std::condition_variable cancelled;
+    std::uint64_t generation DISTLOCK_GUARDED_BY(mutex) = 0;
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
 };
 
 /// The reply timeout for a step: the command timeout, cut to the time left
