@@ -336,12 +336,34 @@ const void* batch_identity(const Backend& backend) noexcept {
   }
 }
 
+/// How long the undo of a grant whose WAIT never answered may take to
+/// connect (and authenticate) on a connection of its own.
+inline constexpr std::chrono::milliseconds apart_undo_budget{20};
+
+/// `undo` on a fresh connection to the server `blocked` talks to, for a
+/// grant known to be applied whose connection is still blocked in WAIT: the
+/// server drops a closed client's commands queued behind a blocking one, so
+/// an undo written there would never run. Best effort: the lease expires
+/// otherwise.
+template <class Undo>
+void undo_apart(const Connection& blocked, Undo& undo) noexcept {
+  try {
+    ConnectionOptions quick = blocked.options();
+    quick.connect_timeout = std::min(quick.connect_timeout, apart_undo_budget);
+    quick.command_timeout = std::min(quick.command_timeout, apart_undo_budget);
+    Connection fresh(std::move(quick));
+    undo(fresh);
+  } catch (...) {
+  }
+}
+
 /// One attempt on a single server: `send(connection)` on a connection
 /// borrowed and timed by the deadline rules above. If the reply never came,
 /// `undo(connection)` writes the undo behind it (Connection::send_behind)
 /// before the error goes on. Returns nullopt when the caller's deadline cut
 /// the step short. With `replicas`, a grant is followed by its WAIT on the
-/// same connection (a WAIT that fails undoes the grant as above).
+/// same connection; a WAIT that fails undoes the grant on a connection of
+/// its own (undo_apart: the grant is known, and the WAIT blocks its own).
 template <class Backend, class Send, class Undo>
 std::optional<Attempt> attempt_or_undo(Backend& backend, SteadyClock::time_point deadline,
                                        Send&& send, Undo&& undo, ReplicaCheck* replicas = nullptr,
@@ -359,8 +381,10 @@ std::optional<Attempt> attempt_or_undo(Backend& backend, SteadyClock::time_point
         return attempt;
       } catch (const Error& error) {
         const std::error_code code = error.code();
-        if (attempt.acquired || code == Errc::timed_out || code == Errc::io_error ||
-            code == Errc::protocol_error) {
+        if (attempt.acquired) {
+          undo_apart(connection, undo);
+        } else if (code == Errc::timed_out || code == Errc::io_error ||
+                   code == Errc::protocol_error) {
           undo(connection);
         }
         throw;
