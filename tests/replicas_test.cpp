@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "distlock/client.hpp"
 #include "distlock/error.hpp"
@@ -16,6 +18,7 @@
 #include "distlock/reentrant_mutex.hpp"
 #include "distlock/shared_mutex.hpp"
 #include "distlock/simple_mutex.hpp"
+#include "support/fault_proxy.hpp"
 #include "support/fixture.hpp"
 #include "support/options.hpp"
 #include "support/replicated_server.hpp"
@@ -119,6 +122,41 @@ TEST_F(Replicas, TryLockForReturnsByItsDeadlineWhileReplicaStopped) {
   EXPECT_LE(steady_clock::now() - start, milliseconds(300 + 50));
   EXPECT_FALSE(lock.owns_lock());
   EXPECT_EQ(master_exists("job"), "0");
+  servers().continue_replica();
+}
+
+TEST_F(Replicas, UndoOfAGrantWhoseWaitNeverAnsweredIsNotLostWithItsConnection) {
+  // The server drops a closed client's commands queued behind a blocked
+  // one. Held up on the way, as a busy server would leave it unread, WAIT
+  // reaches the server together with the undo written behind it and the
+  // close: WAIT blocks (the replica is stopped), the close frees the
+  // client, and an undo queued behind WAIT never runs, leaving the grant
+  // for its 30 s lease.
+  FaultProxy proxy(servers().master().host(), servers().master().port());
+  ClientOptions through = client_options(servers().master());
+  through.host = proxy.host();
+  through.port = proxy.port();
+  Client proxied(through);
+  Mutex lock(proxied, "job", LockOptions{}.ttl(seconds(30)).replicas(1, seconds(10)));
+  ASSERT_TRUE(lock.try_lock());  // reads INFO replication while all is well
+  lock.unlock();
+  servers().stop_replica();
+  proxy.set_latency(FaultProxy::Direction::to_client, milliseconds(300));  // the grant's reply
+  auto attempt = std::async(std::launch::async, [&] { return lock.try_lock_for(seconds(1)); });
+  const auto granted_by = steady_clock::now() + seconds(5);
+  while (master_exists("job") != "1" && steady_clock::now() < granted_by) {
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  ASSERT_EQ(master_exists("job"), "1");
+  proxy.stall(FaultProxy::Direction::to_server);  // what follows the grant: WAIT, undo, close
+  EXPECT_FALSE(attempt.get());
+  proxy.set_latency(FaultProxy::Direction::to_client, milliseconds(0));
+  proxy.release(FaultProxy::Direction::to_server);
+  const auto undone_by = steady_clock::now() + seconds(5);
+  while (master_exists("job") != "0" && steady_clock::now() < undone_by) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  EXPECT_EQ(master_exists("job"), "0") << "the undo was lost; the grant stays for its lease";
   servers().continue_replica();
 }
 

@@ -20,6 +20,7 @@
 #include "support/fixture.hpp"
 #include "support/lock_helpers.hpp"
 #include "support/options.hpp"
+#include "support/workload.hpp"
 
 namespace distlock {
 namespace {
@@ -28,6 +29,9 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using testing::client_options;
 using testing::command_calls;
+
+// Under the sanitizers every step is several times slower: smaller runs.
+const int scale = testing::sanitized_build() ? 2 : 1;
 
 class SemaphoreTest : public testing::RedisClientTest {
  protected:
@@ -63,7 +67,7 @@ TEST_F(SemaphoreTest, NeverMoreThanNHoldersAcrossProcesses) {
   const int failed = testing::run_in_children(5, [&] {
     Client own(where);
     Semaphore exports(own, "exports", 3);
-    for (int i = 0; i < 15; ++i) {
+    for (int i = 0; i < 15 / scale; ++i) {
       Permit permit = exports.acquire();
       inside(own, 3);
     }
@@ -79,7 +83,7 @@ TEST_F(SemaphoreTest, NeverMoreThanNHoldersAmongThreadsOfOneObject) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 6; ++t) {
     threads.emplace_back([&] {
-      for (int i = 0; i < 10; ++i) {
+      for (int i = 0; i < 10 / scale; ++i) {
         Permit permit = exports.acquire();
         inside(client(), 2);
       }
@@ -244,6 +248,61 @@ TEST_F(SemaphoreTest, TryAcquireForReturnsEmptyByItsDeadline) {
   EXPECT_LT(took, 150ms + 500ms);
   EXPECT_FALSE(exports.try_acquire_until(std::chrono::system_clock::now() - 1s));
   EXPECT_FALSE(exports.try_acquire_for(-1s));
+}
+
+TEST_F(SemaphoreTest, CancelWaitsEndsEveryWaitingAcquireOfTheObject) {
+  Semaphore exports(client(), "exports", 1, LockOptions{}.ttl(60s));
+  Permit held = exports.acquire();
+  PermitLock one(exports);
+  auto timed = std::async(std::launch::async, [&] { return exports.try_acquire_for(30s); });
+  auto blocking = std::async(std::launch::async, [&] {
+    try {
+      Permit permit = exports.acquire();
+      return std::string("acquired");
+    } catch (const Error& error) {
+      return std::string(error.code() == Errc::cancelled ? "cancelled" : error.what());
+    }
+  });
+  auto locking = std::async(std::launch::async, [&] { return one.try_lock_for(30s); });
+  // A cancel reaches only acquires already under way: cancel until all
+  // three have ended (each within a few ms of its start).
+  const Clock::time_point start = Clock::now();
+  const auto ended = [](auto& future) { return future.wait_for(0s) == std::future_status::ready; };
+  ASSERT_TRUE(eventually([&] {
+    exports.cancel_waits();
+    return ended(timed) && ended(blocking) && ended(locking);
+  })) << "an acquire was not cancelled";
+  EXPECT_LT(Clock::now() - start, 10s);
+  EXPECT_FALSE(timed.get());
+  EXPECT_EQ(blocking.get(), "cancelled");
+  EXPECT_FALSE(locking.get());
+  EXPECT_EQ(zcard("exports"), 1);  // only the holder's
+  EXPECT_EQ(held.release(), Release::released);
+  EXPECT_TRUE(exports.try_acquire_for(1s));  // later acquires are unaffected
+}
+
+TEST_F(SemaphoreTest, TryAcquireForWithAFewMillisecondsLeftTimesOutAndNeverThrows) {
+  // With the server stopped, each attempt's reply wait is cut to the 3 to
+  // 5 ms left. A socket timeout runs on the kernel's tick (4 ms at HZ=250)
+  // and may fire up to a tick early: still the caller's deadline, never a
+  // TimeoutError.
+  Semaphore exports(client(), "exports", 1, LockOptions{}.ttl(60s));
+  ASSERT_TRUE(exports.try_acquire());  // the scripts are loaded
+  server().pause();
+  int threw = 0;
+  std::string error;
+  for (int n = 0; n < 60 / scale; ++n) {
+    try {
+      EXPECT_FALSE(exports.try_acquire_for(std::chrono::milliseconds(3 + n % 3)));
+    } catch (const std::exception& e) {
+      ++threw;
+      error = e.what();
+    }
+  }
+  server().resume();
+  EXPECT_EQ(threw, 0) << "last: " << error;
+  // Every ambiguous attempt was undone behind itself once the server read it.
+  EXPECT_TRUE(eventually([&] { return zcard("exports") == 0; }));
 }
 
 TEST_F(SemaphoreTest, APermitLockWorksWithTheStandardGuards) {

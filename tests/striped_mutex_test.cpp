@@ -84,17 +84,48 @@ TEST_F(StripedMutexTest, TryLockAnyTakesTheFreeStripeAndSaysWhich) {
 }
 
 TEST_F(StripedMutexTest, TryLockAnyStartsAtARandomStripe) {
-  // Taken and given back 400 times on 8 free stripes: each is first about
-  // 50 times. Always starting at stripe 0 would take only stripe 0.
-  StripedMutex striped(client(), "s", 8);
+  // 400 objects, each taking and giving back once on 8 free stripes: each
+  // stripe is first about 50 times. Always starting at stripe 0 would take
+  // only stripe 0.
   std::vector<int> taken(8);
   for (int n = 0; n < 400; ++n) {
+    StripedMutex striped(client(), "s", 8);
     const std::optional<std::size_t> i = striped.try_lock_any();
     ASSERT_TRUE(i);
     ++taken[*i];
     striped.stripe(*i).unlock();
   }
   for (std::size_t i = 0; i < taken.size(); ++i) EXPECT_GE(taken[i], 15) << "stripe " << i;
+}
+
+TEST_F(StripedMutexTest, TryLockAnyGoesBackToTheStripeItTookLast) {
+  // Contenders that keep their objects settle on stripes of their own
+  // instead of meeting at random ones (each meeting is a refused round trip).
+  StripedMutex striped(client(), "s", 16);
+  const std::optional<std::size_t> home = striped.try_lock_any();
+  ASSERT_TRUE(home);
+  striped.stripe(*home).unlock();
+  for (int n = 0; n < 50; ++n) {
+    ASSERT_EQ(striped.try_lock_any(), home) << "pass " << n;
+    striped.stripe(*home).unlock();
+  }
+}
+
+TEST_F(StripedMutexTest, TryLockAnyRefusedAtItsStripeSettlesOnAnother) {
+  StripedMutex seeker(client(), "s", 16);
+  StripedMutex other(client(), "s", 16);
+  const std::optional<std::size_t> home = seeker.try_lock_any();
+  ASSERT_TRUE(home);
+  seeker.stripe(*home).unlock();
+  ASSERT_TRUE(other.stripe(*home).try_lock());  // someone else took it meanwhile
+  const std::optional<std::size_t> moved = seeker.try_lock_any();
+  ASSERT_TRUE(moved);
+  EXPECT_NE(moved, home);
+  seeker.stripe(*moved).unlock();
+  other.stripe(*home).unlock();
+  EXPECT_EQ(seeker.try_lock_any(), moved);  // the new one, though the old is free again
+  seeker.stripe(*moved).unlock();
+  EXPECT_EQ(seeker.try_lock_any({*home}), home);  // `among` still rules
 }
 
 TEST_F(StripedMutexTest, LockAnyReturnsByItsDeadlineWhenAllAreHeld) {

@@ -169,7 +169,9 @@ TEST_F(WatchdogTest, ARoundOfSimpleMutexLeasesIsOneRoundTripPerChunkAndOnlyLengt
   constexpr long long chunks = 3;
   EXPECT_EQ(calls.of("watch"), chunks) << calls.text;
   EXPECT_EQ(calls.of("exec"), chunks) << calls.text;
-  EXPECT_EQ(calls.of("pttl"), 0) << calls.text;  // GT decides, not a read
+  EXPECT_EQ(calls.of("pttl"), 0) << calls.text;       // GT decides, not a read
+  EXPECT_EQ(calls.of("mget"), chunks) << calls.text;  // one read per chunk, not one per lease
+  EXPECT_EQ(calls.of("get"), 0) << calls.text;
   EXPECT_EQ(calls.of("pexpire"), leases - 1) << calls.text;
   EXPECT_GT(client().command("PTTL", "lease:0").integer(), 25000);
   EXPECT_GT(client().command("PTTL", "lease:120").integer(), 500000);

@@ -15,6 +15,7 @@
 #include "distlock/counting_scripts.hpp"
 #include "distlock/error.hpp"
 #include "distlock/events.hpp"
+#include "distlock/hash_scripts.hpp"
 #include "distlock/inspect.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"

@@ -52,7 +52,8 @@ class BasicPermitLock : public detail::ExclusiveLock<detail::SemaphoreProtocol<B
   /// Takes nothing yet; keeps what it needs of `semaphore` (it may
   /// outlive it).
   explicit BasicPermitLock(const BasicSemaphore<Backend, Policy>& semaphore)
-      : Base(semaphore.core_.protocol(), semaphore.core_.options, semaphore.core_.policy) {}
+      : Base(semaphore.core_.protocol(), semaphore.core_.options, semaphore.core_.policy,
+             semaphore.core_.cancellation) {}
 
   /// Gives the permit back if held.
   ~BasicPermitLock() = default;
@@ -130,7 +131,8 @@ class BasicSemaphore {
               checked_count(permits, 1),
               std::move(options),
               std::move(policy),
-              std::make_shared<detail::PermitRenewer<Backend>>(backend)} {
+              std::make_shared<detail::PermitRenewer<Backend>>(backend),
+              {}} {
     if (core_.options.fencing()) {
       throw InvalidArgument("semaphore " + core_.key + ": permits have no fencing token");
     }
@@ -167,6 +169,18 @@ class BasicSemaphore {
   Permit try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline) {
     auto lock = std::make_unique<PermitLock>(*this);
     return lock->try_lock_until(deadline) ? Permit(std::move(lock)) : Permit();
+  }
+
+  /// Makes every acquire through this object that is waiting now give up
+  /// (as Mutex::cancel_waits): try_acquire_for/until return an empty
+  /// Permit, acquire() throws Error(cancelled); so do the waits of the
+  /// PermitLocks made from it. Callable from any thread; acquires that
+  /// start later are unaffected.
+  void cancel_waits() {
+    core_.cancellation.cancel();
+    if (core_.options.wake_on_release()) {
+      core_.backend.notifier().wake(detail::companion_key(core_.key, "released"));
+    }
   }
 
   /// permit.release(), for symmetry with acquire().

@@ -126,7 +126,7 @@ struct TransactionalLease {
   }
 
   // Renews with no script. The leases go in chunks of watch_size: WATCH
-  // the chunk's keys and GET each one's value; then, for those still
+  // the chunk's keys and MGET their values; then, for those still
   // holding their token, MULTI, PEXPIRE <ttl> GT each, EXEC. GT only
   // lengthens, so a renewal never cuts short a longer lease set by
   // extend(). One flight carries a chunk's transaction and the next chunk's
@@ -194,12 +194,15 @@ struct TransactionalLease {
         }
         watching = first < end;
         if (watching) {
-          std::vector<std::string_view> watch{"WATCH"};
-          for (std::size_t n = first; n < end; ++n) watch.push_back(leases[pending[n]]->key);
-          connection.append_argv(watch);
-          for (std::size_t n = first; n < end; ++n) {
-            connection.append("GET", leases[pending[n]]->key);
-            if (read_pttl) connection.append("PTTL", leases[pending[n]]->key);
+          std::vector<std::string_view> keys{"WATCH"};
+          for (std::size_t n = first; n < end; ++n) keys.push_back(leases[pending[n]]->key);
+          connection.append_argv(keys);
+          keys.front() = "MGET";  // one command for the chunk's values, not one GET each
+          connection.append_argv(keys);
+          if (read_pttl) {
+            for (std::size_t n = first; n < end; ++n) {
+              connection.append("PTTL", leases[pending[n]]->key);
+            }
           }
         }
         connection.flush();
@@ -213,10 +216,15 @@ struct TransactionalLease {
         lengthen.clear();
         if (watching) {
           connection.read_reply().throw_if_error();  // WATCH
+          connection.read_reply().throw_if_error();
+          const Reply values = connection.take_last();
+          if (values.size() != end - first) {
+            throw ConnectionError(Errc::protocol_error, "bad MGET reply");
+          }
           for (std::size_t n = first; n < end; ++n) {
             const std::size_t i = pending[n];
-            const bool ours = connection.read_reply().is_string() &&
-                              connection.take_last().str() == leases[i]->token;
+            const ReplyView value = values[n - first];
+            const bool ours = value.is_string() && value.str() == leases[i]->token;
             long long pttl = -1;
             if (read_pttl && connection.read_reply().is_integer()) {
               pttl = connection.take_last().integer();

@@ -12,14 +12,18 @@
 // bytes, modulo K. FNV-1a: start from 2166136261; for each byte, XOR it in,
 // then multiply by 16777619 modulo 2^32. Any language that hashes the same
 // bytes the same way finds the same stripe. try_lock_any() and lock_any()
-// take whichever stripe is free, trying them in order from a random start,
-// so contenders spread out instead of all queueing on stripe 0.
+// take whichever stripe is free: first the one the object took last, then
+// the others in order from a random start. A contender with an object of
+// its own so settles on a stripe the others leave alone, and contenders
+// spread out instead of all queueing on stripe 0 (each stripe another
+// contender holds costs a refused round trip).
 //
 //   distlock::StripedMutex segments{redis, "sale:stock", 100};
 //   if (auto [stripe, guard] = segments.lock_any(2s); guard) sell_from(stripe);
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -114,22 +118,28 @@ class BasicStripedMutex {
   /// Gives `key`'s stripe back if held (Mutex::unlock(), never throws).
   void unlock(std::string_view key) noexcept { stripes_[stripe_of(key)]->unlock(); }
 
-  /// One attempt at every stripe not held through this object, in order
-  /// from a random start; stops at the first it takes. Nullopt when every
-  /// stripe is held. Costs up to size() round trips. Throws as try_lock().
+  /// One attempt at every stripe not held through this object: first the
+  /// one this object took last, then the others in order from a random
+  /// start; stops at the first it takes. Nullopt when every stripe is held.
+  /// Costs up to size() round trips. Throws as try_lock().
   std::optional<std::size_t> try_lock_any() { return try_lock_any(all()); }
 
   /// As try_lock_any(), among the stripes listed in `among` only (a sale
   /// skips the segments it knows are sold out).
   std::optional<std::size_t> try_lock_any(const std::vector<std::size_t>& among) {
     if (among.empty()) return std::nullopt;
+    // The stripe taken last was free then, and is likely free again: a
+    // contender that keeps its own object settles on a stripe of its own
+    // instead of meeting the others at random ones.
+    const std::size_t home = home_.load(std::memory_order_relaxed);
+    const bool has_home =
+        home < stripes_.size() && std::find(among.begin(), among.end(), home) != among.end();
+    if (has_home && take(home)) return home;
     const std::size_t start = random_below(among.size());
     for (std::size_t n = 0; n < among.size(); ++n) {
       const std::size_t i = among[(start + n) % among.size()];
-      // Held through this object (perhaps by the calling thread, for whom
-      // a try_lock() would be a deadlock error): not free.
-      if (stripe(i).owns_lock()) continue;
-      if (stripe(i).try_lock()) return i;
+      if (has_home && i == home) continue;  // refused just now
+      if (take(i)) return i;
     }
     return std::nullopt;
   }
@@ -188,6 +198,15 @@ class BasicStripedMutex {
     return every;
   }
 
+  // One attempt at stripe i; remembered as home when taken.
+  bool take(std::size_t i) {
+    // Held through this object (perhaps by the calling thread, for whom
+    // a try_lock() would be a deadlock error): not free.
+    if (stripe(i).owns_lock() || !stripe(i).try_lock()) return false;
+    home_.store(i, std::memory_order_relaxed);
+    return true;
+  }
+
   static std::size_t random_below(std::size_t n) noexcept {
     return std::min(static_cast<std::size_t>(detail::jitter_unit() * static_cast<double>(n)),
                     n - 1);
@@ -195,6 +214,7 @@ class BasicStripedMutex {
 
   Backend backend_;
   std::vector<std::unique_ptr<Stripe>> stripes_;
+  std::atomic<std::size_t> home_{max_stripes};  // none yet
 };
 
 /// The striped lock for ordinary use.

@@ -25,6 +25,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -72,44 +73,48 @@ inline constexpr SteadyClock::time_point no_deadline = SteadyClock::time_point::
 
 /// The cancel_waits() of one lock object: a generation every acquire notes
 /// when it starts and gives up on once it changes, and the condition a
-/// polling waiter sleeps on.
+/// polling waiter sleeps on. Copies share it (a Semaphore shares its own
+/// with every permit lock it makes).
 class Cancellation {
  public:
   std::uint64_t generation() const {
-    MutexLock guard(mutex_);
-    return generation_;
+    MutexLock guard(state_->mutex);
+    return state_->generation;
   }
 
   bool since(std::uint64_t seen) const {
-    MutexLock guard(mutex_);
-    return generation_ != seen;
+    MutexLock guard(state_->mutex);
+    return state_->generation != seen;
   }
 
   /// Ends every acquire that noted an earlier generation. A waiter asleep on
   /// a subscription is woken by the caller through the Notifier.
   void cancel() {
     {
-      MutexLock guard(mutex_);
-      ++generation_;
+      MutexLock guard(state_->mutex);
+      ++state_->generation;
     }
-    cancelled_.notify_all();
+    state_->cancelled.notify_all();
   }
 
   /// Wakes polling waiters without cancelling them (the lock object's own
   /// holder let go).
-  void nudge() { cancelled_.notify_all(); }
+  void nudge() { state_->cancelled.notify_all(); }
 
   /// Sleeps until `until`, a cancel after generation `seen`, or a nudge.
   void sleep_until(std::uint64_t seen, SteadyClock::time_point until) {
-    MutexLock guard(mutex_);
-    if (generation_ != seen) return;
-    guard.wait_until(cancelled_, until);
+    MutexLock guard(state_->mutex);
+    if (state_->generation != seen) return;
+    guard.wait_until(state_->cancelled, until);
   }
 
  private:
-  mutable Mutex mutex_;
-  std::condition_variable cancelled_;
-  std::uint64_t generation_ DISTLOCK_GUARDED_BY(mutex_) = 0;
+  struct State {
+    Mutex mutex;
+    std::condition_variable cancelled;
+    std::uint64_t generation DISTLOCK_GUARDED_BY(mutex) = 0;
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
 };
 
 /// The reply timeout for a step: the command timeout, cut to the time left
@@ -331,12 +336,34 @@ const void* batch_identity(const Backend& backend) noexcept {
   }
 }
 
+/// How long the undo of a grant whose WAIT never answered may take to
+/// connect (and authenticate) on a connection of its own.
+inline constexpr std::chrono::milliseconds apart_undo_budget{20};
+
+/// `undo` on a fresh connection to the server `blocked` talks to, for a
+/// grant known to be applied whose connection is still blocked in WAIT: the
+/// server drops a closed client's commands queued behind a blocking one, so
+/// an undo written there would never run. Best effort: the lease expires
+/// otherwise.
+template <class Undo>
+void undo_apart(const Connection& blocked, Undo& undo) noexcept {
+  try {
+    ConnectionOptions quick = blocked.options();
+    quick.connect_timeout = std::min(quick.connect_timeout, apart_undo_budget);
+    quick.command_timeout = std::min(quick.command_timeout, apart_undo_budget);
+    Connection fresh(std::move(quick));
+    undo(fresh);
+  } catch (...) {
+  }
+}
+
 /// One attempt on a single server: `send(connection)` on a connection
 /// borrowed and timed by the deadline rules above. If the reply never came,
 /// `undo(connection)` writes the undo behind it (Connection::send_behind)
 /// before the error goes on. Returns nullopt when the caller's deadline cut
 /// the step short. With `replicas`, a grant is followed by its WAIT on the
-/// same connection (a WAIT that fails undoes the grant as above).
+/// same connection; a WAIT that fails undoes the grant on a connection of
+/// its own (undo_apart: the grant is known, and the WAIT blocks its own).
 template <class Backend, class Send, class Undo>
 std::optional<Attempt> attempt_or_undo(Backend& backend, SteadyClock::time_point deadline,
                                        Send&& send, Undo&& undo, ReplicaCheck* replicas = nullptr,
@@ -354,8 +381,10 @@ std::optional<Attempt> attempt_or_undo(Backend& backend, SteadyClock::time_point
         return attempt;
       } catch (const Error& error) {
         const std::error_code code = error.code();
-        if (attempt.acquired || code == Errc::timed_out || code == Errc::io_error ||
-            code == Errc::protocol_error) {
+        if (attempt.acquired) {
+          undo_apart(connection, undo);
+        } else if (code == Errc::timed_out || code == Errc::io_error ||
+                   code == Errc::protocol_error) {
           undo(connection);
         }
         throw;

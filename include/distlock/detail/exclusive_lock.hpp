@@ -126,8 +126,10 @@ class ExclusiveLock {
  protected:
   static constexpr typename Protocol::Kind kind = Protocol::exclusive;
 
-  ExclusiveLock(Protocol protocol, LockOptions options, Policy policy)
-      : life_(std::move(protocol), std::move(options), std::move(policy)) {}
+  ExclusiveLock(Protocol protocol, LockOptions options, Policy policy,
+                Cancellation cancellation = {})
+      : life_(std::move(protocol), std::move(options), std::move(policy), std::move(cancellation)) {
+  }
   ~ExclusiveLock() = default;
 
   Lifecycle<Protocol, Policy> life_;

@@ -1,13 +1,13 @@
 // Lifecycle: everything a lock object does between its wire protocol and
 // its user, written once for every lock type.
 //
-// It keeps the object's holds (detail/hold_table.hpp: the lease record,
-// the depth of re-entry), runs the acquire loop under
-// the deadline rules of detail/acquire.hpp (attempt; subscribe to the
-// release channel; sleep until a release, the policy's pause, the holder's
-// lease or the deadline; try again), decides re-entry and "held by this
-// object", registers renewed leases with the Watchdog, and does the
-// bookkeeping of release and extend. A Protocol supplies the server steps:
+// It keeps the object's holds (detail/hold_table.hpp: the lease record, the
+// depth of re-entry), runs the acquire loop under the deadline rules of
+// detail/acquire.hpp (attempt; subscribe to the release channel; sleep until
+// a release, the policy's pause, the holder's lease or the deadline; try
+// again), decides re-entry and "held by this object", registers renewed
+// leases with the Watchdog, and does the bookkeeping of release and extend.
+// A Protocol supplies the server steps:
 //
 //   using Kind;                        the kinds of hold (read/write, or one)
 //   static constexpr bool per_thread;  holds belong to threads (re-entrant)
@@ -62,8 +62,11 @@ class Lifecycle {
   using Kind = typename Protocol::Kind;
   using clock = SteadyClock;
 
-  Lifecycle(Protocol protocol, LockOptions options, Policy policy)
-      : protocol_(std::move(protocol)), options_(std::move(options)), policy_(std::move(policy)) {}
+  Lifecycle(Protocol protocol, LockOptions options, Policy policy, Cancellation cancellation = {})
+      : protocol_(std::move(protocol)),
+        options_(std::move(options)),
+        policy_(std::move(policy)),
+        cancellation_(std::move(cancellation)) {}
 
   /// Gives back every hold the object still has, of any thread.
   ~Lifecycle() { give_back_all(); }
@@ -262,8 +265,7 @@ class Lifecycle {
     const Hold* hold = holds_.mine(kind);
     return hold == nullptr ? std::string() : hold->id;
   }
-  /// Replicas that acknowledged the hold's grant; nullopt when not held or
-  /// without replica acknowledgement.
+  /// Replicas that acknowledged the hold's grant; nullopt if not held or not asked for.
   std::optional<int> replicas(Kind kind) const {
     MutexLock guard(mutex_);
     const Hold* hold = holds_.mine(kind);
@@ -372,8 +374,7 @@ class Lifecycle {
     return false;
   }
 
-  // Releases a grant that is not to be held; best effort: if Redis cannot
-  // be reached now, the lease expires.
+  // Releases a grant not to be held; best effort: if Redis cannot be reached, the lease expires.
   void give_back(Kind kind, const std::string& id) noexcept {
     try {
       static_cast<void>(protocol_.release(kind, id));
@@ -440,8 +441,7 @@ class Lifecycle {
   const LockOptions options_;
   const Policy policy_;
 
-  // The holds as this object knows them; Redis, not this mutex, decides who
-  // holds the lock.
+  // The holds as this object knows them; Redis, not this mutex, decides who holds the lock.
   mutable Mutex mutex_;
   Holds holds_ DISTLOCK_GUARDED_BY(mutex_);
   Cancellation cancellation_;

@@ -121,6 +121,9 @@ struct SemaphoreCore {
   LockOptions options;
   Policy policy;
   std::shared_ptr<Renewer> renewer;
+  /// Shared by every permit lock taken from the Semaphore, so that its
+  /// cancel_waits() reaches all their acquires.
+  Cancellation cancellation;
 
   SemaphoreProtocol<Backend> protocol() const {
     return SemaphoreProtocol<Backend>(backend, key, permits, options, renewer);
