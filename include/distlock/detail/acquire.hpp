@@ -75,22 +75,19 @@ inline constexpr SteadyClock::time_point no_deadline = SteadyClock::time_point::
 /// polling waiter sleeps on.
 class Cancellation {
  public:
-  std::uint64_t generation() const {
-    MutexLock guard(mutex_);
-    return generation_;
-  }
+  // Read without the mutex (every acquire reads it, and a lock per cycle
+  // is client-side work); written under it, so that a sleeper's check and
+  // its wait are one step against cancel().
+  std::uint64_t generation() const noexcept { return generation_.load(std::memory_order_acquire); }
 
-  bool since(std::uint64_t seen) const {
-    MutexLock guard(mutex_);
-    return generation_ != seen;
-  }
+  bool since(std::uint64_t seen) const noexcept { return generation() != seen; }
 
   /// Ends every acquire that noted an earlier generation. A waiter asleep on
   /// a subscription is woken by the caller through the Notifier.
   void cancel() {
     {
       MutexLock guard(mutex_);
-      ++generation_;
+      generation_.fetch_add(1, std::memory_order_acq_rel);
     }
     cancelled_.notify_all();
   }
@@ -109,7 +106,7 @@ class Cancellation {
  private:
   mutable Mutex mutex_;
   std::condition_variable cancelled_;
-  std::uint64_t generation_ DISTLOCK_GUARDED_BY(mutex_) = 0;
+  std::atomic<std::uint64_t> generation_{0};
 };
 
 /// The reply timeout for a step: the command timeout, cut to the time left
@@ -390,16 +387,17 @@ auto send_checked(Backend& backend, SteadyClock::time_point deadline, Send&& sen
 }
 
 /// send(); a refusal by the server's ACL (NOPERM: e.g. a user with SET but
-/// no EVALSHA, which Mutex releases by) is rethrown naming `what` it
-/// refused and what becomes of the lock.
-template <class Send>
-auto naming_acl_refusal(const std::string& what, Send&& send) -> decltype(send()) {
+/// no EVALSHA, which Mutex releases by) is rethrown naming `what()` it
+/// refused and what becomes of the lock. `what` is called only then: its
+/// text costs an allocation the release has no need of otherwise.
+template <class What, class Send>
+auto naming_acl_refusal(What&& what, Send&& send) -> decltype(send()) {
   try {
     return send();
   } catch (const ServerError& error) {
     if (error.kind() != ServerErrorKind::noperm) throw;
     throw ServerError(std::string(error.what()) + " (the server's ACL refused the release of the " +
-                      what + "; it stays held until its lease runs out)");
+                      what() + "; it stays held until its lease runs out)");
   }
 }
 
