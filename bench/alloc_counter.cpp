@@ -12,6 +12,8 @@
 //   to glibc's (found once with dlsym).
 //
 // Only distlock_bench links this file; the library and its tests never do.
+// Under a sanitizer, which has its own malloc, only operator new is
+// counted (as allocs and new alike) and mutex locks are not.
 #include <dlfcn.h>
 #include <pthread.h>
 
@@ -22,11 +24,21 @@
 
 #include "counters.hpp"
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define DISTLOCK_BENCH_OWN_MALLOC 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define DISTLOCK_BENCH_OWN_MALLOC 0
+#endif
+#endif
+#ifndef DISTLOCK_BENCH_OWN_MALLOC
+#define DISTLOCK_BENCH_OWN_MALLOC 1
+#endif
+
 extern "C" {
 void* __libc_malloc(std::size_t size);
 void* __libc_calloc(std::size_t count, std::size_t size);
 void* __libc_realloc(void* pointer, std::size_t size);
-void* __libc_memalign(std::size_t alignment, std::size_t size);
 void __libc_free(void* pointer);
 }
 
@@ -41,15 +53,17 @@ std::atomic<MutexLockFunction> real_mutex_lock{nullptr};
 
 void* counted_new(std::size_t size) {
   news.fetch_add(1, std::memory_order_relaxed);
+  if (!DISTLOCK_BENCH_OWN_MALLOC) mallocs.fetch_add(1, std::memory_order_relaxed);
   if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
   throw std::bad_alloc();
 }
 void* counted_new(std::size_t size, std::align_val_t alignment) {
   news.fetch_add(1, std::memory_order_relaxed);
   mallocs.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = __libc_memalign(static_cast<std::size_t>(alignment), size == 0 ? 1 : size)) {
-    return p;
-  }
+  // Rounded up to a multiple of the alignment, as aligned_alloc asks.
+  const auto align = static_cast<std::size_t>(alignment);
+  const std::size_t rounded = (size + align - 1) / align * align;
+  if (void* p = std::aligned_alloc(align, rounded == 0 ? align : rounded)) return p;
   throw std::bad_alloc();
 }
 }  // namespace
@@ -63,6 +77,7 @@ ProcessCounts process_counts() noexcept {
 
 using distlock::bench::counted_new;
 
+#if DISTLOCK_BENCH_OWN_MALLOC
 extern "C" {
 void* malloc(std::size_t size) {
   distlock::bench::mallocs.fetch_add(1, std::memory_order_relaxed);
@@ -88,6 +103,7 @@ int pthread_mutex_lock(pthread_mutex_t* mutex) {
   return real(mutex);
 }
 }
+#endif
 
 void* operator new(std::size_t size) { return counted_new(size); }
 void* operator new[](std::size_t size) { return counted_new(size); }
