@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "bench_support.hpp"
+#include "counters.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/simple_mutex.hpp"
 
@@ -16,6 +17,7 @@ template <class Lock>
 void lock_unlock(benchmark::State& state, const LockOptions& options) {
   Client client(server_options());
   Lock lock(client, "bench:lock", options);
+  const CycleCounters counters;
   for (auto _ : state) {
     if (!lock.try_lock()) {
       state.SkipWithError("lock was not free");
@@ -23,6 +25,7 @@ void lock_unlock(benchmark::State& state, const LockOptions& options) {
     }
     lock.unlock();
   }
+  counters.report(state);
 }
 
 void BM_Mutex_LockUnlock(benchmark::State& state) { lock_unlock<Mutex>(state, LockOptions{}); }

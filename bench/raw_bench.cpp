@@ -3,6 +3,8 @@
 #include <benchmark/benchmark.h>
 
 #include "bench_support.hpp"
+#include "counters.hpp"
+#include "distlock/scripts.hpp"
 
 namespace distlock::bench {
 namespace {
@@ -20,10 +22,12 @@ void BM_Raw_SetNxPx_Del(benchmark::State& state) {
   const RawConnection redis = raw_connect(server_options());
   const RawCommand set{"SET", "bench:raw", "tok", "NX", "PX", "30000"};
   const RawCommand del{"DEL", "bench:raw"};
+  const CycleCounters counters;
   for (auto _ : state) {
     if (!set.run(redis.get(), REDIS_REPLY_STATUS, state)) break;
     if (!del.run(redis.get(), REDIS_REPLY_INTEGER, state)) break;
   }
+  counters.report(state);
 }
 BENCHMARK(BM_Raw_SetNxPx_Del)->UseRealTime();
 
@@ -32,12 +36,33 @@ void BM_Raw_SetNxPx_EvalshaDel(benchmark::State& state) {
   const std::string sha = load_script(compare_and_delete_lua);
   const RawCommand set{"SET", "bench:raw", "tok", "NX", "PX", "30000"};
   const RawCommand release{"EVALSHA", sha, "1", "bench:raw", "tok"};
+  const CycleCounters counters;
   for (auto _ : state) {
     if (!set.run(redis.get(), REDIS_REPLY_STATUS, state)) break;
     if (!release.run(redis.get(), REDIS_REPLY_INTEGER, state)) break;
   }
+  counters.report(state);
 }
 BENCHMARK(BM_Raw_SetNxPx_EvalshaDel)->UseRealTime();
+
+// The floor of a fenced Mutex: the acquire is a script (SET NX PX and INCR
+// of the fence counter together), so its floor is that script by EVALSHA,
+// then the same compare-and-delete.
+void BM_Raw_FencedAcquire_EvalshaDel(benchmark::State& state) {
+  const RawConnection redis = raw_connect(server_options());
+  const std::string acquire_sha = load_script(scripts::acquire_fenced.source);
+  const std::string release_sha = load_script(compare_and_delete_lua);
+  const RawCommand acquire{"EVALSHA",         acquire_sha, "2",    "bench:raw",
+                           "bench:raw:fence", "tok",       "30000"};
+  const RawCommand release{"EVALSHA", release_sha, "1", "bench:raw", "tok"};
+  const CycleCounters counters;
+  for (auto _ : state) {
+    if (!acquire.run(redis.get(), REDIS_REPLY_ARRAY, state)) break;
+    if (!release.run(redis.get(), REDIS_REPLY_INTEGER, state)) break;
+  }
+  counters.report(state);
+}
+BENCHMARK(BM_Raw_FencedAcquire_EvalshaDel)->UseRealTime();
 
 // Master + 1 replica: SET NX PX and WAIT 1 pipelined, then the release.
 void BM_Raw_SetNxPx_Wait1_EvalshaDel(benchmark::State& state) {

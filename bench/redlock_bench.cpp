@@ -1,7 +1,9 @@
 // Redlock over five masters on a free lock, and the raw hiredis round trips
 // it needs: SET NX PX and a compare-and-delete EVALSHA on each of the five,
 // one master after another (what a naive client does) and all five at once
-// (the floor a fan-out can reach).
+// (the floor a fan-out can reach). The /masters:N variants do the same on
+// the first N of the five, for the cycle's growth with the number of
+// masters.
 //
 // By default the binary starts five throwaway redis-servers on loopback
 // (they inherit its CPU pinning) and stops them at exit; with
@@ -134,6 +136,69 @@ void BM_Raw5_Parallel_SetNxPx_EvalshaDel(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Raw5_Parallel_SetNxPx_EvalshaDel)->UseRealTime();
+
+// The cycle over the first state.range(0) masters.
+void BM_Redlock_LockUnlock(benchmark::State& state) {
+  if (!have_five(state)) return;
+  const auto n = static_cast<std::size_t>(state.range(0));
+  std::vector<std::unique_ptr<Client>> clients;
+  std::vector<Client*> masters;
+  for (std::size_t i = 0; i < n; ++i) {
+    clients.push_back(std::make_unique<Client>(masters_options()[i]));
+    masters.push_back(clients.back().get());
+  }
+  Redlock lock(masters, "bench:redlock");
+  for (auto _ : state) {
+    if (!lock.try_lock()) {
+      state.SkipWithError("lock was not free");
+      break;
+    }
+    lock.unlock();
+  }
+}
+BENCHMARK(BM_Redlock_LockUnlock)->ArgName("masters")->DenseRange(1, 5)->UseRealTime();
+
+void BM_RawN_Sequential_SetNxPx_EvalshaDel(benchmark::State& state) {
+  if (!have_five(state)) return;
+  std::vector<RawConnection> redis = raw_connect_all();
+  redis.resize(static_cast<std::size_t>(state.range(0)));
+  const std::string sha = load_on_all(compare_and_delete_lua);
+  const RawCommand set{"SET", "bench:rawn", "tok", "NX", "PX", "30000"};
+  const RawCommand release{"EVALSHA", sha, "1", "bench:rawn", "tok"};
+  for (auto _ : state) {
+    for (const RawConnection& master : redis) {
+      if (!set.run(master.get(), REDIS_REPLY_STATUS, state)) return;
+      if (!release.run(master.get(), REDIS_REPLY_INTEGER, state)) return;
+    }
+  }
+}
+BENCHMARK(BM_RawN_Sequential_SetNxPx_EvalshaDel)
+    ->ArgName("masters")
+    ->DenseRange(1, 5)
+    ->UseRealTime();
+
+void BM_RawN_Parallel_SetNxPx_EvalshaDel(benchmark::State& state) {
+  if (!have_five(state)) return;
+  std::vector<RawConnection> redis = raw_connect_all();
+  redis.resize(static_cast<std::size_t>(state.range(0)));
+  const std::string sha = load_on_all(compare_and_delete_lua);
+  const RawCommand set{"SET", "bench:rawn", "tok", "NX", "PX", "30000"};
+  const RawCommand release{"EVALSHA", sha, "1", "bench:rawn", "tok"};
+  const auto fan_out = [&](const RawCommand& command, int expected_type) {
+    for (const RawConnection& master : redis) command.append(master.get());
+    for (const RawConnection& master : redis) {
+      if (!flush(master.get(), state)) return false;
+    }
+    for (const RawConnection& master : redis) {
+      if (!read_replies(master.get(), 1, expected_type, state)) return false;
+    }
+    return true;
+  };
+  for (auto _ : state) {
+    if (!fan_out(set, REDIS_REPLY_STATUS) || !fan_out(release, REDIS_REPLY_INTEGER)) break;
+  }
+}
+BENCHMARK(BM_RawN_Parallel_SetNxPx_EvalshaDel)->ArgName("masters")->DenseRange(1, 5)->UseRealTime();
 
 }  // namespace
 }  // namespace distlock::bench

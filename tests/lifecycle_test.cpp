@@ -615,5 +615,21 @@ TYPED_TEST(LifecycleTest, ExtendAfterALossIsFalseAndReleaseSaysLost) {
   }
 }
 
+// Lock objects are made per request and per name (1,000s a second): making
+// and dropping one must cost no round trip. Nothing but the framing CONFIG
+// and INFO reaches the server.
+TYPED_TEST(LifecycleTest, MakingAndDroppingLockObjectsSendsNothing) {
+  Masters masters = this->connect();
+  this->on_all({"CONFIG", "RESETSTAT"});
+  for (int i = 0; i < 100; ++i) {
+    auto lock = TypeParam::make(masters.clients, "k" + std::to_string(i), LockOptions{});
+    ASSERT_FALSE(lock->owns_lock());
+  }
+  for (std::size_t i = 0; i < TypeParam::masters; ++i) {
+    const std::string stats = this->server(i).command({"INFO", "commandstats"});
+    EXPECT_EQ(testing::CommandCalls{stats}.total_except("config|resetstat"), 0) << stats;
+  }
+}
+
 }  // namespace
 }  // namespace distlock

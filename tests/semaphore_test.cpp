@@ -131,6 +131,17 @@ TEST_F(SemaphoreTest, AcquireSendsNoClientTime) {
   }
 }
 
+// A Semaphore made and dropped per request costs no round trip.
+TEST_F(SemaphoreTest, MakingAndDroppingSemaphoresSendsNothing) {
+  client().command("CONFIG", "RESETSTAT");
+  for (int i = 0; i < 100; ++i) {
+    Semaphore semaphore(client(), "s" + std::to_string(i), 3);
+    ASSERT_EQ(semaphore.key(), "s" + std::to_string(i));
+  }
+  const testing::CommandCalls calls = command_calls(client());
+  EXPECT_EQ(calls.total_except("config|resetstat"), 0) << calls.text;
+}
+
 TEST_F(SemaphoreTest, AKilledHoldersPermitComesBackWhenItsLeaseEnds) {
   // A long-held permit keeps the set alive: the dead holder's permit must
   // be pruned from it, not just vanish with the key.

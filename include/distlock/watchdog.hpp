@@ -57,6 +57,7 @@ class Watchdog {
     thread_ = std::thread([state = state_] { run(*state); });
     detail::MutexLock lock(state_->mutex);
     state_->thread_id = thread_.get_id();
+    state_->spare.reserve(State::max_spare);  // remove() is noexcept: it never grows it
   }
 
   ~Watchdog() {
@@ -147,7 +148,12 @@ class Watchdog {
     detail::Mutex mutex;
     std::condition_variable changed;     // wakes the thread
     std::condition_variable round_done;  // wakes remove(), hold_off(), renew_all_now()
-    std::unordered_map<const detail::LeaseState*, Entry> entries DISTLOCK_GUARDED_BY(mutex);
+    using Entries = std::unordered_map<const detail::LeaseState*, Entry>;
+    Entries entries DISTLOCK_GUARDED_BY(mutex);
+    // Nodes of leases removed lately, for add() to reuse: a lock that is
+    // taken and given back over and over allocates no node per cycle.
+    std::vector<Entries::node_type> spare DISTLOCK_GUARDED_BY(mutex);
+    static constexpr std::size_t max_spare = 16;
     // Leases added or rescheduled: the thread recomputes its wake-up.
     std::uint64_t changes DISTLOCK_GUARDED_BY(mutex) = 0;
     // When the thread wakes next, unless notified.
@@ -191,7 +197,16 @@ inline void Watchdog::add(std::shared_ptr<detail::LeaseState> lease, clock::time
     sooner = entry.next_renewal < state_->planned_wake;
     const detail::LeaseState* key = lease.get();
     entry.lease = std::move(lease);
-    state_->entries[key] = std::move(entry);
+    if (state_->spare.empty()) {
+      state_->entries[key] = std::move(entry);
+    } else {
+      State::Entries::node_type node = std::move(state_->spare.back());
+      state_->spare.pop_back();
+      node.key() = key;
+      node.mapped() = std::move(entry);
+      // A key is a live lease's address, which no entry has yet.
+      state_->entries.insert(std::move(node));
+    }
     if (sooner) ++state_->changes;
   }
   if (sooner) state_->changed.notify_all();
@@ -201,7 +216,12 @@ inline void Watchdog::remove(const detail::LeaseState& lease) noexcept {
   detail::MutexLock lock(state_->mutex);
   // Looked up again after the wait: the thread may have dropped the entry
   // (lost) meanwhile.
-  if (state_->settle(lock, &lease)) state_->entries.erase(&lease);
+  if (!state_->settle(lock, &lease)) return;
+  State::Entries::node_type node = state_->entries.extract(&lease);
+  if (state_->spare.size() < State::max_spare) {
+    node.mapped() = Entry{};  // drops the lease record now, as erase() would
+    state_->spare.push_back(std::move(node));
+  }
 }
 
 inline Watchdog::HoldOff Watchdog::hold_off(const detail::LeaseState& lease) {

@@ -77,22 +77,21 @@ inline constexpr SteadyClock::time_point no_deadline = SteadyClock::time_point::
 /// with every permit lock it makes).
 class Cancellation {
  public:
-  std::uint64_t generation() const {
-    MutexLock guard(state_->mutex);
-    return state_->generation;
+  // Read without the mutex (every acquire reads it, and a lock per cycle
+  // is client-side work); written under it, so that a sleeper's check and
+  // its wait are one step against cancel().
+  std::uint64_t generation() const noexcept {
+    return state_->generation.load(std::memory_order_acquire);
   }
 
-  bool since(std::uint64_t seen) const {
-    MutexLock guard(state_->mutex);
-    return state_->generation != seen;
-  }
+  bool since(std::uint64_t seen) const noexcept { return generation() != seen; }
 
   /// Ends every acquire that noted an earlier generation. A waiter asleep on
   /// a subscription is woken by the caller through the Notifier.
   void cancel() {
     {
       MutexLock guard(state_->mutex);
-      ++state_->generation;
+      state_->generation.fetch_add(1, std::memory_order_acq_rel);
     }
     state_->cancelled.notify_all();
   }
@@ -104,7 +103,7 @@ class Cancellation {
   /// Sleeps until `until`, a cancel after generation `seen`, or a nudge.
   void sleep_until(std::uint64_t seen, SteadyClock::time_point until) {
     MutexLock guard(state_->mutex);
-    if (state_->generation != seen) return;
+    if (state_->generation.load(std::memory_order_acquire) != seen) return;
     guard.wait_until(state_->cancelled, until);
   }
 
@@ -112,7 +111,7 @@ class Cancellation {
   struct State {
     Mutex mutex;
     std::condition_variable cancelled;
-    std::uint64_t generation DISTLOCK_GUARDED_BY(mutex) = 0;
+    std::atomic<std::uint64_t> generation{0};
   };
   std::shared_ptr<State> state_ = std::make_shared<State>();
 };
@@ -419,16 +418,17 @@ auto send_checked(Backend& backend, SteadyClock::time_point deadline, Send&& sen
 }
 
 /// send(); a refusal by the server's ACL (NOPERM: e.g. a user with SET but
-/// no EVALSHA, which Mutex releases by) is rethrown naming `what` it
-/// refused and what becomes of the lock.
-template <class Send>
-auto naming_acl_refusal(const std::string& what, Send&& send) -> decltype(send()) {
+/// no EVALSHA, which Mutex releases by) is rethrown naming `what()` it
+/// refused and what becomes of the lock. `what` is called only then: its
+/// text costs an allocation the release has no need of otherwise.
+template <class What, class Send>
+auto naming_acl_refusal(What&& what, Send&& send) -> decltype(send()) {
   try {
     return send();
   } catch (const ServerError& error) {
     if (error.kind() != ServerErrorKind::noperm) throw;
     throw ServerError(std::string(error.what()) + " (the server's ACL refused the release of the " +
-                      what + "; it stays held until its lease runs out)");
+                      what() + "; it stays held until its lease runs out)");
   }
 }
 

@@ -77,8 +77,9 @@ class Lifecycle {
   /// Acquires a hold of `kind` for the calling thread (see the top of file).
   Outcome acquire(Kind kind, clock::time_point deadline, bool wait) {
     const std::uint64_t cancel_seen = cancellation_.generation();
-    if (reenter(kind)) return Outcome::acquired;
-    const std::string id = protocol_.id_for(kind);
+    bool busy_at_start = false;  // busy_here(), as reenter() saw it under the same lock
+    if (reenter(kind, busy_at_start)) return Outcome::acquired;
+    std::string id = protocol_.id_for(kind);  // moved into the hold once adopted
     std::optional<Notifier::Subscription> subscription;
     bool subscribed = false;
     clock::time_point first_sent{};
@@ -96,7 +97,7 @@ class Lifecycle {
         step_deadline = attempt == 1 ? no_deadline : std::max(deadline, sent + last_step);
       }
       Attempt result;
-      bool local_holder = busy_here();
+      bool local_holder = attempt == 1 ? busy_at_start : busy_here();
       if (local_holder) {
         result.holder_pttl = -1;  // our own holder: wait for its unlock, not for Redis
       } else {
@@ -159,31 +160,7 @@ class Lifecycle {
   /// Gives back one hold of `kind` and says what happened (see Mutex).
   Release release(Kind kind) {
     protocol_.check_process();  // a forked child gives back nothing
-    MutexLock guard(mutex_);
-    Hold* hold = holds_.mine(kind);
-    if (hold == nullptr) {
-      // After a failed extend(): what it found, once, instead of NotHeldError.
-      const std::optional<Ended> ended = holds_.take_ended(kind);
-      if (!ended) throw NotHeldError(not_held_message(kind));
-      guard.unlock();
-      told_released(ended->acquired, ended->outcome);
-      return ended->outcome;
-    }
-    if (hold->depth > 1) {
-      --hold->depth;
-      return hold->lost() ? Release::lost : Release::released;
-    }
-    const Hold last = holds_.take(hold);
-    guard.unlock();
-    protocol_.held(kind, -1);
-    cancellation_.nudge();
-    Release outcome = Release::lost;
-    if (last.lease) protocol_.watchdog().remove(*last.lease);  // no renewal of it after this
-    if (!last.lost())
-      outcome = to_release(naming_acl_refusal(protocol_.describe(kind) + " " + protocol_.key(),
-                                              [&] { return protocol_.release(kind, last.id); }));
-    told_released(last.acquired, outcome);
-    return outcome;
+    return give_back_one(kind, /*quietly=*/false);
   }
 
   /// release(), never throwing; does nothing if the caller holds nothing.
@@ -191,14 +168,8 @@ class Lifecycle {
   /// event hook as unlock_failed.
   void unlock(Kind kind) noexcept {
     if (protocol_.forked()) return;  // the parent's holds stay the parent's
-    reporting_unlock_failure(protocol_.events(), protocol_.key(), [&] {
-      if (owns(kind)) {
-        static_cast<void>(release(kind));
-      } else {
-        MutexLock guard(mutex_);
-        static_cast<void>(holds_.take_ended(kind));
-      }
-    });
+    reporting_unlock_failure(protocol_.events(), protocol_.key(),
+                             [&] { static_cast<void>(give_back_one(kind, /*quietly=*/true)); });
   }
 
   /// Sets the hold's lease to `ttl` if it is still ours (see Mutex::extend).
@@ -307,8 +278,11 @@ class Lifecycle {
 
   // Counts one more hold if the calling thread has one of `kind` (re-
   // entrant protocols), or refuses the lock (the others; or a protocol rule).
-  bool reenter(Kind kind) {
+  // Sets `busy` as busy_here() would, so that a first attempt takes our
+  // mutex once less.
+  bool reenter(Kind kind, bool& busy) {
     MutexLock guard(mutex_);
+    busy = !Protocol::per_thread && !holds_.empty();
     const std::thread::id me = std::this_thread::get_id();
     if (!Protocol::per_thread && holds_.any_of(me)) {
       throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
@@ -339,15 +313,14 @@ class Lifecycle {
     return !holds_.empty();
   }
 
-  // Records the hold just taken; false, after giving it back, if another
-  // thread of a single-holder object recorded one meanwhile.
-  bool adopt(Kind kind, const std::string& id, long long fence, clock::time_point sent,
-             int replicas) {
+  // Records the hold just taken, moving `id` into it; false, after giving
+  // it back (and with `id` left as it was), if another thread of a
+  // single-holder object recorded one meanwhile.
+  bool adopt(Kind kind, std::string& id, long long fence, clock::time_point sent, int replicas) {
     Hold hold;
     hold.replicas = replicas;
     hold.thread = std::this_thread::get_id();
     hold.kind = kind;
-    hold.id = id;
     hold.fence = fence;
     hold.acquired = sent;
     hold.expires = expiry(sent, options_.ttl());
@@ -365,6 +338,7 @@ class Lifecycle {
                                                                         : clock::time_point::max();
           protocol_.watchdog().add(hold.lease, cap);
         }
+        hold.id = std::move(id);  // the caller returns at once
         holds_.add(std::move(hold));
         protocol_.held(kind, +1);
         return true;
@@ -395,6 +369,41 @@ class Lifecycle {
     protocol_.held(kind, -1);
     cancellation_.nudge();
     if (lease) protocol_.watchdog().remove(*lease);
+  }
+
+  // release() and unlock() in one pass under our mutex: gives back the
+  // calling thread's hold of `kind` (one level of it, if re-entered). With
+  // no hold, release() answers what a failed extend() found, or throws
+  // NotHeldError; unlock() (`quietly`) only forgets that finding.
+  Release give_back_one(Kind kind, bool quietly) {
+    MutexLock guard(mutex_);
+    Hold* hold = holds_.mine(kind);
+    if (hold == nullptr) {
+      // After a failed extend(): what it found, once, instead of NotHeldError.
+      const std::optional<Ended> ended = holds_.take_ended(kind);
+      if (quietly) return Release::lost;
+      if (!ended) throw NotHeldError(not_held_message(kind));
+      guard.unlock();
+      told_released(ended->acquired, ended->outcome);
+      return ended->outcome;
+    }
+    if (hold->depth > 1) {
+      --hold->depth;
+      return hold->lost() ? Release::lost : Release::released;
+    }
+    const Hold last = holds_.take(hold);
+    guard.unlock();
+    protocol_.held(kind, -1);
+    cancellation_.nudge();
+    Release outcome = Release::lost;
+    if (last.lease) protocol_.watchdog().remove(*last.lease);  // no renewal of it after this
+    if (!last.lost()) {
+      outcome = to_release(
+          naming_acl_refusal([&] { return protocol_.describe(kind) + " " + protocol_.key(); },
+                             [&] { return protocol_.release(kind, last.id); }));
+    }
+    told_released(last.acquired, outcome);
+    return outcome;
   }
 
   // Tells the hook, if any, of a release of a hold taken at `acquired`.

@@ -1,0 +1,304 @@
+// Scale: what the costs that grow with the number of leases, waiters and
+// lock objects come to at 10,000 leases, 1,000 waiters and a stream of
+// lock objects made and dropped.
+//
+// - BM_Watchdog_Renew10000*: one watchdog round over 10,000 held leases of
+//   one lock type, against BM_Raw_Pexpire10000_Pipelined (10,000 plain
+//   PEXPIREs in one pipeline).
+// - BM_Wake1000: 1,000 threads of one Client each wait in lock() on a name
+//   of its own; the names are released one at a time and each release's
+//   waiter is timed from the release call to its lock() returning. Median
+//   and p99 of those wake latencies, and the memory each waiter costs.
+// - BM_Construct_*: lock objects made and destroyed (no server round trip:
+//   the reads/writes counters stay at zero).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_support.hpp"
+#include "counters.hpp"
+#include "distlock/mutex.hpp"
+#include "distlock/reentrant_mutex.hpp"
+#include "distlock/semaphore.hpp"
+#include "distlock/shared_mutex.hpp"
+#include "distlock/simple_mutex.hpp"
+
+namespace distlock::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int many_leases = 10000;
+
+std::string numbered(const char* stem, int i) { return stem + std::to_string(i); }
+
+// One watchdog round over 10,000 leases, each taken by take(i) and kept by
+// the returned object until the benchmark ends.
+template <class Take>
+void renew_round(benchmark::State& state, Take take) {
+  ClientOptions options = server_options();
+  options.pool_size = 2;
+  Client client(options);
+  std::vector<decltype(take(client, 0))> held;
+  held.reserve(many_leases);
+  for (int i = 0; i < many_leases; ++i) {
+    held.push_back(take(client, i));
+    if (!held.back()) {
+      state.SkipWithError("lease was not free");
+      return;
+    }
+  }
+  const CycleCounters counters;
+  for (auto _ : state) client.watchdog().renew_all_now();
+  counters.report(state);
+  state.counters["leases"] = static_cast<double>(client.watchdog().size());
+}
+
+// A held lock object, or null when its lease was not free.
+template <class Lock, class Acquire>
+std::unique_ptr<Lock> taken(Client& client, const std::string& name, Acquire acquire) {
+  auto lock = std::make_unique<Lock>(client, name);
+  if (!acquire(*lock)) lock.reset();
+  return lock;
+}
+
+void BM_Watchdog_Renew10000(benchmark::State& state) {
+  renew_round(state, [](Client& client, int i) {
+    return taken<Mutex>(client, numbered("bench:scale:m:", i),
+                        [](Mutex& lock) { return lock.try_lock(); });
+  });
+}
+BENCHMARK(BM_Watchdog_Renew10000)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void BM_Watchdog_Renew10000_Simple(benchmark::State& state) {
+  renew_round(state, [](Client& client, int i) {
+    return taken<SimpleMutex>(client, numbered("bench:scale:s:", i),
+                              [](SimpleMutex& lock) { return lock.try_lock(); });
+  });
+}
+BENCHMARK(BM_Watchdog_Renew10000_Simple)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void BM_Watchdog_Renew10000_Reentrant(benchmark::State& state) {
+  renew_round(state, [](Client& client, int i) {
+    return taken<ReentrantMutex>(client, numbered("bench:scale:r:", i),
+                                 [](ReentrantMutex& lock) { return lock.try_lock(); });
+  });
+}
+BENCHMARK(BM_Watchdog_Renew10000_Reentrant)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void BM_Watchdog_Renew10000_SharedRead(benchmark::State& state) {
+  renew_round(state, [](Client& client, int i) {
+    return taken<SharedMutex>(client, numbered("bench:scale:rw:", i),
+                              [](SharedMutex& lock) { return lock.try_lock_shared(); });
+  });
+}
+BENCHMARK(BM_Watchdog_Renew10000_SharedRead)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// 10,000 permits of one Semaphore.
+void BM_Watchdog_Renew10000_Permits(benchmark::State& state) {
+  ClientOptions options = server_options();
+  options.pool_size = 2;
+  Client client(options);
+  Semaphore semaphore(client, "bench:scale:sem", many_leases);
+  std::vector<Permit> held;
+  held.reserve(many_leases);
+  for (int i = 0; i < many_leases; ++i) {
+    held.push_back(semaphore.try_acquire());
+    if (!held.back()) {
+      state.SkipWithError("no permit was free");
+      return;
+    }
+  }
+  const CycleCounters counters;
+  for (auto _ : state) client.watchdog().renew_all_now();
+  counters.report(state);
+  state.counters["leases"] = static_cast<double>(client.watchdog().size());
+}
+BENCHMARK(BM_Watchdog_Renew10000_Permits)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The floor: 10,000 plain PEXPIREs sent as one pipeline.
+void BM_Raw_Pexpire10000_Pipelined(benchmark::State& state) {
+  const RawConnection redis = raw_connect(server_options());
+  std::vector<RawCommand> pexpires;
+  pexpires.reserve(many_leases);
+  for (int i = 0; i < many_leases; ++i) {
+    const std::string key = numbered("bench:scale:raw:", i);
+    RawCommand{"SET", key, "tok", "PX", "30000"}.append(redis.get());
+    pexpires.push_back(RawCommand{"PEXPIRE", key, "30000"});
+  }
+  if (!read_replies(redis.get(), many_leases, REDIS_REPLY_STATUS, state)) return;
+  const CycleCounters counters;
+  for (auto _ : state) {
+    for (const RawCommand& pexpire : pexpires) pexpire.append(redis.get());
+    if (!read_replies(redis.get(), many_leases, REDIS_REPLY_INTEGER, state)) break;
+  }
+  counters.report(state);
+}
+BENCHMARK(BM_Raw_Pexpire10000_Pipelined)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Resident memory of the process, in bytes (VmRSS).
+double resident_bytes() {
+  std::FILE* status = std::fopen("/proc/self/status", "r");
+  if (status == nullptr) return 0;
+  char line[256];
+  double kib = 0;
+  while (std::fgets(line, sizeof line, status) != nullptr) {
+    if (std::strncmp(line, "VmRSS:", 6) == 0) kib = std::strtod(line + 6, nullptr);
+  }
+  std::fclose(status);
+  return kib * 1024;
+}
+
+constexpr int waiters = 1000;
+
+// Counts the release channels the server has subscribers on.
+std::size_t subscribed_channels(redisContext* redis) {
+  auto* reply = static_cast<redisReply*>(redisCommand(redis, "PUBSUB CHANNELS %s", "*scale:w:*"));
+  if (reply == nullptr) return 0;
+  const std::size_t count = reply->type == REDIS_REPLY_ARRAY ? reply->elements : 0;
+  freeReplyObject(reply);
+  return count;
+}
+
+void BM_Wake1000(benchmark::State& state) {
+  const RawConnection redis = raw_connect(server_options());
+  Client holders(server_options());
+  ClientOptions waiting_options = server_options();
+  waiting_options.pool_size = 16;
+  waiting_options.pool_wait_timeout = std::chrono::seconds(30);
+  std::vector<double> latencies;
+  double bytes_per_waiter = 0;
+  double allocs_per_waiter = 0;
+  for (auto _ : state) {
+    Client client(waiting_options);
+    const LockOptions options = LockOptions{}.ttl(std::chrono::seconds(60));
+    std::vector<std::unique_ptr<Mutex>> held;
+    std::vector<std::unique_ptr<Mutex>> mine;
+    for (int i = 0; i < waiters; ++i) {
+      const std::string name = numbered("bench:scale:w:", i);
+      held.push_back(std::make_unique<Mutex>(holders, name, options));
+      if (!held.back()->try_lock()) {
+        state.SkipWithError("name was not free");
+        return;
+      }
+    }
+    client.notifier();  // started before the count: it is per Client, not per waiter
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::vector<Clock::time_point> woke(waiters);
+    int done = 0;
+    bool failed = false;
+    const double rss_before = resident_bytes();
+    const std::uint64_t allocs_before = process_counts().mallocs;
+    std::vector<std::thread> threads;
+    threads.reserve(waiters);
+    for (int i = 0; i < waiters; ++i) {
+      mine.push_back(std::make_unique<Mutex>(client, numbered("bench:scale:w:", i), options));
+      threads.emplace_back([&, i] {
+        bool ok = true;
+        try {
+          mine[static_cast<std::size_t>(i)]->lock();
+        } catch (...) {
+          ok = false;
+        }
+        const Clock::time_point at = Clock::now();
+        if (ok) mine[static_cast<std::size_t>(i)]->unlock();
+        std::lock_guard guard(mutex);
+        woke[static_cast<std::size_t>(i)] = at;
+        failed = failed || !ok;
+        ++done;
+        changed.notify_all();
+      });
+    }
+    // Every waiter subscribed, or 60 s.
+    const Clock::time_point give_up = Clock::now() + std::chrono::seconds(60);
+    while (subscribed_channels(redis.get()) < waiters && Clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    // Each has had its attempt after subscribing and is asleep.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    bytes_per_waiter = (resident_bytes() - rss_before) / waiters;
+    allocs_per_waiter = static_cast<double>(process_counts().mallocs - allocs_before) / waiters;
+    latencies.clear();
+    double total = 0;
+    for (int i = 0; i < waiters; ++i) {
+      const Clock::time_point released = Clock::now();
+      held[static_cast<std::size_t>(i)]->unlock();
+      std::unique_lock guard(mutex);
+      changed.wait(guard, [&] { return done == i + 1 || failed; });
+      if (failed) break;
+      const double seconds =
+          std::chrono::duration<double>(woke[static_cast<std::size_t>(i)] - released).count();
+      latencies.push_back(seconds);
+      total += seconds;
+    }
+    for (auto& unlocked : held) unlocked->unlock();
+    for (std::thread& thread : threads) thread.join();
+    if (failed) {
+      state.SkipWithError("a waiter's lock() threw");
+      return;
+    }
+    state.SetIterationTime(total / waiters);  // the mean wake latency
+  }
+  std::sort(latencies.begin(), latencies.end());
+  if (latencies.empty()) return;
+  const auto at = [&](double q) {
+    return latencies[static_cast<std::size_t>(q * static_cast<double>(latencies.size() - 1))];
+  };
+  state.counters["median_us"] = at(0.5) * 1e6;
+  state.counters["p99_us"] = at(0.99) * 1e6;
+  state.counters["rss_per_waiter_B"] = bytes_per_waiter;
+  state.counters["allocs_per_waiter"] = allocs_per_waiter;
+}
+BENCHMARK(BM_Wake1000)->UseManualTime()->Iterations(1)->Unit(benchmark::kMicrosecond);
+
+// Lock objects made and dropped; reads/writes show that none talks to the
+// server.
+template <class Make>
+void construct(benchmark::State& state, Make make) {
+  Client client(server_options());
+  const CycleCounters counters;
+  for (auto _ : state) {
+    auto lock = make(client);
+    benchmark::DoNotOptimize(lock);
+  }
+  counters.report(state);
+  state.SetItemsProcessed(state.iterations());
+}
+
+void BM_Construct_Mutex(benchmark::State& state) {
+  construct(state, [](Client& client) { return Mutex(client, "bench:scale:construct"); });
+}
+BENCHMARK(BM_Construct_Mutex)->UseRealTime();
+
+void BM_Construct_SimpleMutex(benchmark::State& state) {
+  construct(state, [](Client& client) { return SimpleMutex(client, "bench:scale:construct"); });
+}
+BENCHMARK(BM_Construct_SimpleMutex)->UseRealTime();
+
+void BM_Construct_ReentrantMutex(benchmark::State& state) {
+  construct(state, [](Client& client) { return ReentrantMutex(client, "bench:scale:construct"); });
+}
+BENCHMARK(BM_Construct_ReentrantMutex)->UseRealTime();
+
+void BM_Construct_SharedMutex(benchmark::State& state) {
+  construct(state, [](Client& client) { return SharedMutex(client, "bench:scale:construct"); });
+}
+BENCHMARK(BM_Construct_SharedMutex)->UseRealTime();
+
+void BM_Construct_Semaphore(benchmark::State& state) {
+  construct(state, [](Client& client) { return Semaphore(client, "bench:scale:construct", 4); });
+}
+BENCHMARK(BM_Construct_Semaphore)->UseRealTime();
+
+}  // namespace
+}  // namespace distlock::bench
