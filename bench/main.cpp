@@ -45,6 +45,7 @@ const std::vector<Ratio> ratios = {
     {"BM_Semaphore_AcquireRelease", "BM_Raw_SetNxPx_EvalshaDel", 1.3},
     {"BM_RateLimiter_TryAcquire", "BM_Raw_Evalsha_Noop", 1.2},
     {"BM_StripedMutex16_Contended8", "BM_Mutex_Contended8", 0.25},
+    {"BM_Cluster_Mutex_LockUnlock", "BM_Raw_Cluster_SetNxPx_EvalshaDel", 1.1},
 };
 
 // Prints as the console reporter does, and remembers each benchmark's time.
