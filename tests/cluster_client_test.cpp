@@ -69,10 +69,12 @@ TEST(ClusterClientOptions, UnboundCopyRefusesToBorrow) {
 
 class ClusterTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  static void SetUpTestSuite() { start(0); }
+  /// Starts the suite's cluster: 3 masters with `replicas` replicas each.
+  static void start(std::size_t replicas) {
     if (!RedisServer::available()) return;
     try {
-      cluster_ = new RedisCluster(3);
+      cluster_ = new RedisCluster(3, replicas);
     } catch (const std::exception& error) {
       start_error_ = new std::string(error.what());
     }
@@ -445,6 +447,126 @@ TEST_F(ClusterMigration, NoScriptAtTheNewOwnerFallsBackToEval) {
   EXPECT_EQ(calls_at(2, "eval"), evals + 1);
   EXPECT_EQ(lock.release(), Release::released);
   EXPECT_EQ(at(2, {"EXISTS", name}), "0");
+}
+
+// ---------------------------------------------------------------------------
+// Failover: a master killed (its replica takes over) or handing over. Each
+// test fails over a master of its own: a killed master's replica is the last
+// copy of its slots.
+
+class ClusterFailover : public ClusterTest {
+ protected:
+  static void SetUpTestSuite() { start(1); }
+
+  /// Deletes `key` on the replica of `master` only: the master keeps it (as
+  /// when a write had not reached the replica when the master died). The
+  /// delete is replicated; the key is then put back without replication.
+  void drop_on_replica(std::size_t master, const std::string& key) {
+    const std::string diverge =
+        "local v = redis.call('get', KEYS[1]) local t = redis.call('pttl', KEYS[1]) "
+        "redis.call('del', KEYS[1]) redis.set_repl(redis.REPL_NONE) "
+        "redis.call('set', KEYS[1], v, 'PX', t) return 1";
+    ASSERT_EQ(at(master, {"EVAL", diverge, "1", key}), "1");
+    cluster().wait_replicated(master);
+  }
+
+  /// A real failover takes seconds, so the client's pooled connections to
+  /// the dead master sit idle past the pool's 10 ms idle check (which drops
+  /// a connection the server closed) before they are used again; the
+  /// harness's takes a few milliseconds. This lets that much time pass; it
+  /// waits for no event.
+  static void as_long_as_a_real_failover() { std::this_thread::sleep_for(20ms); }
+
+  /// Polls `done` until it holds or 5 s pass.
+  template <class Done>
+  static bool within_5s(Done done) {
+    const auto until = Clock::now() + 5s;
+    while (!done() && Clock::now() < until) std::this_thread::sleep_for(5ms);
+    return done();
+  }
+};
+
+TEST_F(ClusterFailover, CallersRecoverWithinTheirDeadlinesAfterTheirMasterIsKilled) {
+  const std::string first = name_on(0, "killed-first");
+  const std::string second = name_on(0, "killed-second");
+  {
+    // The client knows the master and has a pooled connection to it.
+    ClusterMutex warm(client(), first);
+    ASSERT_TRUE(warm.try_lock());
+    warm.unlock();
+  }
+  const std::size_t promoted = cluster().fail_over(0, /*kill=*/true);
+  as_long_as_a_real_failover();
+  // A call with a deadline looks for the slot's new owner until then.
+  ClusterMutex timed(client(), first, LockOptions{}.ttl(10s));
+  const auto started = Clock::now();
+  EXPECT_TRUE(timed.try_lock_for(3s));
+  EXPECT_LT(Clock::now() - started, 3s + 500ms);
+  EXPECT_EQ(at(promoted, {"GET", first}), timed.token());
+  // One without, max_redirects times.
+  ClusterMutex untimed(client(), second, LockOptions{}.ttl(10s));
+  EXPECT_TRUE(untimed.try_lock());
+  EXPECT_EQ(timed.release(), Release::released);
+  EXPECT_EQ(untimed.release(), Release::released);
+}
+
+TEST_F(ClusterFailover, LeasesOnAKilledMasterAreRevalidatedAtTheNewOwner) {
+  // Renewals every 10 s: only the revalidation after the failover can
+  // settle these leases within the 5 s the test waits.
+  std::atomic<int> renewed_kept{0};
+  std::atomic<int> lost_calls{0};
+  std::atomic<LostReason> lost_reason{LostReason::expired};
+  ClusterOptions hooked = options();
+  const std::string kept_name = name_on(1, "failover-kept");
+  const std::string dropped_name = name_on(1, "failover-dropped");
+  hooked.on_event = [&](const LockEvent& event) {
+    if (event.type == LockEventType::renewed && event.key == kept_name) ++renewed_kept;
+  };
+  ClusterClient cluster_client(hooked);
+  const LockOptions lease =
+      LockOptions{}.ttl(30s).auto_renew(true).on_lost([&](const LeaseInfo& info) {
+        lost_reason = info.reason;
+        ++lost_calls;
+      });
+  ClusterMutex kept(cluster_client, kept_name, lease);
+  ClusterMutex dropped(cluster_client, dropped_name, lease);
+  ASSERT_TRUE(kept.try_lock());
+  ASSERT_TRUE(dropped.try_lock());
+  cluster().wait_replicated(1);
+  drop_on_replica(1, dropped_name);
+  ASSERT_EQ(at(1, {"GET", dropped_name}), dropped.token());
+
+  const std::size_t promoted = cluster().fail_over(1, /*kill=*/true);
+  as_long_as_a_real_failover();
+  ASSERT_EQ(at(promoted, {"EXISTS", dropped_name}), "0");
+  // Any call that meets the dead master reads the map again.
+  ClusterMutex other(cluster_client, name_on(promoted, "failover-other"));
+  EXPECT_TRUE(other.try_lock_for(3s));
+  other.unlock();
+
+  EXPECT_TRUE(within_5s([&] { return dropped.lost(); })) << "a lease the new owner lacks";
+  EXPECT_TRUE(within_5s([&] { return lost_calls.load() == 1; }));
+  EXPECT_EQ(lost_reason.load(), LostReason::taken);
+  EXPECT_TRUE(within_5s([&] { return renewed_kept.load() > 0; })) << "the kept lease re-read";
+  EXPECT_FALSE(kept.lost());
+  EXPECT_GT(kept.validity(), 25s);
+  EXPECT_GT(std::stoll(at(promoted, {"PTTL", kept_name})), 25000);
+  EXPECT_EQ(kept.release(), Release::released);
+  EXPECT_EQ(dropped.release(), Release::lost);
+}
+
+TEST_F(ClusterFailover, LeasesSurviveAHandOverByClusterFailover) {
+  const std::string name = name_on(2, "handover");
+  ClusterMutex lock(client(), name, LockOptions{}.ttl(10s));
+  ASSERT_TRUE(lock.try_lock());
+  cluster().wait_replicated(2);
+  const std::size_t promoted = cluster().fail_over(2, /*kill=*/false);
+  // The old master answers MOVED now: extend and release follow it.
+  EXPECT_TRUE(lock.extend(20s));
+  EXPECT_GT(std::stoll(at(promoted, {"PTTL", name})), 10000);
+  EXPECT_FALSE(lock.lost());
+  EXPECT_EQ(lock.release(), Release::released);
+  EXPECT_EQ(at(promoted, {"EXISTS", name}), "0");
 }
 
 }  // namespace

@@ -56,8 +56,16 @@ class Runtime {
   }
 
   Watchdog& watchdog() {
-    std::call_once(watchdog_started_, [this] { watchdog_ = std::make_unique<Watchdog>(); });
+    std::call_once(watchdog_started_, [this] {
+      watchdog_ = std::make_unique<Watchdog>();
+      watchdog_ready_.store(watchdog_.get(), std::memory_order_release);
+    });
     return *watchdog_;
+  }
+
+  /// The Watchdog if it was started, else null (then no lease is renewed).
+  Watchdog* started_watchdog() const noexcept {
+    return watchdog_ready_.load(std::memory_order_acquire);
   }
 
  private:
@@ -69,6 +77,7 @@ class Runtime {
   std::unique_ptr<Notifier> notifier_;
   std::once_flag watchdog_started_;
   std::unique_ptr<Watchdog> watchdog_;
+  std::atomic<Watchdog*> watchdog_ready_{nullptr};
 };
 
 }  // namespace distlock::detail
