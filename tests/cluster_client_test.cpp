@@ -16,7 +16,10 @@
 #include <vector>
 
 #include "distlock/acquire_policy.hpp"
+#include "distlock/counting_scripts.hpp"
 #include "distlock/detail/cluster_slots.hpp"
+#include "distlock/detail/sharded_scripts.hpp"
+#include "distlock/scripts.hpp"
 #include "support/fixture.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
@@ -332,7 +335,7 @@ TEST_F(ClusterLocks, WaiterIsWokenByTheRelease) {
   while (!waiting) std::this_thread::yield();
   // Let the waiter subscribe: until its subscription is confirmed it polls.
   const auto subscribed_by = Clock::now() + 5s;
-  while (client().notifier().channel_count() == 0 && Clock::now() < subscribed_by) {
+  while (client().for_key(name).notifier().channel_count() == 0 && Clock::now() < subscribed_by) {
     std::this_thread::sleep_for(5ms);
   }
   const auto released = Clock::now();
@@ -447,6 +450,126 @@ TEST_F(ClusterMigration, NoScriptAtTheNewOwnerFallsBackToEval) {
   EXPECT_EQ(calls_at(2, "eval"), evals + 1);
   EXPECT_EQ(lock.release(), Release::released);
   EXPECT_EQ(at(2, {"EXISTS", name}), "0");
+}
+
+// ---------------------------------------------------------------------------
+// Wake-on-release by sharded pub/sub: releases SPUBLISH, waiters SSUBSCRIBE
+// at the node that owns the lock's slot.
+
+class ClusterPubSub : public ClusterTest {
+ protected:
+  /// Waits until `master` has a shard-channel subscriber on `channel`.
+  bool subscribed_at(std::size_t master, const std::string& channel) {
+    const auto until = Clock::now() + 5s;
+    while (Clock::now() < until) {
+      if (at(master, {"PUBSUB", "SHARDNUMSUB", channel}).find("1") != std::string::npos) {
+        return true;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
+  }
+};
+
+TEST_F(ClusterPubSub, ShardedTwinsOfTheScriptsAreNamedByTheirSha1) {
+  EXPECT_EQ(detail::sha1_hex("abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
+  EXPECT_EQ(detail::sha1_hex(""), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+  for (const Script* script :
+       {&scripts::release, &scripts::extend, &scripts::reentrant_release, &scripts::read_release,
+        &scripts::write_release, &scripts::force_unlock, &scripts::semaphore_acquire,
+        &scripts::semaphore_release, &scripts::semaphore_resize}) {
+    const Script& twin = detail::with_sharded_publish(*script);
+    EXPECT_EQ(at(0, {"SCRIPT", "LOAD", std::string(twin.source)}), twin.sha1) << script->source;
+    // Publishes, and only they, changed.
+    EXPECT_EQ(twin.source.find("'publish'"), std::string_view::npos) << script->source;
+    EXPECT_EQ(twin.sha1 == script->sha1,
+              script->source.find("'publish'") == std::string_view::npos);
+  }
+}
+
+TEST_F(ClusterPubSub, WaiterOnEachMasterIsWokenByTheShardedRelease) {
+  for (std::size_t master = 0; master < cluster().size(); ++master) {
+    const std::string name = name_on(master, "sharded");
+    ClusterReentrantMutex holder(client(), name, LockOptions{}.ttl(30s));
+    ASSERT_TRUE(holder.try_lock());
+    const long long spublished = calls_at(master, "spublish");
+    std::atomic<bool> got{false};
+    // The waiter's own pause is 20 s: only the announcement brings it back.
+    std::thread waiter([&] {
+      BasicReentrantMutex<ClusterClient, FixedInterval> lock(client(), name, LockOptions{}.ttl(30s),
+                                                             FixedInterval(20s));
+      got = lock.try_lock_for(10s);
+      if (got) lock.unlock();
+    });
+    EXPECT_TRUE(subscribed_at(master, holder.channel())) << "master " << master;
+    const auto released = Clock::now();
+    holder.unlock();
+    waiter.join();
+    EXPECT_TRUE(got) << "master " << master;
+    EXPECT_LT(Clock::now() - released, 5s) << "master " << master;
+    EXPECT_GT(calls_at(master, "spublish"), spublished) << "master " << master;
+  }
+}
+
+TEST_F(ClusterPubSub, WaiterIsWokenByARedissonReleaseInClusterMode) {
+  // Held by a Redisson client; released as Redisson's cluster mode does:
+  // the hash deleted, "0" announced with SPUBLISH on the lock's channel.
+  const std::string name = name_on(1, "redisson");
+  const std::string channel = "redisson_lock__channel:{" + name + "}";
+  ASSERT_EQ(at(1, {"HSET", name, "5f1c2e7a-redisson:1", "1"}), "1");
+  ASSERT_EQ(at(1, {"PEXPIRE", name, "30000"}), "1");
+  std::atomic<bool> got{false};
+  std::thread waiter([&] {
+    BasicReentrantMutex<ClusterClient, FixedInterval> lock(client(), name, LockOptions{}.ttl(30s),
+                                                           FixedInterval(20s));
+    got = lock.try_lock_for(10s);
+    if (got) lock.unlock();
+  });
+  EXPECT_TRUE(subscribed_at(1, channel));
+  const auto released = Clock::now();
+  at(1, {"DEL", name});
+  at(1, {"SPUBLISH", channel, "0"});
+  waiter.join();
+  EXPECT_TRUE(got);
+  EXPECT_LT(Clock::now() - released, 5s);
+}
+
+TEST_F(ClusterPubSub, WaiterSubscribesAgainWhereTheSlotMoved) {
+  const std::string name = name_on(0, "sharded-moved");
+  const int slot = detail::key_slot(name);
+  ClusterMutex holder(client(), name, LockOptions{}.ttl(30s));
+  ASSERT_TRUE(holder.try_lock());
+  std::atomic<bool> got{false};
+  std::thread waiter([&] {
+    BasicMutex<ClusterClient, FixedInterval> lock(client(), name, LockOptions{}.ttl(30s),
+                                                  FixedInterval(20s));
+    got = lock.try_lock_for(15s);
+    if (got) lock.unlock();
+  });
+  const std::string subscribed = [&] {
+    const auto until = Clock::now() + 5s;
+    while (Clock::now() < until) {
+      const std::string channels = at(0, {"PUBSUB", "SHARDCHANNELS"});
+      if (channels.find(name) != std::string::npos) return channels;
+      std::this_thread::sleep_for(5ms);
+    }
+    return std::string();
+  }();
+  ASSERT_FALSE(subscribed.empty()) << "the waiter never subscribed at master 0";
+  // Moving the slot drops the subscription at master 0 (sunsubscribe).
+  cluster().move_slot(slot, 2);
+  const auto until = Clock::now() + 5s;
+  while (at(2, {"PUBSUB", "SHARDCHANNELS"}).find(name) == std::string::npos &&
+         Clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_NE(at(2, {"PUBSUB", "SHARDCHANNELS"}).find(name), std::string::npos)
+      << "the waiter did not subscribe again at the new owner";
+  const auto released = Clock::now();
+  EXPECT_EQ(holder.release(), Release::released);
+  waiter.join();
+  EXPECT_TRUE(got);
+  EXPECT_LT(Clock::now() - released, 5s);
 }
 
 // ---------------------------------------------------------------------------

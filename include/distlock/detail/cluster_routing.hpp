@@ -62,6 +62,9 @@ class ClusterNodes {
     Node(const ClientOptions& base, std::string node_host, int node_port)
         : client(with_address(base, std::move(node_host), node_port)) {}
     Client client;
+    // Its release notifier (sharded pub/sub), made on first use.
+    std::once_flag notifier_made;
+    std::unique_ptr<Notifier> notifier;
     const std::string& host() const noexcept { return client.options().host; }
     int port() const noexcept { return client.options().port; }
 
@@ -136,6 +139,7 @@ class ClusterNodes {
       try {
         connection.emplace(target->client.borrow(deadline));
         (*connection)->set_timeout(reply_timeout(options_.command_timeout, deadline));
+        (*connection)->set_sharded_publish(true);
         if (!asking) return send(**connection);
         (*connection)->command("ASKING");
         struct AskingOff {
@@ -223,9 +227,19 @@ class ClusterNodes {
   /// ConnectionError naming every node tried if none answered.
   void refresh(SteadyClock::time_point deadline);
 
-  /// The Runtime (Notifier and Watchdog) beside the pools, made on first
-  /// use. The Notifier subscribes at one node: a PUBLISH anywhere in a
-  /// cluster reaches every node's subscribers.
+  /// The release notifier of the node that owns `slot` now: sharded
+  /// pub/sub (SSUBSCRIBE there), made on first use. Releases SPUBLISH on
+  /// the owner of the channel's slot, which is the lock's.
+  Notifier& notifier_of(int slot) {
+    Node& node = owner(slot, SteadyClock::now() + options_.connect_timeout);
+    std::call_once(node.notifier_made, [&] {
+      node.notifier = std::make_unique<Notifier>(node.client.options(), options_.max_waiters,
+                                                 events_, /*sharded=*/true);
+    });
+    return *node.notifier;
+  }
+
+  /// The Runtime (its Watchdog) beside the pools, made on first use.
   Runtime& runtime() {
     check_process();
     std::call_once(runtime_made_, [this] {
