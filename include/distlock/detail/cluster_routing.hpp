@@ -87,6 +87,15 @@ class ClusterNodes {
         events_(options_.on_event ? std::make_shared<const EventHook>(options_.on_event) : nullptr),
         slots_(cluster_slots, nullptr) {}
 
+  /// In a forked child the nodes' notifier threads exist only in the
+  /// parent: their objects are left be, as Runtime leaves its own.
+  ~ClusterNodes() {
+    if (!forked()) return;
+    for (const auto& node : nodes_) {
+      if (node->notifier) left_behind_in_child().push_back(node->notifier.release());
+    }
+  }
+
   ClusterNodes(const ClusterNodes&) = delete;
   ClusterNodes& operator=(const ClusterNodes&) = delete;
 
