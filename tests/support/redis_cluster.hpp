@@ -179,10 +179,13 @@ class RedisCluster {
     }
   }
 
-  /// Step 3: every master is told that `to` owns the slot now.
+  /// Step 3: every master is told that `to` owns the slot now, `to`
+  /// first (as redis-cli does): told before it, the old owner would answer
+  /// MOVED to `to`, and `to`, still importing, MOVED back.
   void finish_migration(int slot, std::size_t to) {
+    expect_ok(to, {"CLUSTER", "SETSLOT", std::to_string(slot), "NODE", ids_.at(to)});
     for (std::size_t i = 0; i < nodes_.size(); ++i) {
-      if (!alive_[i] || master_of_[i] != no_master) continue;
+      if (i == to || !alive_[i] || master_of_[i] != no_master) continue;
       expect_ok(i, {"CLUSTER", "SETSLOT", std::to_string(slot), "NODE", ids_.at(to)});
     }
     owner_.at(static_cast<std::size_t>(slot)) = to;
