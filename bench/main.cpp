@@ -54,6 +54,7 @@ const std::vector<Ratio> ratios = {
     {"BM_Mutex_Contended/threads:2", "BM_Raw_Contended_PubSub/threads:2", 1.5},
     {"BM_Mutex_Contended/threads:4", "BM_Raw_Contended_PubSub/threads:4", 1.5},
     {"BM_Mutex_Contended/threads:8", "BM_Raw_Contended_PubSub/threads:8", 1.5},
+    {"BM_Cluster_Mutex_LockUnlock", "BM_Raw_Cluster_SetNxPx_EvalshaDel", 1.1},
 };
 
 // Prints as the console reporter does, and remembers each benchmark's time.

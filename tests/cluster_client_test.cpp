@@ -16,7 +16,10 @@
 #include <vector>
 
 #include "distlock/acquire_policy.hpp"
+#include "distlock/counting_scripts.hpp"
 #include "distlock/detail/cluster_slots.hpp"
+#include "distlock/detail/sharded_scripts.hpp"
+#include "distlock/scripts.hpp"
 #include "support/fixture.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
@@ -69,10 +72,12 @@ TEST(ClusterClientOptions, UnboundCopyRefusesToBorrow) {
 
 class ClusterTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  static void SetUpTestSuite() { start(0); }
+  /// Starts the suite's cluster: 3 masters with `replicas` replicas each.
+  static void start(std::size_t replicas) {
     if (!RedisServer::available()) return;
     try {
-      cluster_ = new RedisCluster(3);
+      cluster_ = new RedisCluster(3, replicas);
     } catch (const std::exception& error) {
       start_error_ = new std::string(error.what());
     }
@@ -330,7 +335,7 @@ TEST_F(ClusterLocks, WaiterIsWokenByTheRelease) {
   while (!waiting) std::this_thread::yield();
   // Let the waiter subscribe: until its subscription is confirmed it polls.
   const auto subscribed_by = Clock::now() + 5s;
-  while (client().notifier().channel_count() == 0 && Clock::now() < subscribed_by) {
+  while (client().for_key(name).notifier().channel_count() == 0 && Clock::now() < subscribed_by) {
     std::this_thread::sleep_for(5ms);
   }
   const auto released = Clock::now();
@@ -445,6 +450,251 @@ TEST_F(ClusterMigration, NoScriptAtTheNewOwnerFallsBackToEval) {
   EXPECT_EQ(calls_at(2, "eval"), evals + 1);
   EXPECT_EQ(lock.release(), Release::released);
   EXPECT_EQ(at(2, {"EXISTS", name}), "0");
+}
+
+// ---------------------------------------------------------------------------
+// Wake-on-release by sharded pub/sub: releases SPUBLISH, waiters SSUBSCRIBE
+// at the node that owns the lock's slot.
+
+class ClusterPubSub : public ClusterTest {
+ protected:
+  /// Waits until `master` has a shard-channel subscriber on `channel`.
+  bool subscribed_at(std::size_t master, const std::string& channel) {
+    const auto until = Clock::now() + 5s;
+    while (Clock::now() < until) {
+      if (at(master, {"PUBSUB", "SHARDNUMSUB", channel}).find("1") != std::string::npos) {
+        return true;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
+  }
+};
+
+TEST_F(ClusterPubSub, ShardedTwinsOfTheScriptsAreNamedByTheirSha1) {
+  EXPECT_EQ(detail::sha1_hex("abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
+  EXPECT_EQ(detail::sha1_hex(""), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+  for (const Script* script :
+       {&scripts::release, &scripts::extend, &scripts::reentrant_release, &scripts::read_release,
+        &scripts::write_release, &scripts::force_unlock, &scripts::semaphore_acquire,
+        &scripts::semaphore_release, &scripts::semaphore_resize}) {
+    const Script& twin = detail::with_sharded_publish(*script);
+    EXPECT_EQ(at(0, {"SCRIPT", "LOAD", std::string(twin.source)}), twin.sha1) << script->source;
+    // Publishes, and only they, changed.
+    EXPECT_EQ(twin.source.find("'publish'"), std::string_view::npos) << script->source;
+    EXPECT_EQ(twin.sha1 == script->sha1,
+              script->source.find("'publish'") == std::string_view::npos);
+  }
+}
+
+TEST_F(ClusterPubSub, WaiterOnEachMasterIsWokenByTheShardedRelease) {
+  for (std::size_t master = 0; master < cluster().size(); ++master) {
+    const std::string name = name_on(master, "sharded");
+    ClusterReentrantMutex holder(client(), name, LockOptions{}.ttl(30s));
+    ASSERT_TRUE(holder.try_lock());
+    const long long spublished = calls_at(master, "spublish");
+    std::atomic<bool> got{false};
+    // The waiter's own pause is 20 s: only the announcement brings it back.
+    std::thread waiter([&] {
+      BasicReentrantMutex<ClusterClient, FixedInterval> lock(client(), name, LockOptions{}.ttl(30s),
+                                                             FixedInterval(20s));
+      got = lock.try_lock_for(10s);
+      if (got) lock.unlock();
+    });
+    EXPECT_TRUE(subscribed_at(master, holder.channel())) << "master " << master;
+    const auto released = Clock::now();
+    holder.unlock();
+    waiter.join();
+    EXPECT_TRUE(got) << "master " << master;
+    EXPECT_LT(Clock::now() - released, 5s) << "master " << master;
+    EXPECT_GT(calls_at(master, "spublish"), spublished) << "master " << master;
+  }
+}
+
+TEST_F(ClusterPubSub, WaiterIsWokenByARedissonReleaseInClusterMode) {
+  // Held by a Redisson client; released as Redisson's cluster mode does:
+  // the hash deleted, "0" announced with SPUBLISH on the lock's channel.
+  const std::string name = name_on(1, "redisson");
+  const std::string channel = "redisson_lock__channel:{" + name + "}";
+  ASSERT_EQ(at(1, {"HSET", name, "5f1c2e7a-redisson:1", "1"}), "1");
+  ASSERT_EQ(at(1, {"PEXPIRE", name, "30000"}), "1");
+  std::atomic<bool> got{false};
+  std::thread waiter([&] {
+    BasicReentrantMutex<ClusterClient, FixedInterval> lock(client(), name, LockOptions{}.ttl(30s),
+                                                           FixedInterval(20s));
+    got = lock.try_lock_for(10s);
+    if (got) lock.unlock();
+  });
+  EXPECT_TRUE(subscribed_at(1, channel));
+  const auto released = Clock::now();
+  at(1, {"DEL", name});
+  at(1, {"SPUBLISH", channel, "0"});
+  waiter.join();
+  EXPECT_TRUE(got);
+  EXPECT_LT(Clock::now() - released, 5s);
+}
+
+TEST_F(ClusterPubSub, WaiterSubscribesAgainWhereTheSlotMoved) {
+  const std::string name = name_on(0, "sharded-moved");
+  const int slot = detail::key_slot(name);
+  ClusterMutex holder(client(), name, LockOptions{}.ttl(30s));
+  ASSERT_TRUE(holder.try_lock());
+  std::atomic<bool> got{false};
+  std::string failed;
+  std::thread waiter([&] {
+    try {
+      BasicMutex<ClusterClient, FixedInterval> lock(client(), name, LockOptions{}.ttl(30s),
+                                                    FixedInterval(20s));
+      got = lock.try_lock_for(15s);
+      if (got) lock.unlock();
+    } catch (const Error& error) {
+      failed = error.what();
+    }
+  });
+  const std::string subscribed = [&] {
+    const auto until = Clock::now() + 5s;
+    while (Clock::now() < until) {
+      const std::string channels = at(0, {"PUBSUB", "SHARDCHANNELS"});
+      if (channels.find(name) != std::string::npos) return channels;
+      std::this_thread::sleep_for(5ms);
+    }
+    return std::string();
+  }();
+  ASSERT_FALSE(subscribed.empty()) << "the waiter never subscribed at master 0";
+  // Moving the slot drops the subscription at master 0 (sunsubscribe).
+  cluster().move_slot(slot, 2);
+  const auto until = Clock::now() + 5s;
+  while (at(2, {"PUBSUB", "SHARDCHANNELS"}).find(name) == std::string::npos &&
+         Clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_NE(at(2, {"PUBSUB", "SHARDCHANNELS"}).find(name), std::string::npos)
+      << "the waiter did not subscribe again at the new owner";
+  const auto released = Clock::now();
+  EXPECT_EQ(holder.release(), Release::released);
+  waiter.join();
+  EXPECT_TRUE(got) << failed;
+  EXPECT_LT(Clock::now() - released, 5s);
+}
+
+// ---------------------------------------------------------------------------
+// Failover: a master killed (its replica takes over) or handing over. Each
+// test fails over a master of its own: a killed master's replica is the last
+// copy of its slots.
+
+class ClusterFailover : public ClusterTest {
+ protected:
+  static void SetUpTestSuite() { start(1); }
+
+  /// Deletes `key` on the replica of `master` only: the master keeps it (as
+  /// when a write had not reached the replica when the master died). The
+  /// delete is replicated; the key is then put back without replication.
+  void drop_on_replica(std::size_t master, const std::string& key) {
+    const std::string diverge =
+        "local v = redis.call('get', KEYS[1]) local t = redis.call('pttl', KEYS[1]) "
+        "redis.call('del', KEYS[1]) redis.set_repl(redis.REPL_NONE) "
+        "redis.call('set', KEYS[1], v, 'PX', t) return 1";
+    ASSERT_EQ(at(master, {"EVAL", diverge, "1", key}), "1");
+    cluster().wait_replicated(master);
+  }
+
+  /// A real failover takes seconds, so the client's pooled connections to
+  /// the dead master sit idle past the pool's 10 ms idle check (which drops
+  /// a connection the server closed) before they are used again; the
+  /// harness's takes a few milliseconds. This lets that much time pass; it
+  /// waits for no event.
+  static void as_long_as_a_real_failover() { std::this_thread::sleep_for(20ms); }
+
+  /// Polls `done` until it holds or 5 s pass.
+  template <class Done>
+  static bool within_5s(Done done) {
+    const auto until = Clock::now() + 5s;
+    while (!done() && Clock::now() < until) std::this_thread::sleep_for(5ms);
+    return done();
+  }
+};
+
+TEST_F(ClusterFailover, CallersRecoverWithinTheirDeadlinesAfterTheirMasterIsKilled) {
+  const std::string first = name_on(0, "killed-first");
+  const std::string second = name_on(0, "killed-second");
+  {
+    // The client knows the master and has a pooled connection to it.
+    ClusterMutex warm(client(), first);
+    ASSERT_TRUE(warm.try_lock());
+    warm.unlock();
+  }
+  const std::size_t promoted = cluster().fail_over(0, /*kill=*/true);
+  as_long_as_a_real_failover();
+  // A call with a deadline looks for the slot's new owner until then.
+  ClusterMutex timed(client(), first, LockOptions{}.ttl(10s));
+  const auto started = Clock::now();
+  EXPECT_TRUE(timed.try_lock_for(3s));
+  EXPECT_LT(Clock::now() - started, 3s + 500ms);
+  EXPECT_EQ(at(promoted, {"GET", first}), timed.token());
+  // One without, max_redirects times.
+  ClusterMutex untimed(client(), second, LockOptions{}.ttl(10s));
+  EXPECT_TRUE(untimed.try_lock());
+  EXPECT_EQ(timed.release(), Release::released);
+  EXPECT_EQ(untimed.release(), Release::released);
+}
+
+TEST_F(ClusterFailover, LeasesOnAKilledMasterAreRevalidatedAtTheNewOwner) {
+  // Renewals every 10 s: only the revalidation after the failover can
+  // settle these leases within the 5 s the test waits.
+  std::atomic<int> renewed_kept{0};
+  std::atomic<int> lost_calls{0};
+  std::atomic<LostReason> lost_reason{LostReason::expired};
+  ClusterOptions hooked = options();
+  const std::string kept_name = name_on(1, "failover-kept");
+  const std::string dropped_name = name_on(1, "failover-dropped");
+  hooked.on_event = [&](const LockEvent& event) {
+    if (event.type == LockEventType::renewed && event.key == kept_name) ++renewed_kept;
+  };
+  ClusterClient cluster_client(hooked);
+  const LockOptions lease =
+      LockOptions{}.ttl(30s).auto_renew(true).on_lost([&](const LeaseInfo& info) {
+        lost_reason = info.reason;
+        ++lost_calls;
+      });
+  ClusterMutex kept(cluster_client, kept_name, lease);
+  ClusterMutex dropped(cluster_client, dropped_name, lease);
+  ASSERT_TRUE(kept.try_lock());
+  ASSERT_TRUE(dropped.try_lock());
+  cluster().wait_replicated(1);
+  drop_on_replica(1, dropped_name);
+  ASSERT_EQ(at(1, {"GET", dropped_name}), dropped.token());
+
+  const std::size_t promoted = cluster().fail_over(1, /*kill=*/true);
+  as_long_as_a_real_failover();
+  ASSERT_EQ(at(promoted, {"EXISTS", dropped_name}), "0");
+  // Any call that meets the dead master reads the map again.
+  ClusterMutex other(cluster_client, name_on(promoted, "failover-other"));
+  EXPECT_TRUE(other.try_lock_for(3s));
+  other.unlock();
+
+  EXPECT_TRUE(within_5s([&] { return dropped.lost(); })) << "a lease the new owner lacks";
+  EXPECT_TRUE(within_5s([&] { return lost_calls.load() == 1; }));
+  EXPECT_EQ(lost_reason.load(), LostReason::taken);
+  EXPECT_TRUE(within_5s([&] { return renewed_kept.load() > 0; })) << "the kept lease re-read";
+  EXPECT_FALSE(kept.lost());
+  EXPECT_GT(kept.validity(), 25s);
+  EXPECT_GT(std::stoll(at(promoted, {"PTTL", kept_name})), 25000);
+  EXPECT_EQ(kept.release(), Release::released);
+  EXPECT_EQ(dropped.release(), Release::lost);
+}
+
+TEST_F(ClusterFailover, LeasesSurviveAHandOverByClusterFailover) {
+  const std::string name = name_on(2, "handover");
+  ClusterMutex lock(client(), name, LockOptions{}.ttl(10s));
+  ASSERT_TRUE(lock.try_lock());
+  cluster().wait_replicated(2);
+  const std::size_t promoted = cluster().fail_over(2, /*kill=*/false);
+  // The old master answers MOVED now: extend and release follow it.
+  EXPECT_TRUE(lock.extend(20s));
+  EXPECT_GT(std::stoll(at(promoted, {"PTTL", name})), 10000);
+  EXPECT_FALSE(lock.lost());
+  EXPECT_EQ(lock.release(), Release::released);
+  EXPECT_EQ(at(promoted, {"EXISTS", name}), "0");
 }
 
 }  // namespace

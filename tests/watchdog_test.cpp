@@ -281,6 +281,31 @@ TEST_F(WatchdogTest, LeaseTakenByAnotherTokenIsReportedLostAndLeftAlone) {
   EXPECT_FALSE(lock.owns_lock());
 }
 
+TEST_F(WatchdogTest, RevalidateReReadsThePickedLeasesAtOnce) {
+  // Renewals every 10 s; only revalidate() settles these within the wait.
+  LostLog log;
+  const LockOptions options = LockOptions{}.ttl(30s).auto_renew(true).on_lost(log.callback());
+  Mutex gone(client(), "revalidate:gone", options);
+  Mutex kept(client(), "revalidate:kept", options);
+  Mutex unpicked(client(), "revalidate:unpicked", options);
+  ASSERT_TRUE(gone.try_lock());
+  ASSERT_TRUE(kept.try_lock());
+  ASSERT_TRUE(unpicked.try_lock());
+  // As after a failover to a replica that missed one key, and cut another's lease.
+  client().command("DEL", "revalidate:gone");
+  client().command("DEL", "revalidate:unpicked");
+  client().command("PEXPIRE", "revalidate:kept", "5000");
+  client().watchdog().revalidate(
+      [&](const detail::LeaseState& lease) { return lease.key != "revalidate:unpicked"; });
+  ASSERT_TRUE(log.wait_for_one(2s));
+  EXPECT_EQ(log.lost[0].name(), "revalidate:gone");
+  EXPECT_EQ(log.lost[0].reason, LostReason::taken);
+  EXPECT_TRUE(gone.lost());
+  EXPECT_FALSE(kept.lost());
+  EXPECT_GT(client().command("PTTL", "revalidate:kept").integer(), 25000);
+  EXPECT_FALSE(unpicked.lost());  // not picked: believed until its renewal
+}
+
 TEST_F(WatchdogTest, ReleaseOfALostLeaseReportsLostAndDeletesNothing) {
   Mutex lock(client(), "k", LockOptions{}.ttl(300ms).auto_renew(true));
   ASSERT_TRUE(lock.try_lock());

@@ -16,9 +16,14 @@
 //
 // A handle: copies share the pools (one per node), the slot map and the
 // Runtime. Nothing connects until first use. Release announcements use
-// PUBLISH, which a cluster forwards to every node, and one subscriber
-// connection at one node hears them; a waiter that misses one still wakes
-// by the holder's lease end.
+// sharded pub/sub (Redis 7): releases SPUBLISH on the lock's channel, which
+// shares the lock's slot, and waiters SSUBSCRIBE at the node that owns it
+// (one subscriber connection per node, made when first waited on), so an
+// announcement stays on its shard, and a Redisson release in cluster mode
+// (which SPUBLISHes) wakes a distlock waiter. When the slot moves, the
+// node drops the subscription and the waiter subscribes again at the new
+// owner; a waiter that misses an announcement still wakes by the holder's
+// lease end.
 #pragma once
 
 #include <chrono>
@@ -72,7 +77,9 @@ class ClusterClient {
   /// and as Client::borrow does.
   Client::Borrowed borrow(std::chrono::steady_clock::time_point deadline =
                               std::chrono::steady_clock::time_point::max()) {
-    return nodes_->owner(bound_slot(), deadline).client.borrow(deadline);
+    Client::Borrowed connection = nodes_->owner(bound_slot(), deadline).client.borrow(deadline);
+    connection->set_sharded_publish(true);
+    return connection;
   }
 
   /// Runs `send(connection)` at the owner of this copy's slot, following
@@ -130,8 +137,10 @@ class ClusterClient {
   /// MOVED updates the slot map.
   void saw_error(std::string_view reply) { nodes_->saw_error(reply); }
 
-  /// The release notifier, started (one thread, one connection) on first use.
-  Notifier& notifier() { return nodes_->runtime().notifier(); }
+  /// The release notifier of the node that owns this copy's slot (slot 0
+  /// when unbound) now: sharded pub/sub, started (one thread, one
+  /// connection per node) on first use.
+  Notifier& notifier() { return nodes_->notifier_of(slot_ >= 0 ? slot_ : 0); }
   const detail::SharedEventHook& events() const noexcept { return nodes_->events(); }
   /// The lease watchdog, started (one thread) on first use.
   Watchdog& watchdog() { return nodes_->runtime().watchdog(); }

@@ -28,6 +28,7 @@
 
 #include "distlock/connection_options.hpp"
 #include "distlock/detail/args.hpp"
+#include "distlock/detail/sharded_scripts.hpp"
 #include "distlock/error.hpp"
 #include "distlock/reply.hpp"
 
@@ -89,6 +90,14 @@ class Connection {
   /// command in: while set, eval() sends ASKING again before the EVAL that
   /// follows a NOSCRIPT.
   void set_asking(bool on) noexcept { asking_ = on; }
+  /// For a Redis Cluster (7.0 or later): while set, scripts run here
+  /// announce releases with SPUBLISH instead of PUBLISH
+  /// (detail/sharded_scripts.hpp), and publish_verb() says SPUBLISH.
+  void set_sharded_publish(bool on) noexcept { sharded_publish_ = on; }
+  /// The command that announces a release on this connection.
+  std::string_view publish_verb() const noexcept {
+    return sharded_publish_ ? "SPUBLISH" : "PUBLISH";
+  }
   /// Queues the EVALSHA of a script (the caller handles NOSCRIPT replies).
   void append_evalsha(const Script& script, detail::Args keys, detail::Args args);
 
@@ -160,6 +169,7 @@ class Connection {
   std::size_t pending_ = 0;
   bool broken_ = false;
   bool asking_ = false;
+  bool sharded_publish_ = false;
   std::chrono::steady_clock::time_point last_used_{};
   Reply last_{nullptr};
   char verb_[16] = {};  // the first command of the pipeline in flight, for messages
@@ -283,11 +293,13 @@ inline void Connection::append_script(std::string_view verb, std::string_view bo
 }
 
 inline void Connection::append_evalsha(const Script& script, detail::Args keys, detail::Args args) {
-  append_script("EVALSHA", script.sha1, keys, args);
+  append_script("EVALSHA", (sharded_publish_ ? detail::with_sharded_publish(script) : script).sha1,
+                keys, args);
 }
 
-inline Reply Connection::eval(const Script& script, detail::Args keys, detail::Args args) {
-  append_evalsha(script, keys, args);
+inline Reply Connection::eval(const Script& given, detail::Args keys, detail::Args args) {
+  const Script& script = sharded_publish_ ? detail::with_sharded_publish(given) : given;
+  append_script("EVALSHA", script.sha1, keys, args);
   if (read_reply().is_error() && classify_server_error(last_.str()) == ServerErrorKind::noscript) {
     // The server lost its script cache (restart, failover, SCRIPT FLUSH):
     // EVAL runs the script and caches it for the next EVALSHA.
@@ -365,9 +377,19 @@ inline void Connection::send_behind(detail::Args argv) noexcept {
   broken_ = true;
 }
 
-inline void Connection::send_eval_behind(const Script& script, detail::Args keys,
+inline void Connection::send_eval_behind(const Script& given, detail::Args keys,
                                          detail::Args args) noexcept {
   if (3 + keys.size() + args.size() > stack_args) return;  // nothing below allocates
+  // The twin was made by the attempt this undoes, so this only looks it up.
+  const Script* twin = &given;
+  if (sharded_publish_) {
+    try {
+      twin = &detail::with_sharded_publish(given);
+    } catch (...) {
+      return;  // best effort, as the rest of it
+    }
+  }
+  const Script& script = *twin;
   // EVAL, not EVALSHA: nobody will read a NOSCRIPT.
   with_script_argv("EVAL", script.source, keys, args,
                    [&](detail::Args argv) { send_behind(argv); });

@@ -141,6 +141,10 @@ class Renewer {
   virtual ~Renewer() = default;
   /// (kind of lease, backend): equal for leases that can share a batch.
   virtual BatchKey batch_key() const noexcept = 0;
+  /// Where the leases are held: the backend's identity (a Client's
+  /// options, a cluster slot), for Watchdog::revalidate's callers to pick
+  /// the leases held through a node that failed over.
+  virtual const void* endpoint() const noexcept { return batch_key().second; }
   /// Renews every lease of `leases` to its ttl, through the lease's own
   /// backend, giving up at `deadline`; sets outcomes[i] for leases[i]
   /// (they arrive as unknown). Never throws.

@@ -11,6 +11,14 @@
 // waited on again and again does not pay a SUBSCRIBE round trip each time)
 // and is then unsubscribed.
 //
+// Sharded (for a Redis Cluster node, ClusterClient): SSUBSCRIBE and
+// SUNSUBSCRIBE instead, and releases announced with SPUBLISH. When the
+// channel's slot leaves the node (a slot move or a failover) the server
+// drops the subscription (an unasked "sunsubscribe", or an error reply to
+// SSUBSCRIBE at a node that does not own the slot): its waiters are woken
+// and Subscription::moved() turns true, so they subscribe again where the
+// slot is now.
+//
 // Pub/sub delivers at most once. A lost message (or a subscriber connection
 // that dropped) only delays a waiter until its timer, which the lock never
 // sets beyond the holder's remaining lease; after a reconnect every waiter is
@@ -75,6 +83,10 @@ class Notifier {
     /// live connection: only then can a release be relied on to wake us.
     bool active() const { return notifier_->is_active(*channel_); }
 
+    /// Sharded only: the node dropped the subscription because the
+    /// channel's slot is served elsewhere now; subscribe again there.
+    bool moved() const { return notifier_->is_moved(*channel_); }
+
    private:
     friend class Notifier;
     Subscription(Notifier* notifier, Channel* channel) noexcept
@@ -86,7 +98,7 @@ class Notifier {
   /// Connects lazily from its own thread; `max_waiters` bounds the
   /// subscriptions held at once.
   Notifier(ConnectionOptions options, std::size_t max_waiters,
-           detail::SharedEventHook events = nullptr);
+           detail::SharedEventHook events = nullptr, bool sharded = false);
   ~Notifier();
 
   Notifier(const Notifier&) = delete;
@@ -119,6 +131,7 @@ class Notifier {
     std::uint64_t generation = 0;
     bool confirmed = false;         // the server said "subscribe" on the current connection
     bool sent = false;              // SUBSCRIBE written on the current connection
+    bool moved = false;             // sharded: the node dropped it (slot served elsewhere)
     clock::time_point abandoned{};  // when waiters last dropped to zero
     std::condition_variable changed;
   };
@@ -135,12 +148,15 @@ class Notifier {
   std::uint64_t generation_of(Channel& channel);
   bool wait_on(Channel& channel, std::uint64_t seen, clock::time_point until);
   bool is_active(Channel& channel);
+  bool is_moved(Channel& channel);
+  void mark_moved(Channel& channel) DISTLOCK_REQUIRES(mutex_);
   void poke() noexcept;
 
   ConnectionOptions options_ DISTLOCK_GUARDED_BY(mutex_);
   const std::size_t max_waiters_;
   const detail::SharedEventHook events_;  // told of reconnects
   const int wake_fd_;
+  const bool sharded_;
 
   mutable detail::Mutex mutex_;
   std::condition_variable connected_;
@@ -158,11 +174,12 @@ class Notifier {
 };
 
 inline Notifier::Notifier(ConnectionOptions options, std::size_t max_waiters,
-                          detail::SharedEventHook events)
+                          detail::SharedEventHook events, bool sharded)
     : options_(std::move(options)),
       max_waiters_(max_waiters),
       events_(std::move(events)),
-      wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+      wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      sharded_(sharded) {
   if (wake_fd_ < 0) throw Error(Errc::io_error, "eventfd failed for the notifier");
   thread_ = std::thread([this] { run(); });
 }
@@ -201,8 +218,9 @@ inline Notifier::Subscription Notifier::subscribe(const std::string& channel,
   // Never wait on a subscriber connection that cannot be made: without a
   // confirmation the waiter falls back to its timer.
   const clock::time_point give_up = std::min(deadline, clock::now() + options_.command_timeout);
-  lock.wait_until(entry.changed, give_up,
-                  [&]() DISTLOCK_REQUIRES(mutex_) { return entry.confirmed || stopping_; });
+  lock.wait_until(entry.changed, give_up, [&]() DISTLOCK_REQUIRES(mutex_) {
+    return entry.confirmed || entry.moved || stopping_;
+  });
   return subscription;
 }
 
@@ -227,6 +245,19 @@ inline bool Notifier::wait_on(Channel& channel, std::uint64_t seen, clock::time_
 inline bool Notifier::is_active(Channel& channel) {
   detail::MutexLock lock(mutex_);
   return up_ && channel.confirmed;
+}
+
+inline bool Notifier::is_moved(Channel& channel) {
+  detail::MutexLock lock(mutex_);
+  return channel.moved;
+}
+
+inline void Notifier::mark_moved(Channel& channel) {
+  // Left "sent", so this connection does not ask again; a reconnect does.
+  channel.moved = true;
+  channel.confirmed = false;
+  ++channel.generation;
+  channel.changed.notify_all();
 }
 
 inline void Notifier::wake(const std::string& channel) {
@@ -319,6 +350,7 @@ inline bool Notifier::connect_once() {
     for (auto& [name, channel] : channels_) {
       channel->sent = false;
       channel->confirmed = false;
+      channel->moved = false;
       ++channel->generation;
       channel->changed.notify_all();
     }
@@ -368,8 +400,8 @@ inline int Notifier::sync_subscriptions() {
     argv.insert(argv.end(), names.begin(), names.end());
     connection_->append_argv(argv);
   };
-  send("SUBSCRIBE", subscribe);
-  send("UNSUBSCRIBE", unsubscribe);
+  send(sharded_ ? "SSUBSCRIBE" : "SUBSCRIBE", subscribe);
+  send(sharded_ ? "SUNSUBSCRIBE" : "UNSUBSCRIBE", unsubscribe);
   if (!subscribe.empty() || !unsubscribe.empty()) connection_->flush();
   if (next_due == clock::time_point::max()) return -1;
   const auto wait = std::chrono::ceil<std::chrono::milliseconds>(next_due - clock::now());
@@ -377,6 +409,15 @@ inline int Notifier::sync_subscriptions() {
 }
 
 inline void Notifier::handle(const Reply& reply) {
+  if (sharded_ && reply.is_error()) {
+    // SSUBSCRIBE refused (MOVED: the slot is served elsewhere, or
+    // CROSSSLOT): the channels still waiting for their confirmation.
+    detail::MutexLock lock(mutex_);
+    for (auto& [name, channel] : channels_) {
+      if (channel->sent && !channel->confirmed && !channel->moved) mark_moved(*channel);
+    }
+    return;
+  }
   if (!reply.is_array() || reply.size() < 3) return;
   const std::string_view kind = reply[0].str();
   const std::string name(reply[1].str());
@@ -384,10 +425,14 @@ inline void Notifier::handle(const Reply& reply) {
   const auto it = channels_.find(name);
   if (it == channels_.end()) return;
   Channel& channel = *it->second;
-  if (kind == "message") {
+  if (kind == "message" || kind == "smessage") {
     ++channel.generation;
-  } else if (kind == "subscribe") {
+  } else if (kind == "subscribe" || kind == "ssubscribe") {
     channel.confirmed = true;
+  } else if (kind == "sunsubscribe" && channel.confirmed) {
+    // Unasked (ours are only for channels already forgotten): the slot left.
+    mark_moved(channel);
+    return;
   } else {
     return;  // "unsubscribe" of an abandoned name that came back before the reply
   }

@@ -60,9 +60,14 @@ class Runtime {
   Watchdog& watchdog() {
     std::call_once(watchdog_started_, [this] {
       watchdog_ = std::make_unique<Watchdog>();
-      watchdog_made_.store(true, std::memory_order_release);
+      watchdog_ready_.store(watchdog_.get(), std::memory_order_release);
     });
     return *watchdog_;
+  }
+
+  /// The Watchdog if it was started, else null (then no lease is renewed).
+  Watchdog* started_watchdog() const noexcept {
+    return watchdog_ready_.load(std::memory_order_acquire);
   }
 
   /// The server moved (a failover followed by the backend): the Notifier,
@@ -77,7 +82,7 @@ class Runtime {
   /// granted on: every lease the Watchdog holds is revalidated there at
   /// once (Watchdog::revalidate). Nothing to do before the Watchdog starts.
   void revalidate() {
-    if (watchdog_made_.load(std::memory_order_acquire)) watchdog_->revalidate();
+    if (Watchdog* watchdog = started_watchdog()) watchdog->revalidate();
   }
 
  private:
@@ -91,7 +96,7 @@ class Runtime {
   std::atomic<bool> notifier_made_{false};
   std::once_flag watchdog_started_;
   std::unique_ptr<Watchdog> watchdog_;
-  std::atomic<bool> watchdog_made_{false};
+  std::atomic<Watchdog*> watchdog_ready_{nullptr};
 };
 
 }  // namespace distlock::detail

@@ -84,7 +84,7 @@ struct TransactionalLease {
                             const std::string& token) {
     return check_and_change(connection, keys, token, [&] {
       connection.append("DEL", keys.key);
-      connection.append("PUBLISH", keys.channel, "0");
+      connection.append(connection.publish_verb(), keys.channel, "0");
     });
   }
 

@@ -127,6 +127,16 @@ class Watchdog {
     state_->changed.notify_all();
   }
 
+  /// Re-reads at once, in the next round, every lease `through(lease)`
+  /// picks (those held through a node that failed over, say): one whose
+  /// key still holds its token is renewed and its validity counted from
+  /// that round; one that is gone is reported lost (lost(), on_lost), as
+  /// any renewal would. `through` is called under the Watchdog's mutex:
+  /// it must only look at the lease. Does not wait for the round, so it
+  /// may be called from any thread, the Watchdog's own included.
+  template <class Through>
+  void revalidate(Through&& through);
+
   /// Leases being renewed.
   std::size_t size() const {
     detail::MutexLock lock(state_->mutex);
@@ -268,6 +278,22 @@ inline void Watchdog::renew_all_now() {
   lock.wait(state_->round_done, [&]() DISTLOCK_REQUIRES(state_->mutex) {
     return state_->forced_rounds >= target || state_->stopping;
   });
+}
+
+template <class Through>
+void Watchdog::revalidate(Through&& through) {
+  bool any = false;
+  {
+    detail::MutexLock lock(state_->mutex);
+    const clock::time_point now = clock::now();
+    for (auto& [key, entry] : state_->entries) {
+      if (entry.lease->lost || entry.next_renewal <= now || !through(*entry.lease)) continue;
+      entry.next_renewal = now;
+      any = true;
+    }
+    if (any) ++state_->changes;
+  }
+  if (any) state_->changed.notify_all();
 }
 
 inline void Watchdog::run(State& state) {

@@ -8,7 +8,11 @@
 // constructor returns once every node reports cluster_state:ok (or throws,
 // with each node's CLUSTER INFO and log, after 20 s). It also moves slots
 // between masters the way redis-cli --cluster reshard does, in steps a test
-// can stop between (the ASK window). Like RedisServer it depends only on
+// can stop between (the ASK window). With replicas (RedisCluster(3, 1)) each
+// master gets its own, attached with CLUSTER REPLICATE and in sync before
+// the constructor returns; fail_over() then kills a master (kill -9) and
+// promotes its replica with CLUSTER FAILOVER TAKEOVER, or hands over
+// gracefully with CLUSTER FAILOVER. Like RedisServer it depends only on
 // POSIX and hiredis, not on GoogleTest.
 #pragma once
 
@@ -29,17 +33,11 @@ class RedisCluster {
  public:
   static constexpr int slots = 16384;
 
-  explicit RedisCluster(std::size_t masters = 3) {
+  /// `masters` masters with `replicas` replicas each. Node indexes: the
+  /// masters first (0 .. masters-1), then the replicas.
+  explicit RedisCluster(std::size_t masters = 3, std::size_t replicas = 0) : masters_(masters) {
     if (masters == 0) throw std::invalid_argument("RedisCluster: at least one master");
-    for (std::size_t i = 0; i < masters; ++i) {
-      const int bus_port = detail::pick_free_port();
-      RedisServerOptions options;
-      options.config_lines = {"cluster-enabled yes", "cluster-config-file nodes.conf",
-                              "cluster-port " + std::to_string(bus_port),
-                              "cluster-node-timeout 5000", "cluster-require-full-coverage yes"};
-      nodes_.push_back(std::make_unique<RedisServer>(options));
-      bus_ports_.push_back(bus_port);
-    }
+    for (std::size_t i = 0; i < masters * (1 + replicas); ++i) start_node();
     owner_.assign(slots, 0);
     for (std::size_t i = 0; i < masters; ++i) {
       const int first = static_cast<int>(slots * i / masters);
@@ -49,34 +47,101 @@ class RedisCluster {
       for (int slot = first; slot <= last; ++slot) owner_[static_cast<std::size_t>(slot)] = i;
       ids_.push_back(nodes_[i]->command({"CLUSTER", "MYID"}));
     }
-    for (std::size_t i = 1; i < masters; ++i) {
+    for (std::size_t i = masters; i < nodes_.size(); ++i) {
+      ids_.push_back(nodes_[i]->command({"CLUSTER", "MYID"}));
+    }
+    for (std::size_t i = 1; i < nodes_.size(); ++i) {
       expect_ok(0, {"CLUSTER", "MEET", nodes_[i]->host(), std::to_string(nodes_[i]->port()),
                     std::to_string(bus_ports_[i])});
     }
+    for (std::size_t i = masters; i < nodes_.size(); ++i) {
+      const std::size_t master = master_of_[i];
+      // CLUSTER REPLICATE needs the master known to the replica first.
+      wait_for("node " + std::to_string(i) + " to learn of its master", [&] {
+        return nodes_[i]->command({"CLUSTER", "NODES"}).find(ids_[master]) != std::string::npos;
+      });
+      expect_ok(i, {"CLUSTER", "REPLICATE", ids_[master]});
+    }
     wait_until_ok();
+    for (std::size_t i = masters; i < nodes_.size(); ++i) {
+      wait_for("replica " + std::to_string(i) + " to sync", [&] {
+        return nodes_[i]->command({"INFO", "replication"}).find("master_link_status:up") !=
+               std::string::npos;
+      });
+    }
   }
 
   RedisCluster(const RedisCluster&) = delete;
   RedisCluster& operator=(const RedisCluster&) = delete;
 
+  /// Nodes, replicas included.
   std::size_t size() const { return nodes_.size(); }
+  std::size_t masters() const { return masters_; }
   RedisServer& node(std::size_t i) { return *nodes_.at(i); }
   const std::string& id(std::size_t i) const { return ids_.at(i); }
 
-  /// "127.0.0.1:p1,127.0.0.1:p2,..." (every master).
+  /// "127.0.0.1:p1,127.0.0.1:p2,..." (the first masters).
   std::string seeds() const {
     std::string out;
-    for (const auto& node : nodes_) {
-      if (!out.empty()) out += ',';
-      out += node->host() + ":" + std::to_string(node->port());
-    }
+    for (const std::string& seed : seed_list()) out += (out.empty() ? "" : ",") + seed;
     return out;
   }
   std::vector<std::string> seed_list() const {
     std::vector<std::string> out;
-    for (const auto& node : nodes_)
-      out.push_back(node->host() + ":" + std::to_string(node->port()));
+    for (std::size_t i = 0; i < masters_; ++i) {
+      out.push_back(nodes_[i]->host() + ":" + std::to_string(nodes_[i]->port()));
+    }
     return out;
+  }
+
+  /// The first live replica of node `master` (the index of a node).
+  std::size_t replica_of(std::size_t master) const {
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      if (alive_.at(i) && master_of_.at(i) == master) return i;
+    }
+    throw std::runtime_error("RedisCluster: node " + std::to_string(master) + " has no replica");
+  }
+
+  /// Waits until the replica of `master` has every write the master made.
+  void wait_replicated(std::size_t master) {
+    const std::size_t replica = replica_of(master);
+    const long long target =
+        info_number(nodes_.at(master)->command({"INFO", "replication"}), "master_repl_offset:");
+    wait_for("replica " + std::to_string(replica) + " to catch up", [&] {
+      return info_number(nodes_.at(replica)->command({"INFO", "replication"}),
+                         "slave_repl_offset:") >= target;
+    });
+  }
+
+  /// Promotes the replica of `master`: with `kill`, the master is killed
+  /// (SIGKILL) and the replica takes over (CLUSTER FAILOVER TAKEOVER);
+  /// without, they hand over (CLUSTER FAILOVER; the old master becomes its
+  /// replica). Returns, with the replica's index, once every live node says
+  /// the replica owns the master's slots and cluster_state:ok; owner_of()
+  /// gives the replica for those slots from then on.
+  std::size_t fail_over(std::size_t master, bool kill) {
+    const std::size_t replica = replica_of(master);
+    if (kill) {
+      nodes_.at(master)->kill();
+      alive_.at(master) = false;
+      expect_ok(replica, {"CLUSTER", "FAILOVER", "TAKEOVER"});
+    } else {
+      expect_ok(replica, {"CLUSTER", "FAILOVER"});
+    }
+    const int slot = first_slot_of(master);
+    wait_for("node " + std::to_string(replica) + " to own slot " + std::to_string(slot), [&] {
+      for (std::size_t i = 0; i < nodes_.size(); ++i) {
+        if (alive_[i] && !says_owner(i, replica, slot)) return false;
+      }
+      return true;
+    });
+    for (std::size_t& owner : owner_) {
+      if (owner == master) owner = replica;
+    }
+    master_of_.at(replica) = no_master;
+    if (!kill) master_of_.at(master) = replica;
+    wait_until_ok();
+    return replica;
   }
 
   /// The master that owns `slot`, as this harness assigned it.
@@ -114,9 +179,13 @@ class RedisCluster {
     }
   }
 
-  /// Step 3: every node is told that `to` owns the slot now.
+  /// Step 3: every master is told that `to` owns the slot now, `to`
+  /// first (as redis-cli does): told before it, the old owner would answer
+  /// MOVED to `to`, and `to`, still importing, MOVED back.
   void finish_migration(int slot, std::size_t to) {
+    expect_ok(to, {"CLUSTER", "SETSLOT", std::to_string(slot), "NODE", ids_.at(to)});
     for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      if (i == to || !alive_[i] || master_of_[i] != no_master) continue;
       expect_ok(i, {"CLUSTER", "SETSLOT", std::to_string(slot), "NODE", ids_.at(to)});
     }
     owner_.at(static_cast<std::size_t>(slot)) = to;
@@ -131,19 +200,21 @@ class RedisCluster {
     finish_migration(slot, to);
   }
 
-  /// Waits until every node says cluster_state:ok; throws after 20 s.
+  /// Waits until every live node says cluster_state:ok; throws after 20 s.
   void wait_until_ok() const {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     for (;;) {
       bool all = true;
-      for (const auto& node : nodes_) {
-        all =
-            all && node->command({"CLUSTER", "INFO"}).find("cluster_state:ok") != std::string::npos;
+      for (std::size_t i = 0; i < nodes_.size(); ++i) {
+        all = all &&
+              (!alive_[i] || nodes_[i]->command({"CLUSTER", "INFO"}).find("cluster_state:ok") !=
+                                 std::string::npos);
       }
       if (all) return;
       if (std::chrono::steady_clock::now() > deadline) {
         std::string details;
         for (const auto& node : nodes_) {
+          if (!node->running()) continue;
           details += "--- node " + std::to_string(node->port()) + " ---\n" +
                      node->command({"CLUSTER", "INFO"}) + "\n" + node->log_tail(10) + "\n";
         }
@@ -155,6 +226,61 @@ class RedisCluster {
   }
 
  private:
+  static constexpr std::size_t no_master = static_cast<std::size_t>(-1);
+
+  void start_node() {
+    const int bus_port = detail::pick_free_port();
+    RedisServerOptions options;
+    options.config_lines = {"cluster-enabled yes", "cluster-config-file nodes.conf",
+                            "cluster-port " + std::to_string(bus_port), "cluster-node-timeout 5000",
+                            "cluster-require-full-coverage yes"};
+    nodes_.push_back(std::make_unique<RedisServer>(options));
+    bus_ports_.push_back(bus_port);
+    alive_.push_back(true);
+    master_of_.push_back(nodes_.size() <= masters_ ? no_master
+                                                   : (nodes_.size() - 1 - masters_) % masters_);
+  }
+
+  /// Waits until `done()`; throws naming `what` after 20 s.
+  template <class Done>
+  static void wait_for(const std::string& what, Done done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw std::runtime_error("RedisCluster: timed out waiting for " + what);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
+  /// A number after `field` in an INFO reply; -1 if absent.
+  static long long info_number(const std::string& info, const std::string& field) {
+    const std::size_t at = info.find(field);
+    return at == std::string::npos ? -1 : std::stoll(info.substr(at + field.size()));
+  }
+
+  /// Whether node `asked` says (CLUSTER NODES) that node `owner` is a master
+  /// serving `slot`.
+  bool says_owner(std::size_t asked, std::size_t owner, int slot) const {
+    std::istringstream lines(nodes_.at(asked)->command({"CLUSTER", "NODES"}));
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream fields(line);
+      std::string id, address, flags, master, ping, pong, epoch, link;
+      fields >> id >> address >> flags >> master >> ping >> pong >> epoch >> link;
+      if (id != ids_.at(owner)) continue;
+      if (flags.find("master") == std::string::npos) return false;
+      for (std::string range; fields >> range;) {
+        if (range.empty() || range.front() == '[') continue;  // a slot being moved
+        const std::size_t dash = range.find('-');
+        const int first = std::stoi(range.substr(0, dash));
+        const int last = dash == std::string::npos ? first : std::stoi(range.substr(dash + 1));
+        if (first <= slot && slot <= last) return true;
+      }
+      return false;
+    }
+    return false;
+  }
+
   void expect_ok(std::size_t node, const std::vector<std::string>& argv) {
     const std::string reply = nodes_.at(node)->command(argv);
     if (reply != "OK") {
@@ -163,7 +289,10 @@ class RedisCluster {
     }
   }
 
+  const std::size_t masters_;
   std::vector<std::unique_ptr<RedisServer>> nodes_;
+  std::vector<bool> alive_;
+  std::vector<std::size_t> master_of_;  // per node: the node it replicates, or no_master
   std::vector<int> bus_ports_;
   std::vector<std::string> ids_;
   std::vector<std::size_t> owner_;

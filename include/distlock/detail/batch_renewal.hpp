@@ -148,6 +148,7 @@ class ScriptRenewer final : public Renewer {
                                                     replicas_->wanted(), replicas_->timeout())
                              : batch_identity(backend_)) {}
   BatchKey batch_key() const noexcept override { return batch_key_; }
+  const void* endpoint() const noexcept override { return batch_identity(backend_); }
   void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
              SteadyClock::time_point deadline) noexcept override {
     renew_by_script(backend_, Kind::script, loaded_, leases, outcomes, deadline, &Kind::add,

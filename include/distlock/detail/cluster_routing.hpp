@@ -16,14 +16,24 @@
 //   (the map is not changed);
 // - TRYAGAIN, CLUSTERDOWN: pause (doubling from retry_pause) and send again.
 // A redirect or refusal means the node did not run the step, so sending it
-// again elsewhere is safe. Connection errors are not retried here (the step
-// may have run); the map is read again before the next step.
+// again elsewhere is safe. So is a node that could not be connected to (a
+// master that died): the map is read again and the step sent to the slot's
+// owner then (a promoted replica), until the caller's deadline, or
+// max_redirects times without one. Other connection errors are not retried
+// here (the step may have run); the map is read again before the next step.
+//
+// A map read that finds a slot with a new owner has the Watchdog re-read
+// that slot's leases at once (Watchdog::revalidate): after a failover the
+// promoted replica may have missed a lease's key (replication is
+// asynchronous); the lease is then reported lost, not believed until its
+// next renewal.
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +62,9 @@ class ClusterNodes {
     Node(const ClientOptions& base, std::string node_host, int node_port)
         : client(with_address(base, std::move(node_host), node_port)) {}
     Client client;
+    // Its release notifier (sharded pub/sub), made on first use.
+    std::once_flag notifier_made;
+    std::unique_ptr<Notifier> notifier;
     const std::string& host() const noexcept { return client.options().host; }
     int port() const noexcept { return client.options().port; }
 
@@ -64,12 +77,24 @@ class ClusterNodes {
     }
   };
 
+  /// The longest pause between two looks for a failed node's successor.
+  static constexpr std::chrono::milliseconds max_failover_pause{200};
+
   explicit ClusterNodes(ClusterOptions options)
       : options_(checked(std::move(options))),
         id_(make_token()),
         generation_(fork_generation.load(std::memory_order_relaxed)),
         events_(options_.on_event ? std::make_shared<const EventHook>(options_.on_event) : nullptr),
         slots_(cluster_slots, nullptr) {}
+
+  /// In a forked child the nodes' notifier threads exist only in the
+  /// parent: their objects are left be, as Runtime leaves its own.
+  ~ClusterNodes() {
+    if (!forked()) return;
+    for (const auto& node : nodes_) {
+      if (node->notifier) left_behind_in_child().push_back(node->notifier.release());
+    }
+  }
 
   ClusterNodes(const ClusterNodes&) = delete;
   ClusterNodes& operator=(const ClusterNodes&) = delete;
@@ -123,6 +148,7 @@ class ClusterNodes {
       try {
         connection.emplace(target->client.borrow(deadline));
         (*connection)->set_timeout(reply_timeout(options_.command_timeout, deadline));
+        (*connection)->set_sharded_publish(true);
         if (!asking) return send(**connection);
         (*connection)->command("ASKING");
         struct AskingOff {
@@ -154,9 +180,27 @@ class ClusterNodes {
           asking = true;
         }
         target = &to;
-      } catch (const ConnectionError&) {
+      } catch (const ConnectionError& error) {
         stale_ = true;  // the node may be gone: read the map before the next step
-        throw;
+        // Not even connected, so nothing was sent: after a failover the
+        // slot has a new owner to send it to. A caller with a deadline
+        // looks for one until then; one without, max_redirects times.
+        if (error.code() != Errc::connect_failed) throw;
+        connection.reset();
+        const auto now = SteadyClock::now();
+        if (deadline == no_deadline ? redirects >= options_.max_redirects
+                                    : now + pause >= deadline) {
+          throw;
+        }
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, max_failover_pause);
+        try {
+          refresh(deadline);
+        } catch (const Error&) {
+          // No node told the map yet: the next try finds out again.
+        }
+        target = &owner(slot, deadline);
+        asking = false;
       } catch (const TimeoutError&) {
         stale_ = true;
         throw;
@@ -192,9 +236,19 @@ class ClusterNodes {
   /// ConnectionError naming every node tried if none answered.
   void refresh(SteadyClock::time_point deadline);
 
-  /// The Runtime (Notifier and Watchdog) beside the pools, made on first
-  /// use. The Notifier subscribes at one node: a PUBLISH anywhere in a
-  /// cluster reaches every node's subscribers.
+  /// The release notifier of the node that owns `slot` now: sharded
+  /// pub/sub (SSUBSCRIBE there), made on first use. Releases SPUBLISH on
+  /// the owner of the channel's slot, which is the lock's.
+  Notifier& notifier_of(int slot) {
+    Node& node = owner(slot, SteadyClock::now() + options_.connect_timeout);
+    std::call_once(node.notifier_made, [&] {
+      node.notifier = std::make_unique<Notifier>(node.client.options(), options_.max_waiters,
+                                                 events_, /*sharded=*/true);
+    });
+    return *node.notifier;
+  }
+
+  /// The Runtime (its Watchdog) beside the pools, made on first use.
   Runtime& runtime() {
     check_process();
     std::call_once(runtime_made_, [this] {
@@ -203,6 +257,7 @@ class ClusterNodes {
       where.host = first.host();
       where.port = first.port();
       runtime_ = std::make_unique<Runtime>(where, options_.max_waiters, events_);
+      runtime_ready_.store(runtime_.get(), std::memory_order_release);
     });
     return *runtime_;
   }
@@ -249,6 +304,10 @@ class ClusterNodes {
     refresh(deadline);
   }
 
+  /// Has the Watchdog re-read at once the leases of the slots marked in
+  /// `changed` (by slot): their owner changed, so they may be gone.
+  void revalidate(const std::vector<bool>& changed);
+
   /// The map as one node tells it; false if the node did not answer.
   bool read_map_from(Node& node, SteadyClock::time_point deadline, std::string& why);
 
@@ -267,6 +326,7 @@ class ClusterNodes {
   std::once_flag runtime_made_;
   // Declared last so it stops first: its threads use the pools above.
   std::unique_ptr<Runtime> runtime_;
+  std::atomic<Runtime*> runtime_ready_{nullptr};
 };
 
 inline void ClusterNodes::refresh(SteadyClock::time_point deadline) {
@@ -314,18 +374,44 @@ inline bool ClusterNodes::read_map_from(Node& node, SteadyClock::time_point dead
     why += "\n  " + node.client.options().endpoint() + ": " + error.what();
     return false;
   }
-  MutexLock lock(mutex_);
-  std::fill(slots_.begin(), slots_.end(), nullptr);
-  for (const Range& range : ranges) {
-    Node& owner = node_at_locked(range.host, range.port);
-    const int first = std::clamp(range.first, 0, cluster_slots - 1);
-    const int last = std::clamp(range.last, 0, cluster_slots - 1);
-    for (int slot = first; slot <= last; ++slot) slots_[static_cast<std::size_t>(slot)] = &owner;
+  // Slots whose owner changed (a failover, or a move this client had not
+  // followed yet): their leases are re-read at the new owner at once.
+  std::vector<bool> changed;
+  {
+    MutexLock lock(mutex_);
+    std::vector<Node*> map(cluster_slots, nullptr);
+    for (const Range& range : ranges) {
+      Node& owner = node_at_locked(range.host, range.port);
+      const int first = std::clamp(range.first, 0, cluster_slots - 1);
+      const int last = std::clamp(range.last, 0, cluster_slots - 1);
+      for (int slot = first; slot <= last; ++slot) map[static_cast<std::size_t>(slot)] = &owner;
+    }
+    for (std::size_t slot = 0; slot < map.size(); ++slot) {
+      if (slots_[slot] == nullptr || slots_[slot] == map[slot]) continue;
+      if (changed.empty()) changed.assign(map.size(), false);
+      changed[slot] = true;
+    }
+    slots_ = std::move(map);
+    loaded_ = true;
+    refreshed_ = SteadyClock::now();
+    stale_ = false;
   }
-  loaded_ = true;
-  refreshed_ = SteadyClock::now();
-  stale_ = false;
+  if (!changed.empty()) revalidate(changed);
   return true;
+}
+
+inline void ClusterNodes::revalidate(const std::vector<bool>& changed) {
+  Runtime* runtime = runtime_ready_.load(std::memory_order_acquire);
+  Watchdog* watchdog = runtime == nullptr ? nullptr : runtime->started_watchdog();
+  if (watchdog == nullptr) return;  // no lease is renewed, so none to re-read
+  const char* const first = slot_tags_.data();
+  watchdog->revalidate([&](const LeaseState& lease) {
+    const auto* at = static_cast<const char*>(lease.renewer->endpoint());
+    // Leases of this cluster only: their endpoint is one of our slot tags.
+    return std::less_equal<const char*>()(first, at) &&
+           std::less<const char*>()(at, first + cluster_slots) &&
+           changed[static_cast<std::size_t>(at - first)];
+  });
 }
 
 }  // namespace distlock::detail

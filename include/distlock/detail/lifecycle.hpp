@@ -127,6 +127,11 @@ class Lifecycle {
       }
       if (last_chance) return Outcome::timed_out;
       if (cancellation_.since(cancel_seen)) return Outcome::cancelled;
+      if (subscription && subscription->moved()) {
+        // A cluster node dropped it (the slot moved): again, at the owner now.
+        subscription.reset();
+        subscribed = false;
+      }
       if (!subscribed && options_.wake_on_release()) {
         // Subscribed (and confirmed) before the next attempt: a release from
         // now on cannot go unannounced to us.
