@@ -602,5 +602,91 @@ TEST_F(RedlockFaultTest, AMajorityGoneFailsEveryCallByItsDeadlineAndLeavesNoKey)
   EXPECT_EQ(o.live_keys, 0u) << describe(o);
 }
 
+// ---- a script reloaded after SCRIPT FLUSH, within the caller's deadline ----
+
+// A lock whose acquire is a script meets NOSCRIPT after SCRIPT FLUSH and
+// sends the script again by EVAL: two round trips in one step. With 80 ms
+// each way on the wire, the EVALSHA's NOSCRIPT comes back 160 ms into a
+// 200 ms try_lock_for; the EVAL may have only the 40 ms left, not a reply
+// timeout of its own. Whatever the call answers, it answers by the
+// deadline, and leaves no key once its undo has landed.
+class ScriptReloadTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DISTLOCK_REQUIRE_REDIS_SERVER();
+    server_ = std::make_unique<RedisServer>();
+    proxy_ = std::make_unique<FaultProxy>(server_->host(), server_->port());
+    ClientOptions o;
+    o.host = proxy_->host();
+    o.port = proxy_->port();
+    o.command_timeout = 2000ms;
+    client_ = std::make_unique<Client>(o);
+  }
+
+  // Warms the connection and the script cache with one acquire and release
+  // through `lock`, flushes the scripts, slows the wire, and times
+  // acquire(200 ms).
+  template <class Acquire, class Release>
+  void expect_within_deadline(Acquire acquire, Release release) {
+    ASSERT_TRUE(acquire(0ms));
+    release();
+    server_->command({"SCRIPT", "FLUSH"});
+    proxy_->set_latency(FaultProxy::Direction::both, 80ms);
+    const auto start = std::chrono::steady_clock::now();
+    bool acquired = false;
+    EXPECT_NO_THROW(acquired = acquire(200ms));
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_LE(took, 200ms + deadline_slack)
+        << "returned " << std::chrono::duration_cast<milliseconds>(took - 200ms).count()
+        << " ms past its deadline";
+    proxy_->heal();
+    if (acquired) release();
+    EXPECT_TRUE(testing::eventually([&] { return lock_keys_of("script:*").empty(); }, 5s))
+        << "a key outlived the call";
+  }
+
+  std::vector<std::string> lock_keys_of(const std::string& pattern) {
+    const std::string all = server_->command({"KEYS", pattern});
+    std::vector<std::string> keys;
+    std::size_t at = 0;
+    while (at < all.size()) {
+      std::size_t end = all.find('\n', at);
+      if (end == std::string::npos) end = all.size();
+      const std::string key = all.substr(at, end - at);
+      if (!key.empty() && key.find("fence") == std::string::npos) keys.push_back(key);
+      at = end + 1;
+    }
+    return keys;
+  }
+
+  std::unique_ptr<RedisServer> server_;
+  std::unique_ptr<FaultProxy> proxy_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(ScriptReloadTest, ReentrantMutexReturnsByItsDeadline) {
+  ReentrantMutex lock(*client_, "script:r", LockOptions{}.ttl(10s));
+  expect_within_deadline([&](milliseconds d) { return lock.try_lock_for(d); },
+                         [&] { lock.unlock(); });
+}
+
+TEST_F(ScriptReloadTest, SharedMutexWriterReturnsByItsDeadline) {
+  SharedMutex lock(*client_, "script:w", LockOptions{}.ttl(10s));
+  expect_within_deadline([&](milliseconds d) { return lock.try_lock_for(d); },
+                         [&] { lock.unlock(); });
+}
+
+TEST_F(ScriptReloadTest, SharedMutexReaderReturnsByItsDeadline) {
+  SharedMutex lock(*client_, "script:s", LockOptions{}.ttl(10s));
+  expect_within_deadline([&](milliseconds d) { return lock.try_lock_shared_for(d); },
+                         [&] { lock.unlock_shared(); });
+}
+
+TEST_F(ScriptReloadTest, FencedMutexReturnsByItsDeadline) {
+  Mutex lock(*client_, "script:m", LockOptions{}.ttl(10s).fencing(true));
+  expect_within_deadline([&](milliseconds d) { return lock.try_lock_for(d); },
+                         [&] { lock.unlock(); });
+}
+
 }  // namespace
 }  // namespace distlock
