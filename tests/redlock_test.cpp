@@ -277,6 +277,63 @@ TEST_F(RedlockTest, AMajorityStoppedFailsTheAttemptWithNoQuorumAfterOneTimeout) 
   for (std::size_t i = 1; i < 4; ++i) server(i).resume();
 }
 
+// A majority slower than the node timeout is no reason to give up early: a
+// call with a deadline takes each such attempt as a "no" and tries again
+// until its deadline, then answers false, leaving no key behind.
+TEST_F(RedlockTest, TryLockForRetriesAMajorityStoppedUntilItsDeadlineThenReturnsFalse) {
+  Redlock lock(masters(), "k", RedlockOptions{}.ttl(10s).node_timeout(40ms));
+  server(1).pause();
+  server(2).pause();
+  server(3).pause();
+  const auto start = Clock::now();
+  bool acquired = true;
+  EXPECT_NO_THROW(acquired = lock.try_lock_for(400ms));
+  const auto took = Clock::now() - start;
+  EXPECT_FALSE(acquired);
+  EXPECT_GE(took, 400ms) << "gave up before its deadline";
+  EXPECT_LT(took, 400ms + 150ms);
+  EXPECT_EQ(lock.last_attempt().count(NodeStatus::timed_out), 3u);
+  EXPECT_FALSE(has_key(0, "k"));
+  EXPECT_FALSE(has_key(4, "k"));
+  for (std::size_t i = 1; i < 4; ++i) server(i).resume();
+}
+
+// The same majority back before the deadline: the call acquires.
+TEST_F(RedlockTest, TryLockForAcquiresOnceAStoppedMajorityResumesBeforeItsDeadline) {
+  Redlock lock(masters(), "k", RedlockOptions{}.ttl(10s).node_timeout(40ms));
+  server(1).pause();
+  server(2).pause();
+  server(3).pause();
+  // The schedule of the fault, not a synchronisation: the masters come back
+  // 300 ms in, well inside the 5 s the call waits.
+  std::thread resume([this] {
+    std::this_thread::sleep_for(300ms);
+    for (std::size_t i = 1; i < 4; ++i) server(i).resume();
+  });
+  bool acquired = false;
+  EXPECT_NO_THROW(acquired = lock.try_lock_for(5s));
+  resume.join();
+  EXPECT_TRUE(acquired);
+  if (acquired) {
+    EXPECT_GE(lock.last_attempt().ok(), 3u);
+    lock.unlock();
+  }
+}
+
+// Masters that are down leave no quorum to wait for: a call with a
+// deadline says so at once rather than waiting it out.
+TEST_F(RedlockTest, TryLockForWithAMajorityDownThrowsAtOnce) {
+  Redlock lock(masters(), "k", RedlockOptions{}.ttl(10s).node_timeout(40ms));
+  server(1).kill();
+  server(2).kill();
+  server(3).kill();
+  const auto start = Clock::now();
+  EXPECT_THROW(static_cast<void>(lock.try_lock_for(5s)), NoQuorumError);
+  EXPECT_LT(Clock::now() - start, 1s);
+  EXPECT_FALSE(has_key(0, "k"));
+  EXPECT_FALSE(has_key(4, "k"));
+}
+
 TEST_F(RedlockTest, ExcludesProcessesFromACriticalSection) {
   constexpr int processes = 3;
   constexpr int rounds = 15;

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "distlock/reentrant_mutex.hpp"
 #include "support/faults.hpp"
 #include "support/fixture.hpp"
 #include "support/lock_helpers.hpp"
@@ -727,6 +728,23 @@ TEST_F(SharedMutexTest, ARedissonReaderSharesWithUsAndKeepsOurWriterOut) {
   // The Java reader's lease is live: the hash stays, for as long as it.
   EXPECT_EQ(fields_of("rw"), sorted({java + "=1", "mode=read"}));
   EXPECT_GT(client().command("PTTL", "rw").integer(), 15000);
+}
+
+// A ReentrantMutex (or a Redisson RLock) on the same name keeps its hold in
+// a hash without a "mode" field. That hash is held: neither a reader nor a
+// writer may move in beside it, and the holder's release must find its
+// hash as it left it.
+TEST_F(SharedMutexTest, AReentrantHoldOnTheNameKeepsReadersAndWritersOut) {
+  Client other(client_options(server()));
+  ReentrantMutex reentrant(other, "rw", LockOptions{}.ttl(20s));
+  ASSERT_TRUE(reentrant.try_lock());
+  SharedMutex ours(client(), "rw", LockOptions{}.ttl(5s));
+  EXPECT_FALSE(ours.try_lock_shared()) << "a read lock granted beside a reentrant hold";
+  EXPECT_FALSE(ours.try_lock()) << "a write lock granted beside a reentrant hold";
+  EXPECT_EQ(fields_of("rw"), sorted({reentrant.owner_id() + "=1"}));
+  EXPECT_EQ(reentrant.release(), Release::released);
+  ASSERT_TRUE(ours.try_lock_shared());
+  ours.unlock_shared();
 }
 
 TEST_F(SharedMutexTest, ReleasingANestedReadHoldLeavesTheOtherHoldsLeaseAlone) {

@@ -298,14 +298,27 @@ inline void Connection::append_evalsha(const Script& script, detail::Args keys, 
 }
 
 inline Reply Connection::eval(const Script& given, detail::Args keys, detail::Args args) {
+  const auto sent = std::chrono::steady_clock::now();
   const Script& script = sharded_publish_ ? detail::with_sharded_publish(given) : given;
   append_script("EVALSHA", script.sha1, keys, args);
   if (read_reply().is_error() && classify_server_error(last_.str()) == ServerErrorKind::noscript) {
     // The server lost its script cache (restart, failover, SCRIPT FLUSH):
-    // EVAL runs the script and caches it for the next EVALSHA.
+    // EVAL runs the script and caches it for the next EVALSHA. The reply
+    // timeout was set for the whole step (a caller's deadline cuts it), so
+    // the EVAL gets only what the EVALSHA left of it, not a second one.
+    const std::chrono::milliseconds whole = timeout_;
+    const auto left = whole - std::chrono::ceil<std::chrono::milliseconds>(
+                                  std::chrono::steady_clock::now() - sent);
+    if (left < std::chrono::milliseconds(1)) {
+      throw TimeoutError(Errc::timed_out, options_.endpoint() +
+                                              ": EVAL after NOSCRIPT: no time left of " +
+                                              std::to_string(whole.count()) + " ms");
+    }
+    set_timeout(left);
     if (asking_) command("ASKING");
     append_script("EVAL", script.source, keys, args);
     read_reply();
+    set_timeout(whole);
   }
   last_.throw_if_error();
   return take_last();

@@ -113,11 +113,14 @@ return gone
 /// SharedMutex read acquire. KEYS[1] hash, KEYS[2] the owner's timeout-key
 /// stem "{name}:<owner>:rwlock_timeout"; ARGV[1] TTL in ms, ARGV[2] owner,
 /// ARGV[3] "<owner>:write". Granted when the lock is free, read-held, or
-/// write-held by this owner (a downgrade). Hold n of an owner has its own
-/// lease in the key "<stem>:n"; the hash lives at least as long as any.
-/// Returns nil when acquired, else the holder's PTTL.
+/// write-held by this owner (a downgrade); never over a hash without a
+/// mode (a ReentrantMutex's or Redisson RLock's hold on the same name).
+/// Hold n of an owner has its own lease in the key "<stem>:n"; the hash
+/// lives at least as long as any. Returns nil when acquired, else the
+/// holder's PTTL.
 inline constexpr Script read_acquire{
     R"lua(local mode = redis.call('hget', KEYS[1], 'mode')
+if not mode and redis.call('exists', KEYS[1]) == 1 then return redis.call('pttl', KEYS[1]) end
 if not mode then
   redis.call('hset', KEYS[1], 'mode', 'read', ARGV[2], 1)
   redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[1])
@@ -134,7 +137,7 @@ if mode == 'read' or redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
 end
 return redis.call('pttl', KEYS[1])
 )lua",
-    "8ce8439d8fb1aae9114c3d8bcae00ea33166e797"};
+    "04293dadad9626606167e0df1d25f8b518477a37"};
 
 /// SharedMutex read release. KEYS[1] hash, KEYS[2] channel, KEYS[3] the
 /// owner's timeout-key stem, KEYS[4] the lock's ("{name}"); ARGV[1] owner.
@@ -254,11 +257,14 @@ return 1
 
 /// SharedMutex write acquire. KEYS[1] hash; ARGV[1] TTL in ms, ARGV[2]
 /// "<owner>:write", ARGV[3] owner. Granted when the lock is free or
-/// write-held by this owner. Returns nil when acquired; the string "upgrade"
-/// when this owner holds a read lock (waiting would deadlock: the owner's
-/// own read hold keeps the writer out); else the holder's PTTL.
+/// write-held by this owner; never over a hash without a mode (a
+/// ReentrantMutex's or Redisson RLock's hold on the same name). Returns nil
+/// when acquired; the string "upgrade" when this owner holds a read lock
+/// (waiting would deadlock: the owner's own read hold keeps the writer
+/// out); else the holder's PTTL.
 inline constexpr Script write_acquire{
     R"lua(local mode = redis.call('hget', KEYS[1], 'mode')
+if not mode and redis.call('exists', KEYS[1]) == 1 then return redis.call('pttl', KEYS[1]) end
 if not mode then
   redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
@@ -274,7 +280,7 @@ end
 if redis.call('hexists', KEYS[1], ARGV[3]) == 1 then return 'upgrade' end
 return redis.call('pttl', KEYS[1])
 )lua",
-    "0cc15af2c2ff011ff887a1a15db39d5bceefe079"};
+    "a51a80e24c0e9a6136965740f8e9608e411a4b52"};
 
 /// SharedMutex write release. KEYS[1] hash, KEYS[2] channel, KEYS[3] the
 /// owner's timeout-key stem; ARGV[1] "<owner>:write", ARGV[2] the owner.

@@ -22,8 +22,12 @@
 //
 // A master that is down, stopped past the per-node timeout, or answering
 // with an error counts as a "no", and last_attempt() says which and why.
-// Only when fewer than a quorum of masters give any answer at all is the
-// step undecidable, and it throws NoQuorumError.
+// When fewer than a quorum of masters give any answer at all the step is
+// undecidable: if the masters that failed outright (down, refusing, broken
+// connection, error reply) leave no quorum able to answer, it throws
+// NoQuorumError whatever the deadline; if the missing answers are masters
+// slower than the node timeout, a call with a deadline tries again until
+// it, then returns false, and try_lock() and lock() throw NoQuorumError.
 //
 // Release and extend run Mutex's token-checked scripts on every master;
 // extend needs a majority again and recomputes the validity. The key holds

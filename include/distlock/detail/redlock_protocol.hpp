@@ -117,9 +117,17 @@ class RedlockProtocol {
   void held(Kind, int) noexcept {}
 
   // One attempt on every master. No master is waited for past the caller's
-  // deadline; a call without one gives each the full node timeout. Too few
-  // answers is a failure of the masters (NoQuorumError), not a lost race;
-  // unless the deadline cut the wait short, which only means the time is up.
+  // deadline; a call without one gives each the full node timeout.
+  // Too few answers is judged by why they are missing:
+  // - masters that are down, refuse the connection, drop it or answer with
+  //   an error leave fewer than a quorum able to answer: no attempt can
+  //   succeed now, so NoQuorumError at once, whatever the deadline;
+  // - otherwise the missing answers are masters that were slow (no reply
+  //   within the node timeout). A call with a deadline (try_lock_for,
+  //   try_lock_until) takes that as a "no" and tries again at the policy's
+  //   pace until its deadline, then returns false, as Mutex does when a
+  //   reply misses the deadline; a call without one (try_lock, lock) has no
+  //   time to wait in, and throws NoQuorumError.
   // Each attempt has a token of its own: the release that takes back a
   // failed attempt may land late, and must never hit a later attempt's key.
   std::optional<Attempt> attempt(Kind, const std::string&, clock::time_point deadline) {
@@ -127,8 +135,10 @@ class RedlockProtocol {
     const std::string token = make_token();
     const clock::time_point now = clock::now();
     clock::duration budget = core_->node_timeout();
-    const bool clipped = deadline != no_deadline && deadline - now < budget;
-    if (clipped) budget = std::max<clock::duration>(deadline - now, std::chrono::milliseconds(1));
+    const bool timed = deadline != no_deadline;
+    if (timed && deadline - now < budget) {
+      budget = std::max<clock::duration>(deadline - now, std::chrono::milliseconds(1));
+    }
     RedlockAttempt result = core_->acquire_step(token, options_.ttl(), budget);
     Attempt attempt;
     attempt.holder_pttl = -1;  // nothing to go by: retry at the policy's (random) pace
@@ -139,10 +149,10 @@ class RedlockProtocol {
       return attempt;
     }
     const std::size_t answered = result.answered();
-    const bool cut = clipped && answered + result.count(NodeStatus::timed_out) >= core_->quorum();
-    if (answered < core_->quorum() && !cut) throw core_->no_quorum(std::move(result));
+    const bool slow = answered + result.count(NodeStatus::timed_out) >= core_->quorum();
+    if (answered < core_->quorum() && !(timed && slow)) throw core_->no_quorum(std::move(result));
     core_->remember(std::move(result));
-    if (cut && answered < core_->quorum()) return std::nullopt;
+    if (answered < core_->quorum() && deadline_reached(deadline)) return std::nullopt;
     return attempt;
   }
 
