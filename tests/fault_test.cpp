@@ -491,14 +491,12 @@ TYPED_TEST(FaultTest, ScriptFlushKeepsItSafe) {
 }
 
 TYPED_TEST(FaultTest, DebugSleepShorterThanTheLeaseKeepsItSafe) {
-  if (std::is_same_v<TypeParam, RedlockKind>) {
-    // Seen: with the masters put to sleep one after another, renewed
-    // Redlock holds of 600 ms were overlapped after their 400 ms lease (10
-    // overlaps in a 1 s run, seed 1): the renewal did not keep them. Open.
-    GTEST_SKIP() << "Redlock under DEBUG SLEEP loses renewed leases (open finding)";
-  }
   // DEBUG SLEEP blocks each master for 100 ms (the call returns when it
-  // ends), then 150 ms of service.
+  // ends), then 150 ms of service. The masters sleep one after another, so
+  // a Redlock's renewals keep finding one silent: before renewals put a
+  // lost key back and waited out undecided rounds, its leases came to stand
+  // on two masters and were lost when one of those slept (overlaps in 2 of
+  // 3 ten-second runs).
   this->state_keeping("debug-sleep",
                       every(
                           1ms, 150ms,

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/faults.hpp"
 #include "support/fixture.hpp"
 #include "support/lock_helpers.hpp"
 #include "support/options.hpp"
@@ -555,6 +556,69 @@ TEST_F(RedlockTest, WatchdogRenewalLosesTheLeaseWhenAMajorityLostTheKey) {
   EXPECT_EQ(lost_calls, 1);
   EXPECT_FALSE(lock.extend(10s));  // never revived
   for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(on(i, {"GET", "renewed"}), "someone-else");
+}
+
+// Two of five masters lost the key and two are stopped: one yes and two
+// noes. The stopped two may still hold it, so the lease may stand on a
+// quorum: the round decides nothing, and the lease is kept until the
+// masters answer (or its validity runs out). The DEBUG SLEEP fault run
+// lost renewed leases this way.
+TEST_F(RedlockTest, RenewalWhoseSilentMastersCouldStillMakeAQuorumKeepsTheLease) {
+  std::atomic<int> lost_calls{0};
+  Redlock lock(masters(), "renewed",
+               RedlockOptions{}.ttl(10s).auto_renew(true).node_timeout(100ms).on_lost(
+                   [&](const LeaseInfo&) { ++lost_calls; }));
+  ASSERT_TRUE(lock.try_lock());
+  on(0, {"DEL", "renewed"});
+  on(1, {"SET", "renewed", "someone-else"});
+  server(2).pause();
+  server(3).pause();
+  client(0).watchdog().renew_all_now();
+  const RedlockAttempt undecided = lock.last_attempt();
+  EXPECT_EQ(undecided.step, RedlockStep::extend);
+  EXPECT_EQ(undecided.ok(), 1u);
+  EXPECT_EQ(undecided.refused(), 2u);
+  EXPECT_EQ(undecided.count(NodeStatus::timed_out), 2u);
+  EXPECT_FALSE(lock.lost());
+  EXPECT_THROW(static_cast<void>(lock.extend(10s)), NoQuorumError);  // extend judges alike
+  EXPECT_FALSE(lock.lost());
+  server(2).resume();
+  server(3).resume();
+  client(0).watchdog().renew_all_now();
+  EXPECT_FALSE(lock.lost());
+  EXPECT_EQ(lock.last_attempt().ok(), 3u);
+  EXPECT_EQ(lost_calls, 0);
+  EXPECT_EQ(on(0, {"GET", "renewed"}), lock.token());  // put back (see below)
+  // Three noes leave no quorum anywhere: lost.
+  for (std::size_t i = 2; i < count; ++i) on(i, {"SET", "renewed", "someone-else"});
+  client(0).watchdog().renew_all_now();
+  EXPECT_TRUE(lock.lost());
+  EXPECT_TRUE(testing::eventually([&] { return lost_calls == 1; }, 5s));  // told off the round
+}
+
+// A master that lost the key while a quorum kept it gets it back at the
+// next renewal (or extend), so that the lease does not go on standing on
+// the bare quorum. A key another client holds there is left alone.
+TEST_F(RedlockTest, RenewalPutsTheLeaseBackOnMastersThatLostIt) {
+  Redlock lock(masters(), "renewed", RedlockOptions{}.ttl(10s).auto_renew(true));
+  ASSERT_TRUE(lock.try_lock());
+  on(0, {"DEL", "renewed"});
+  on(1, {"SET", "renewed", "someone-else", "PX", "60000"});
+  client(0).watchdog().renew_all_now();
+  EXPECT_FALSE(lock.lost());
+  EXPECT_EQ(on(0, {"GET", "renewed"}), lock.token());
+  EXPECT_GT(std::stoll(on(0, {"PTTL", "renewed"})), 5000);
+  EXPECT_EQ(on(1, {"GET", "renewed"}), "someone-else");
+  on(2, {"DEL", "renewed"});
+  EXPECT_TRUE(lock.extend(20s));
+  EXPECT_EQ(on(2, {"GET", "renewed"}), lock.token());
+  EXPECT_GT(std::stoll(on(2, {"PTTL", "renewed"})), 15000);
+  EXPECT_EQ(lock.release(), Release::released);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (i != 1) {
+      EXPECT_FALSE(has_key(i, "renewed")) << i;
+    }
+  }
 }
 
 TEST_F(RedlockTest, RejectsWhatCannotBeARedlock) {

@@ -30,7 +30,10 @@
 // it, then returns false, and try_lock() and lock() throw NoQuorumError.
 //
 // Release and extend run Mutex's token-checked scripts on every master;
-// extend needs a majority again and recomputes the validity. The key holds
+// extend needs a majority again and recomputes the validity. A renewal or
+// extend that a quorum confirms sets the key again (SET NX) on the masters
+// that lost it, so a lease does not go on standing on the bare quorum,
+// where one slow master more would cost it. The key holds
 // exactly SET <key> <token> PX <ttl> on each master, as node-redlock and
 // redsync store it.
 //
@@ -55,11 +58,13 @@
 //   Watchdog of the first master's Client renews it about every ttl/3 with
 //   an extend on every master, each through its own Client (a master that
 //   is down costs its vote), which needs a quorum like extend() does. A
-//   renewal a majority refuses (key gone or taken) loses the lease; one too
-//   few masters answer is tried again until the validity (ttl minus the
-//   drift allowance, from the last quorum renewal) runs out, and then the
-//   lease is lost; either way lost() turns true, on_lost is called and
-//   release() answers Release::lost, sending nothing. max_hold and on_lost
+//   renewal that so many masters refuse (key gone or taken) that no quorum
+//   can hold the key loses the lease; one that decides nothing (too few
+//   yeses, and silent masters that could still make a quorum either way)
+//   is tried again until the validity (ttl minus the drift allowance, from
+//   the last quorum renewal) runs out, and then the lease is lost (extend()
+//   throws NoQuorumError for such a step and keeps the lease); either way lost() turns true,
+//   on_lost is called and release() answers Release::lost, sending nothing. max_hold and on_lost
 //   need auto_renew(true). wake_on_release does not apply (a waiter retries
 //   at its policy's pace; cancel_waits() ends its wait).
 // - Safety rests on bounded clock drift and on masters that keep the keys

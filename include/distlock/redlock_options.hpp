@@ -88,14 +88,17 @@ struct RedlockAttempt {
   }
   std::size_t ok() const noexcept { return count(NodeStatus::ok); }
   /// Masters that gave a definite answer: ok, other_owner or no_key.
-  std::size_t answered() const noexcept {
-    return ok() + count(NodeStatus::other_owner) + count(NodeStatus::no_key);
+  std::size_t answered() const noexcept { return ok() + refused(); }
+  /// Masters that answered that our token is not there: other_owner or no_key.
+  std::size_t refused() const noexcept {
+    return count(NodeStatus::other_owner) + count(NodeStatus::no_key);
   }
 };
 
 /// Too few masters gave a definite answer for a Redlock step to be decided:
-/// a majority was down, stopped, or answered with errors. attempt() holds
-/// what each master said.
+/// a majority was down, stopped, or answered with errors, or (extend, and
+/// the watchdog's renewals) the silent masters could still make either
+/// side a quorum. attempt() holds what each master said.
 class NoQuorumError : public Error {
  public:
   NoQuorumError(const std::string& what, RedlockAttempt attempt)

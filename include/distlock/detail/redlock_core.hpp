@@ -199,8 +199,43 @@ class RedlockCore {
     RedlockAttempt result =
         run_script(fan, RedlockStep::extend, scripts::extend, Args(keys, 1), Args(args, 2), lease);
     result.succeeded = result.ok() >= quorum_ && result.validity > clock::duration::zero();
-    if (!result.succeeded && result.answered() < quorum_) throw no_quorum(std::move(result));
+    if (!result.succeeded && !refused(result)) throw no_quorum(std::move(result));
+    if (result.succeeded) restore(fan, result, token, lease_text, clock::now() + node_timeout_);
     return result;
+  }
+
+  /// Whether so many masters said our token is not there that no quorum
+  /// can have it. Fewer refusals than that, with too few yeses, decide
+  /// nothing: the silent masters may hold the key, so the lease may still
+  /// stand on a quorum (the next try, or the validity running out, tells).
+  bool refused(const RedlockAttempt& result) const noexcept {
+    return result.nodes.size() - result.refused() < quorum_;
+  }
+
+  /// After a quorum extended the lease: sets it again (SET NX) on the
+  /// masters that no longer had it, so that the lease stands on every
+  /// master it can, not on the bare quorum, where one more slow master
+  /// would cost the next renewal its quorum. Such a master lost the key to
+  /// a SET that never landed, a restart without persistence, or a late
+  /// attempt's take-back; a key another client holds stays (NX). This is
+  /// safe only because a quorum has just confirmed the hold: nobody else
+  /// can hold the lock meanwhile. Best effort: a master that does not
+  /// answer is left, and what it applies late runs out with the lease.
+  void restore(Fan& fan, const RedlockAttempt& extended, std::string_view token,
+               std::string_view lease, clock::time_point until) noexcept {
+    if (extended.refused() == 0) return;
+    try {
+      fan.borrow_by(until);
+      fan.send({"SET", key_, token, "NX", "PX", lease}, [&](const auto& node) {
+        const std::size_t i = static_cast<std::size_t>(&node - &fan[0]);
+        const NodeStatus status = extended.nodes[i].status;
+        return status == NodeStatus::other_owner || status == NodeStatus::no_key ? FanSend::and_wait
+                                                                                 : FanSend::skip;
+      });
+      fan.collect(until);
+    } catch (...) {
+      // Nothing is lost: the quorum holds the lease.
+    }
   }
 
   /// The masters' identities, equal for two cores with the same masters in
@@ -236,6 +271,7 @@ class RedlockCore {
     fan.send_script(scripts::renew_batch, Args(keys), Args(args),
                     [](const auto&) { return FanSend::and_wait; });
     fan.collect(until);
+    std::vector<std::pair<std::size_t, RedlockAttempt>> missing;
     for (std::size_t i = 0; i < leases.size(); ++i) {
       // The script answers the 1-based positions of the leases it found gone.
       const auto position = static_cast<long long>(i + 1);
@@ -249,12 +285,18 @@ class RedlockCore {
                                        return NodeStatus::ok;
                                      });
       result.succeeded = result.ok() >= quorum_ && result.validity > clock::duration::zero();
-      if (!result.succeeded && result.answered() < quorum_) {
+      if (!result.succeeded && !refused(result)) {
         static_cast<void>(cores[i]->no_quorum(std::move(result)));  // remembered; unknown
         continue;
       }
       outcomes[i] = result.succeeded ? Renewed::yes : Renewed::gone;
+      if (result.succeeded && result.refused() > 0) missing.emplace_back(i, result);
       cores[i]->remember(std::move(result));
+    }
+    // Rare: only where a master lost a lease the others kept.
+    for (const auto& [i, renewed] : missing) {
+      restore(fan, renewed, leases[i]->token, leases[i]->ttl_text,
+              std::min(deadline, clock::now() + node_timeout_));
     }
   }
 
