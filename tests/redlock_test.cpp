@@ -586,7 +586,8 @@ TEST_F(RedlockTest, RenewalWhoseSilentMastersCouldStillMakeAQuorumKeepsTheLease)
   server(3).resume();
   client(0).watchdog().renew_all_now();
   EXPECT_FALSE(lock.lost());
-  EXPECT_EQ(lock.last_attempt().ok(), 3u);
+  // 3, or 4 if the watchdog's own retry came first and put master 0's back.
+  EXPECT_GE(lock.last_attempt().ok(), 3u);
   EXPECT_EQ(lost_calls, 0);
   EXPECT_EQ(on(0, {"GET", "renewed"}), lock.token());  // put back (see below)
   // Three noes leave no quorum anywhere: lost.
