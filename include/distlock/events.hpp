@@ -84,6 +84,17 @@ inline void emit(const SharedEventHook& hook, const LockEvent& event) noexcept {
   }
 }
 
+/// An event that carries only its type and key (and, for lost, why).
+inline void emit_about(const SharedEventHook& hook, LockEventType type, std::string_view key,
+                       LostReason reason = LostReason::taken) noexcept {
+  if (!hook) return;
+  LockEvent event;
+  event.type = type;
+  event.key = key;
+  event.reason = reason;
+  emit(hook, event);
+}
+
 /// The lock side's events, built only when a hook is set.
 inline void emit_acquired(const SharedEventHook& hook, std::string_view key,
                           std::chrono::nanoseconds waited, unsigned attempts) noexcept {

@@ -357,10 +357,7 @@ inline bool Notifier::connect_once() {
   }
   if (again && events_) {
     const std::string endpoint = where.endpoint();
-    LockEvent event;
-    event.type = LockEventType::notifier_reconnected;
-    event.key = endpoint;
-    detail::emit(events_, event);
+    detail::emit_about(events_, LockEventType::notifier_reconnected, endpoint);
   }
   return true;
 }

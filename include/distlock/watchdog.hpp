@@ -120,11 +120,7 @@ class Watchdog {
   /// whose key is gone or another's is reported lost (LostReason::taken),
   /// by the same path as any renewal that finds it so.
   void revalidate() {
-    {
-      detail::MutexLock lock(state_->mutex);
-      state_->force_round = true;
-    }
-    state_->changed.notify_all();
+    revalidate([](const detail::LeaseState&) { return true; });
   }
 
   /// Re-reads at once, in the next round, every lease `through(lease)`
@@ -187,7 +183,12 @@ class Watchdog {
   static clock::time_point renewal_after(clock::time_point sent, std::chrono::milliseconds ttl) {
     return sent + ttl / 3;
   }
+  using Told = std::vector<std::pair<std::shared_ptr<detail::LeaseState>, LockEventType>>;
+  using Lost = std::vector<std::pair<std::shared_ptr<detail::LeaseState>, LostReason>>;
   static void run(State& state);
+  // Sends the round's events and calls the lost leases' on_lost, then
+  // drops both lists' lease records.
+  static void tell(Told& told, Lost& lost) noexcept;
   static void renew_round(std::vector<Entry*>& work, std::vector<detail::Renewed>& outcomes);
 
   std::shared_ptr<State> state_;
@@ -287,8 +288,10 @@ void Watchdog::revalidate(Through&& through) {
     detail::MutexLock lock(state_->mutex);
     const clock::time_point now = clock::now();
     for (auto& [key, entry] : state_->entries) {
-      if (entry.lease->lost || entry.next_renewal <= now || !through(*entry.lease)) continue;
-      entry.next_renewal = now;
+      if (entry.lease->lost || !through(*entry.lease)) continue;
+      // One in flight may be asking the old node: another round follows.
+      if (entry.in_flight) state_->force_round = true;
+      entry.next_renewal = std::min(entry.next_renewal, now);
       any = true;
     }
     if (any) ++state_->changes;
@@ -302,7 +305,7 @@ inline void Watchdog::run(State& state) {
   std::vector<detail::Renewed> outcomes;
   // Renewal events for leases whose Client has a hook (events.hpp), told
   // with no lock held; stays empty, and allocates nothing, without hooks.
-  std::vector<std::pair<std::shared_ptr<detail::LeaseState>, LockEventType>> told;
+  Told told;
   while (!state.stopping) {
     // Sleep until the next renewal or expiry falls due.
     clock::time_point wake = clock::time_point::max();
@@ -341,7 +344,7 @@ inline void Watchdog::run(State& state) {
       lock.lock();
     }
 
-    std::vector<std::pair<std::shared_ptr<detail::LeaseState>, LostReason>> lost;
+    Lost lost;
     const clock::time_point after = clock::now();
     for (std::size_t i = 0; i < work.size(); ++i) {
       Entry& entry = *work[i];
@@ -381,33 +384,26 @@ inline void Watchdog::run(State& state) {
 
     if (!lost.empty() || !told.empty()) {
       lock.unlock();
-      for (const auto& [lease, type] : told) {
-        LockEvent event;
-        event.type = type;
-        event.key = lease->key;
-        detail::emit(lease->events, event);
-      }
-      told.clear();
-      for (const auto& [lease, reason] : lost) {
-        if (lease->events) {
-          LockEvent event;
-          event.type = LockEventType::lost;
-          event.key = lease->key;
-          event.reason = reason;
-          detail::emit(lease->events, event);
-        }
-        if (!lease->on_lost) continue;
-        try {
-          lease->on_lost(LeaseInfo{lease->key, lease->token, reason});
-        } catch (...) {
-          // The holder's callback must not take the watchdog down.
-        }
-      }
-      lost.clear();  // may drop the last owner of a Client: with no lock held
+      tell(told, lost);  // may drop the last owner of a Client: with no lock held
       lock.lock();
     }
   }
   state.round_done.notify_all();
+}
+
+inline void Watchdog::tell(Told& told, Lost& lost) noexcept {
+  for (const auto& [lease, type] : told) detail::emit_about(lease->events, type, lease->key);
+  told.clear();
+  for (const auto& [lease, reason] : lost) {
+    detail::emit_about(lease->events, LockEventType::lost, lease->key, reason);
+    if (!lease->on_lost) continue;
+    try {
+      lease->on_lost(LeaseInfo{lease->key, lease->token, reason});
+    } catch (...) {
+      // The holder's callback must not take the watchdog down.
+    }
+  }
+  lost.clear();
 }
 
 // Renews the leases of `work` (all in flight, so none is erased or changed

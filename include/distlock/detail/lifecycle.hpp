@@ -1,12 +1,12 @@
 // Lifecycle: everything a lock object does between its wire protocol and
 // its user, written once for every lock type.
 //
-// It keeps the object's holds (detail/hold_table.hpp: the lease record, the
-// depth of re-entry), runs the acquire loop under the deadline rules of
-// detail/acquire.hpp (attempt; subscribe to the release channel; sleep until
-// a release, the policy's pause, the holder's lease or the deadline; try
-// again), decides re-entry and "held by this object", registers renewed
-// leases with the Watchdog, and does the bookkeeping of release and extend.
+// It keeps the object's holds (detail/hold_keeper.hpp: the lease record,
+// the depth of re-entry, and giving them back), runs the acquire loop
+// under the deadline rules of detail/acquire.hpp (attempt; subscribe to the
+// release channel; sleep until a release, the policy's pause, the holder's
+// lease or the deadline; try again), decides re-entry and "held by this
+// object", registers renewed leases with the Watchdog, and extends them.
 // A Protocol supplies the server steps:
 //
 //   using Kind;                        the kinds of hold (read/write, or one)
@@ -44,7 +44,7 @@
 #include <vector>
 
 #include "distlock/detail/acquire.hpp"
-#include "distlock/detail/hold_table.hpp"
+#include "distlock/detail/hold_keeper.hpp"
 #include "distlock/detail/thread_annotations.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
@@ -57,22 +57,16 @@
 namespace distlock::detail {
 
 template <class Protocol, class Policy>
-class Lifecycle {
+class Lifecycle : public HoldKeeper<Protocol> {
+  using Keeper = HoldKeeper<Protocol>;
+
  public:
   using Kind = typename Protocol::Kind;
   using clock = SteadyClock;
 
   Lifecycle(Protocol protocol, LockOptions options, Policy policy, Cancellation cancellation = {})
-      : protocol_(std::move(protocol)),
-        options_(std::move(options)),
-        policy_(std::move(policy)),
-        cancellation_(std::move(cancellation)) {}
-
-  /// Gives back every hold the object still has, of any thread.
-  ~Lifecycle() { give_back_all(); }
-
-  Lifecycle(const Lifecycle&) = delete;
-  Lifecycle& operator=(const Lifecycle&) = delete;
+      : Keeper(std::move(protocol), std::move(options), std::move(cancellation)),
+        policy_(std::move(policy)) {}
 
   /// Acquires a hold of `kind` for the calling thread (see the top of file).
   Outcome acquire(Kind kind, clock::time_point deadline, bool wait) {
@@ -162,21 +156,6 @@ class Lifecycle {
     }
   }
 
-  /// Gives back one hold of `kind` and says what happened (see Mutex).
-  Release release(Kind kind) {
-    protocol_.check_process();  // a forked child gives back nothing
-    return give_back_one(kind, /*quietly=*/false);
-  }
-
-  /// release(), never throwing; does nothing if the caller holds nothing.
-  /// What it cannot release (the lease then runs out) goes to the Client's
-  /// event hook as unlock_failed.
-  void unlock(Kind kind) noexcept {
-    if (protocol_.forked()) return;  // the parent's holds stay the parent's
-    reporting_unlock_failure(protocol_.events(), protocol_.key(),
-                             [&] { static_cast<void>(give_back_one(kind, /*quietly=*/true)); });
-  }
-
   /// Sets the hold's lease to `ttl` if it is still ours (see Mutex::extend).
   bool extend(Kind kind, std::chrono::milliseconds ttl) {
     std::string id;
@@ -211,71 +190,23 @@ class Lifecycle {
     return true;
   }
 
-  bool owns(Kind kind) const noexcept {
-    MutexLock guard(mutex_);
-    return holds_.mine(kind) != nullptr;
-  }
-  unsigned depth(Kind kind) const noexcept {
-    MutexLock guard(mutex_);
-    const Hold* hold = holds_.mine(kind);
-    return hold == nullptr ? 0 : hold->depth;
-  }
-  /// In a forked child every inherited hold counts as lost: it is the
-  /// parent's, and nothing in the child renews it.
-  bool lost(Kind kind) const noexcept {
-    MutexLock guard(mutex_);
-    const Hold* hold = holds_.mine(kind);
-    return hold != nullptr && (hold->lost() || protocol_.forked());
-  }
-  std::chrono::milliseconds validity(Kind kind) const noexcept {
-    MutexLock guard(mutex_);
-    const Hold* hold = holds_.mine(kind);
-    if (hold == nullptr || hold->lost() || protocol_.forked()) return std::chrono::milliseconds(0);
-    const clock::time_point end = hold->lease ? hold->lease->expires() : hold->expires;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now());
-    return std::max(left, std::chrono::milliseconds(0));
-  }
-  /// The hold's id (a token, or a hash field); empty when not held.
-  std::string id(Kind kind) const {
-    MutexLock guard(mutex_);
-    const Hold* hold = holds_.mine(kind);
-    return hold == nullptr ? std::string() : hold->id;
-  }
-  /// Replicas that acknowledged the hold's grant; nullopt if not held or not asked for.
-  std::optional<int> replicas(Kind kind) const {
-    MutexLock guard(mutex_);
-    const Hold* hold = holds_.mine(kind);
-    if (hold == nullptr || hold->replicas < 0) return std::nullopt;
-    return hold->replicas;
-  }
-  long long fence(Kind kind) const {
-    if (!options_.fencing()) throw InvalidArgument("fencing is off for " + protocol_.key());
-    MutexLock guard(mutex_);
-    const Hold* hold = holds_.mine(kind);
-    if (hold == nullptr) throw NotHeldError(not_held_message(kind));
-    return hold->fence;
-  }
-
   /// Makes every acquire of this object that is waiting now give up.
   void cancel_waits() {
     cancellation_.cancel();
     if (options_.wake_on_release()) protocol_.wake();
   }
 
-  Protocol& protocol() noexcept { return protocol_; }
-  const Protocol& protocol() const noexcept { return protocol_; }
-  const LockOptions& options() const noexcept { return options_; }
-
  private:
-  using Holds = HoldTable<Kind, Protocol::per_thread>;
-  using Hold = typename Holds::Hold;
-  using Ended = typename Holds::Ended;
-
-  // When a lease of `ttl` sent at `sent` runs out, as the holder counts it
-  // (less the protocol's margin: a Redlock's drift allowance).
-  clock::time_point expiry(clock::time_point sent, std::chrono::milliseconds ttl) const {
-    return sent + ttl - std::chrono::ceil<clock::duration>(protocol_.margin(ttl));
-  }
+  using Keeper::cancellation_;
+  using Keeper::expiry;
+  using Keeper::forget;
+  using Keeper::give_back;
+  using Keeper::holds_;
+  using Keeper::mutex_;
+  using Keeper::not_held_message;
+  using Keeper::options_;
+  using Keeper::protocol_;
+  using typename Keeper::Hold;
 
   // The time a last attempt after waiting may take past the deadline: a
   // round trip to a few servers, and no more.
@@ -353,112 +284,7 @@ class Lifecycle {
     return false;
   }
 
-  // Releases a grant not to be held; best effort: if Redis cannot be reached, the lease expires.
-  void give_back(Kind kind, const std::string& id) noexcept {
-    try {
-      static_cast<void>(protocol_.release(kind, id));
-    } catch (...) {
-    }
-  }
-
-  // Drops the hold `id` of `kind` at every depth: it is gone on the server,
-  // as a failed extend found (`outcome`, for the next release()).
-  void forget(Kind kind, const std::string& id, Release outcome) {
-    std::shared_ptr<LeaseState> lease;
-    {
-      MutexLock guard(mutex_);
-      Hold* hold = holds_.with_id(kind, id);
-      if (hold == nullptr) return;
-      lease = holds_.end(hold, outcome);
-    }
-    protocol_.held(kind, -1);
-    cancellation_.nudge();
-    if (lease) protocol_.watchdog().remove(*lease);
-  }
-
-  // release() and unlock() in one pass under our mutex: gives back the
-  // calling thread's hold of `kind` (one level of it, if re-entered). With
-  // no hold, release() answers what a failed extend() found, or throws
-  // NotHeldError; unlock() (`quietly`) only forgets that finding.
-  Release give_back_one(Kind kind, bool quietly) {
-    MutexLock guard(mutex_);
-    Hold* hold = holds_.mine(kind);
-    if (hold == nullptr) {
-      // After a failed extend(): what it found, once, instead of NotHeldError.
-      const std::optional<Ended> ended = holds_.take_ended(kind);
-      if (quietly) return Release::lost;
-      if (!ended) throw NotHeldError(not_held_message(kind));
-      guard.unlock();
-      told_released(ended->acquired, ended->outcome);
-      return ended->outcome;
-    }
-    if (hold->depth > 1) {
-      --hold->depth;
-      return hold->lost() ? Release::lost : Release::released;
-    }
-    const Hold last = holds_.take(hold);
-    guard.unlock();
-    protocol_.held(kind, -1);
-    cancellation_.nudge();
-    Release outcome = Release::lost;
-    if (last.lease) protocol_.watchdog().remove(*last.lease);  // no renewal of it after this
-    if (!last.lost()) {
-      outcome = to_release(
-          naming_acl_refusal([&] { return protocol_.describe(kind) + " " + protocol_.key(); },
-                             [&] { return protocol_.release(kind, last.id); }));
-    }
-    told_released(last.acquired, outcome);
-    return outcome;
-  }
-
-  // Tells the hook, if any, of a release of a hold taken at `acquired`.
-  void told_released(clock::time_point acquired, Release outcome) const noexcept {
-    if (const SharedEventHook& hook = protocol_.events()) {
-      emit_released(hook, protocol_.key(), clock::now() - acquired, outcome);
-    }
-  }
-
-  std::string not_held_message(Kind kind) const DISTLOCK_REQUIRES(mutex_) {
-    if (Protocol::per_thread && !holds_.empty()) {
-      return protocol_.key() + ": this thread holds no " + protocol_.describe(kind) +
-             " (another thread does; only the owner may unlock it)";
-    }
-    return protocol_.key() + " is not held";
-  }
-
-  void give_back_all() noexcept {
-    // A child must not even take our mutex: a parent thread may have held
-    // it at the fork. The parent's holds stay the parent's.
-    if (protocol_.forked()) return;
-    std::vector<Hold> holds;
-    {
-      MutexLock guard(mutex_);
-      holds = holds_.take_all();
-    }
-    // Read holds first (SharedMutex): a write release then finds no readers
-    // left and frees the lock with one announcement.
-    std::stable_partition(holds.begin(), holds.end(),
-                          [](const Hold& hold) { return Protocol::given_back_first(hold.kind); });
-    for (const Hold& hold : holds) {
-      if (hold.thread == std::this_thread::get_id()) protocol_.held(hold.kind, -1);
-      reporting_unlock_failure(protocol_.events(), protocol_.key(), [&] {
-        if (hold.lease) {
-          protocol_.watchdog().remove(*hold.lease);
-          if (hold.lease->lost) return;
-        }
-        told_released(hold.acquired, to_release(protocol_.release(hold.kind, hold.id)));
-      });
-    }
-  }
-
-  Protocol protocol_;
-  const LockOptions options_;
   const Policy policy_;
-
-  // The holds as this object knows them; Redis, not this mutex, decides who holds the lock.
-  mutable Mutex mutex_;
-  Holds holds_ DISTLOCK_GUARDED_BY(mutex_);
-  Cancellation cancellation_;
 };
 
 }  // namespace distlock::detail
