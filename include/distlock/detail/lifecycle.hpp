@@ -84,8 +84,8 @@ class Lifecycle : public HoldKeeper<Protocol> {
       const clock::time_point sent = clock::now();
       if (attempt == 1) first_sent = sent;
       const bool last_chance = !wait || sent >= deadline;
-      // The first attempt of a call whose deadline has passed already is a
-      // try_lock(); a last attempt after waiting gets what little is left.
+      // A first attempt past the deadline is a try_lock(); after waiting, a last
+      // attempt gets what little is left, and a step that ends late ends the call.
       clock::time_point step_deadline = deadline;
       if (last_chance) {
         step_deadline = attempt == 1 ? no_deadline : std::max(deadline, sent + last_step);
@@ -119,7 +119,7 @@ class Lifecycle : public HoldKeeper<Protocol> {
           result.holder_pttl = -1;
         }
       }
-      if (last_chance) return Outcome::timed_out;
+      if (last_chance || clock::now() >= deadline) return Outcome::timed_out;
       if (cancellation_.since(cancel_seen)) return Outcome::cancelled;
       if (subscription && subscription->moved()) {
         // A cluster node dropped it (the slot moved): again, at the owner now.
@@ -138,7 +138,7 @@ class Lifecycle : public HoldKeeper<Protocol> {
       long long holder_pttl = result.holder_pttl;
       if (holder_pttl == -3) {
         const std::optional<long long> pttl = protocol_.holder_pttl(deadline);
-        if (!pttl) return Outcome::timed_out;
+        if (!pttl || clock::now() >= deadline) return Outcome::timed_out;
         holder_pttl = *pttl;
       }
       // While the server confirms our subscription, the release announcement
