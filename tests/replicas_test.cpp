@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "distlock/client.hpp"
+#include "distlock/connection.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/mutex.hpp"
@@ -158,6 +159,73 @@ TEST_F(Replicas, UndoOfAGrantWhoseWaitNeverAnsweredIsNotLostWithItsConnection) {
   }
   EXPECT_EQ(master_exists("job"), "0") << "the undo was lost; the grant stays for its lease";
   servers().continue_replica();
+}
+
+TEST_F(Replicas, UndoOfAnAttemptTheServerReadsLateIsNotLostBehindItsWait) {
+  // The attempt carries its WAIT in the same write. A stopped master reads
+  // the attempt, its WAIT, the undo written behind them and the close all
+  // at once when it resumes: the WAIT blocks (the replica is stopped), the
+  // close frees the client, and an undo queued behind the WAIT never runs.
+  // The attempt must be undone on a connection of its own as well.
+  Mutex lock(client(), "job", LockOptions{}.ttl(seconds(30)).replicas(1, seconds(10)));
+  ASSERT_TRUE(lock.try_lock());  // reads INFO replication while all is well
+  lock.unlock();
+  servers().stop_replica();
+  servers().master().pause();
+  EXPECT_FALSE(lock.try_lock_for(milliseconds(300)));
+  servers().master().resume();
+  const auto undone_by = steady_clock::now() + seconds(5);
+  while (master_exists("job") != "0" && steady_clock::now() < undone_by) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  EXPECT_EQ(master_exists("job"), "0") << "the undo was lost; the grant stays for its lease";
+  servers().continue_replica();
+}
+
+TEST_F(Replicas, ScriptedGrantIsConfirmedAfterTheScriptCacheWasFlushed) {
+  // After NOSCRIPT the WAIT sent with the EVALSHA answered for nothing:
+  // the EVAL that follows is confirmed by a WAIT of its own.
+  Mutex lock(client(), "job", replicated().fencing(true));
+  ASSERT_TRUE(lock.try_lock());
+  lock.unlock();
+  servers().master().command({"SCRIPT", "FLUSH"});
+  servers().stop_replica();
+  EXPECT_THROW(static_cast<void>(lock.try_lock()), NotReplicatedError);
+  EXPECT_EQ(master_exists("job"), "0");
+  servers().continue_replica();
+  servers().wait_in_sync();
+  servers().master().command({"SCRIPT", "FLUSH"});
+  ASSERT_TRUE(lock.try_lock());
+  EXPECT_EQ(lock.replicas_acknowledged(), 1);
+  lock.unlock();
+}
+
+TEST_F(Replicas, RefusedAttemptsAndExtendsKeepTheirConnection) {
+  // A refused step's WAIT is read too, so the pooled connection owes no
+  // reply and is lent again, not dropped and replaced.
+  Mutex holder(client(), "job", replicated());
+  ASSERT_TRUE(holder.try_lock());
+  ClientOptions one = client_options(servers().master());
+  one.pool_size = 1;
+  Client single(one);
+  Mutex waiter(single, "job", replicated());
+  Mutex other(single, "other", replicated());
+  ASSERT_TRUE(other.try_lock());  // connects, reads INFO replication
+  Connection probe(client_options(servers().master()));
+  const auto connections = [&] {
+    const std::string info(probe.command("INFO", "stats").str());
+    const std::string field = "total_connections_received:";
+    return std::stoll(info.substr(info.find(field) + field.size()));
+  };
+  const long long before = connections();
+  EXPECT_FALSE(waiter.try_lock());         // refused attempt
+  EXPECT_TRUE(other.extend(seconds(60)));  // extend that took effect
+  probe.command("DEL", "other");
+  EXPECT_FALSE(other.extend(seconds(60)));  // refused extend
+  holder.unlock();
+  EXPECT_TRUE(waiter.try_lock());
+  EXPECT_EQ(waiter.replicas_acknowledged(), 1);
+  EXPECT_EQ(connections(), before) << "a connection was dropped and replaced";
 }
 
 TEST_F(Replicas, FencedGrantIsConfirmedWithItsFence) {

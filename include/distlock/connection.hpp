@@ -58,8 +58,23 @@ class Connection {
   }
   Reply command_argv(detail::Args argv) {
     append_argv(argv);
+    append_trailer();
     read_reply().throw_if_error();
     return take_last();
+  }
+
+  /// Pipelines `argv` behind the next command() or eval(), in the same
+  /// write, its reply left unread for the caller (trailed() says it was
+  /// sent): a WAIT confirming a grant costs no round trip of its own. An
+  /// EVALSHA answered NOSCRIPT reads and drops it (its answer would predate
+  /// the EVAL that follows). untrail() disarms one not yet sent.
+  void trail(detail::Args argv) { trailer_.assign(argv.begin(), argv.end()); }
+  void untrail() noexcept { trailer_.clear(); }
+  bool trailed() const noexcept { return trailed_; }
+  /// Reads the reply of the trailed command.
+  const Reply& read_trailing_reply() {
+    trailed_ = false;
+    return read_reply();
   }
 
   /// Queues a command without waiting (a pipeline); read its reply with
@@ -151,6 +166,13 @@ class Connection {
   }
   void append_script(std::string_view verb, std::string_view body, detail::Args keys,
                      detail::Args args);
+  // The trail()ed command, once, behind the command or script just appended.
+  void append_trailer() {
+    if (trailer_.empty()) return;
+    append_argv(std::vector<std::string_view>(trailer_.begin(), trailer_.end()));
+    trailer_.clear();
+    trailed_ = true;
+  }
 
   // Commands are short (the longest is a script call): argv of up to this
   // many arguments is laid out on the stack, longer on the heap.
@@ -172,7 +194,9 @@ class Connection {
   bool sharded_publish_ = false;
   std::chrono::steady_clock::time_point last_used_{};
   Reply last_{nullptr};
-  char verb_[16] = {};  // the first command of the pipeline in flight, for messages
+  std::vector<std::string> trailer_;  // trail()ed, not yet sent
+  bool trailed_ = false;              // sent, its reply not yet read
+  char verb_[16] = {};                // the first command of the pipeline in flight, for messages
   std::size_t verb_size_ = 0;
 };
 
@@ -301,7 +325,9 @@ inline Reply Connection::eval(const Script& given, detail::Args keys, detail::Ar
   const auto sent = std::chrono::steady_clock::now();
   const Script& script = sharded_publish_ ? detail::with_sharded_publish(given) : given;
   append_script("EVALSHA", script.sha1, keys, args);
+  append_trailer();
   if (read_reply().is_error() && classify_server_error(last_.str()) == ServerErrorKind::noscript) {
+    if (trailed_) read_trailing_reply();
     // The server lost its script cache (restart, failover, SCRIPT FLUSH):
     // EVAL runs the script and caches it for the next EVALSHA. The reply
     // timeout was set for the whole step (a caller's deadline cuts it), so

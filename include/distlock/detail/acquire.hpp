@@ -14,8 +14,8 @@
 // apply it. Its undo is written on the same connection, behind it, and not
 // waited for: if the attempt lands late, the undo lands right after it.
 //
-// With replica acknowledgement (LockOptions::replicas), a granted attempt
-// is followed on its connection by WAIT (ReplicaCheck); a grant too few
+// With replica acknowledgement (LockOptions::replicas), an attempt carries
+// WAIT behind it in the same write (ReplicaCheck); a grant too few
 // replicas acknowledged comes back as not_replicated, for the Lifecycle to
 // give back.
 #pragma once
@@ -37,6 +37,7 @@
 #include "distlock/acquire_policy.hpp"
 #include "distlock/connection.hpp"
 #include "distlock/detail/args.hpp"
+#include "distlock/detail/replica_check.hpp"
 #include "distlock/detail/thread_annotations.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
@@ -67,9 +68,6 @@ struct Attempt {
 
 /// How an acquire ended.
 enum class Outcome { acquired, timed_out, cancelled };
-
-/// No deadline: the step may take one command timeout.
-inline constexpr SteadyClock::time_point no_deadline = SteadyClock::time_point::max();
 
 /// The cancel_waits() of one lock object: a generation every acquire notes
 /// when it starts and gives up on once it changes, and the condition a
@@ -151,145 +149,6 @@ SteadyClock::time_point next_attempt_at(const Policy& policy, unsigned attempt,
   return deadline - now < pause ? deadline : now + pause;
 }
 
-/// The error for a grant, extend or lock object too few replicas back.
-inline NotReplicatedError not_replicated_error(std::string_view key, std::string_view what,
-                                               int acknowledged, int wanted) {
-  return NotReplicatedError(std::string(key) + ": " + std::string(what) + " acknowledged by " +
-                                std::to_string(acknowledged) + " replica(s), " +
-                                std::to_string(wanted) + " asked for (LockOptions::replicas)",
-                            acknowledged, wanted);
-}
-
-/// A lock object's replica acknowledgement (LockOptions::replicas): the
-/// count WAIT asks for, read from INFO replication at the first step that
-/// needs it (and again after a step too few replicas acknowledged), and
-/// the WAIT itself. Shared by the lock's Protocol and its Renewer.
-class ReplicaCheck {
- public:
-  ReplicaCheck(int wanted, std::chrono::milliseconds timeout) noexcept
-      : wanted_(wanted), timeout_(timeout) {}
-
-  /// The count to WAIT for. The first time, and after reread(), asks the
-  /// server in one round trip for INFO replication and a WAIT 0 (so that an
-  /// ACL refusing either fails here, before anything is granted); throws
-  /// NotReplicatedError when fewer replicas are connected than asked for.
-  int needed(Connection& connection, std::string_view key) {
-    const int known = needed_.load(std::memory_order_acquire);
-    if (known > 0) return known;
-    connection.append("INFO", "replication");
-    connection.append("WAIT", "0", "1");
-    connection.flush();
-    const Reply& info = connection.read_reply();
-    const std::string info_error = info.is_error() ? std::string(info.str()) : std::string();
-    const int connected = info.is_error() ? 0 : connected_replicas(info.str());
-    const Reply& wait = connection.read_reply();
-    if (!info_error.empty()) throw refused(info_error, "INFO replication");
-    if (wait.is_error()) throw refused(wait.str(), "WAIT");
-    const int count = wanted_ == LockOptions::majority ? connected / 2 + 1 : wanted_;
-    if (connected == 0 || connected < count) {
-      throw NotReplicatedError(
-          std::string(key) + ": the master has " + std::to_string(connected) +
-              " connected replica(s); LockOptions::replicas asks for " +
-              (wanted_ == LockOptions::majority ? "a majority" : std::to_string(count)),
-          connected, count);
-    }
-    needed_.store(count, std::memory_order_release);
-    return count;
-  }
-
-  int wanted() const noexcept { return wanted_; }
-  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
-
-  /// Makes the next needed() ask the server again.
-  void reread() noexcept { needed_.store(0, std::memory_order_release); }
-
-  /// WAIT for `count` replicas on the connection that just wrote, for the replica
-  /// timeout cut to the caller's deadline; returns WAIT's answer. `cut`
-  /// says whether the deadline shortened the wait.
-  int wait(Connection& connection, int count, SteadyClock::time_point deadline,
-           std::chrono::milliseconds command_timeout, bool& cut) const {
-    cut = append_wait(connection, count, deadline, command_timeout);
-    return read_wait(connection);
-  }
-
-  /// Queues WAIT for `count` replicas for the replica timeout cut to
-  /// `deadline`, and sets the connection's reply timeout to cover it; true
-  /// when the deadline shortened the wait.
-  bool append_wait(Connection& connection, int count, SteadyClock::time_point deadline,
-                   std::chrono::milliseconds command_timeout) const {
-    std::chrono::milliseconds waited = timeout_;
-    std::chrono::milliseconds slack = command_timeout;  // for the reply, after WAIT's own wait
-    bool cut = false;
-    if (deadline != no_deadline) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - SteadyClock::now());
-      if (left <= waited) {
-        waited = std::max(left, std::chrono::milliseconds(1));  // WAIT 0 would wait for ever
-        cut = true;
-      }
-      slack = std::min(std::max(left - waited, std::chrono::milliseconds(10)), command_timeout);
-    }
-    connection.set_timeout(waited + slack);
-    connection.append("WAIT", Decimal(count), Decimal(waited.count()));
-    return cut;
-  }
-
-  /// Reads the answer to a queued WAIT: the replicas that acknowledged.
-  static int read_wait(Connection& connection) {
-    const Reply& reply = connection.read_reply();
-    if (reply.is_error()) throw refused(reply.str(), "WAIT");
-    return static_cast<int>(reply.integer());
-  }
-
-  /// WAIT after a granted attempt: marks it not_replicated if too few
-  /// replicas acknowledged.
-  void confirm(Connection& connection, int count, SteadyClock::time_point deadline,
-               std::chrono::milliseconds command_timeout, Attempt& attempt) {
-    bool cut = false;
-    attempt.replicas = wait(connection, count, deadline, command_timeout, cut);
-    attempt.replicas_wanted = count;
-    if (attempt.replicas >= count) return;
-    attempt.acquired = false;
-    attempt.not_replicated = true;
-    attempt.deadline_cut = cut;
-    reread();  // a replica may have gone: count them again next time
-  }
-
-  /// WAIT after a write that counts only once replicated (an extend), by
-  /// the rules of a call without a deadline; throws NotReplicatedError
-  /// when too few replicas acknowledged it.
-  void require(Connection& connection, std::string_view key, std::string_view what,
-               std::chrono::milliseconds command_timeout) {
-    const int count = needed(connection, key);
-    bool cut = false;
-    const int acknowledged = wait(connection, count, no_deadline, command_timeout, cut);
-    if (acknowledged >= count) return;
-    reread();
-    throw not_replicated_error(key, what, acknowledged, count);
-  }
-
- private:
-  static int connected_replicas(std::string_view info) {
-    constexpr std::string_view field = "connected_slaves:";
-    const std::size_t at = info.find(field);
-    if (at == std::string_view::npos) return 0;
-    int count = 0;
-    for (std::size_t i = at + field.size(); i < info.size() && info[i] >= '0' && info[i] <= '9';
-         ++i) {
-      count = count * 10 + (info[i] - '0');
-    }
-    return count;
-  }
-
-  static ServerError refused(std::string_view reply, const char* command) {
-    return ServerError(std::string(reply) + " (" + command +
-                       ": LockOptions::replicas needs WAIT and INFO on the lock's server)");
-  }
-
-  const int wanted_;
-  const std::chrono::milliseconds timeout_;
-  std::atomic<int> needed_{0};
-};
-
 /// Whether `Backend` routes each step itself (ClusterClient: by the hash
 /// slot its lock object was bound to) instead of lending one endpoint's
 /// connections.
@@ -356,13 +215,29 @@ void undo_apart(const Connection& blocked, Undo& undo) noexcept {
   }
 }
 
+/// Settles a granted attempt sent with ReplicaCheck::trail_wait(): too few
+/// replicas acknowledged makes it not_replicated (for the Lifecycle to give
+/// back), and the next attempt counts the replicas again.
+inline void confirm(ReplicaCheck& replicas, Connection& connection, int needed,
+                    SteadyClock::time_point deadline, std::chrono::milliseconds command_timeout,
+                    bool cut, Attempt& attempt) {
+  attempt.replicas = replicas.acknowledged(connection, needed, deadline, command_timeout, cut);
+  attempt.replicas_wanted = needed;
+  if (attempt.replicas >= needed) return;
+  attempt.acquired = false;
+  attempt.not_replicated = true;
+  attempt.deadline_cut = cut;
+  replicas.reread();  // a replica may have gone: count them again next time
+}
+
 /// One attempt on a single server: `send(connection)` on a connection
 /// borrowed and timed by the deadline rules above. If the reply never came,
 /// `undo(connection)` writes the undo behind it (Connection::send_behind)
 /// before the error goes on. Returns nullopt when the caller's deadline cut
-/// the step short. With `replicas`, a grant is followed by its WAIT on the
-/// same connection; a WAIT that fails undoes the grant on a connection of
-/// its own (undo_apart: the grant is known, and the WAIT blocks its own).
+/// the step short. With `replicas`, the attempt carries its WAIT behind it
+/// on the same connection; a WAIT that fails after a grant undoes the grant
+/// on a connection of its own (undo_apart: the grant is known, and the WAIT
+/// blocks its own).
 template <class Backend, class Send, class Undo>
 std::optional<Attempt> attempt_or_undo(Backend& backend, SteadyClock::time_point deadline,
                                        Send&& send, Undo&& undo, ReplicaCheck* replicas = nullptr,
@@ -371,11 +246,16 @@ std::optional<Attempt> attempt_or_undo(Backend& backend, SteadyClock::time_point
     return on_connection(backend, deadline, [&](Connection& connection) {
       const std::chrono::milliseconds command_timeout = backend.options().command_timeout;
       const int needed = replicas != nullptr ? replicas->needed(connection, key) : 0;
+      const TrailGuard guard(connection);
       Attempt attempt;
       try {
+        const bool cut =
+            needed > 0 && replicas->trail_wait(connection, needed, deadline, command_timeout);
         attempt = send(connection);
         if (needed > 0 && attempt.acquired) {
-          replicas->confirm(connection, needed, deadline, command_timeout, attempt);
+          confirm(*replicas, connection, needed, deadline, command_timeout, cut, attempt);
+        } else if (needed > 0) {
+          ReplicaCheck::skip(connection);
         }
         return attempt;
       } catch (const Error& error) {
@@ -385,6 +265,11 @@ std::optional<Attempt> attempt_or_undo(Backend& backend, SteadyClock::time_point
         } else if (code == Errc::timed_out || code == Errc::io_error ||
                    code == Errc::protocol_error) {
           undo(connection);
+          // With its WAIT sent behind it, an unanswered attempt's undo may
+          // queue behind a WAIT that blocks, and be dropped with the
+          // connection: undo it apart too (a grant that landed is found
+          // there; one still on the wire then lives out its lease).
+          if (connection.trailed()) undo_apart(connection, undo);
         }
         throw;
       }

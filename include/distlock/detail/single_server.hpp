@@ -90,15 +90,25 @@ class SingleServer {
     return send_checked(backend_, no_deadline, std::forward<Send>(send));
   }
 
-  /// An extend by checked(): with replica acknowledgement, one that took
-  /// effect is followed by WAIT on its connection, and throws
+  /// An extend by checked(): with replica acknowledgement, WAIT goes out
+  /// behind it in the same write, and one that took effect throws
   /// NotReplicatedError if too few replicas acknowledged it.
   template <class Send>
   TokenCheck extended(Send&& send) {
     return send_checked(backend_, no_deadline, [&](Connection& connection) {
+      if (!replicas_) return send(connection);
+      const std::chrono::milliseconds command_timeout = backend_.options().command_timeout;
+      const int count = replicas_->needed(connection, key_);
+      const TrailGuard guard(connection);
+      replicas_->trail_wait(connection, count, no_deadline, command_timeout);
       const TokenCheck check = send(connection);
-      if (check == TokenCheck::done && replicas_) {
-        replicas_->require(connection, key_, "extend", backend_.options().command_timeout);
+      if (check == TokenCheck::done) {
+        bool cut = false;
+        const int acknowledged =
+            replicas_->acknowledged(connection, count, no_deadline, command_timeout, cut);
+        replicas_->require(acknowledged, count, key_, "extend");
+      } else {
+        ReplicaCheck::skip(connection);
       }
       return check;
     });

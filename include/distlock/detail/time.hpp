@@ -14,6 +14,9 @@ namespace distlock::detail {
 
 using SteadyClock = std::chrono::steady_clock;
 
+/// No deadline: the step may take one command timeout.
+inline constexpr SteadyClock::time_point no_deadline = SteadyClock::time_point::max();
+
 /// d in whole milliseconds, if it lies in [1 ms, max]; otherwise throws
 /// InvalidArgument naming what. Computed in double so that a huge count of
 /// hours cannot wrap on the way to milliseconds.
