@@ -315,6 +315,7 @@ inline std::unique_ptr<Connection> Endpoint::take(SteadyClock::time_point deadli
       hurried.connect_timeout = std::min(hurried.connect_timeout, budget);
       hurried.command_timeout = std::min(hurried.command_timeout, budget);
       connection = std::make_unique<Connection>(std::move(hurried));
+      connection->set_usual_timeout(options_.command_timeout);
     }
     if (reconnecting_.exchange(false, std::memory_order_relaxed)) runtime_.revalidate();
     return connection;

@@ -126,7 +126,12 @@ class Connection {
   void send_eval_behind(const Script& script, detail::Args keys, detail::Args args) noexcept;
 
   /// Changes the reply timeout of this connection (a no-op if unchanged).
+  /// One shorter than the usual (a step cut to a caller's deadline) is kept
+  /// by poll(), to the millisecond; the usual one by the socket.
   void set_timeout(std::chrono::milliseconds timeout);
+  /// The usual reply timeout, when it is not the options' (a connection
+  /// made in a hurry, its options cut to a caller's deadline).
+  void set_usual_timeout(std::chrono::milliseconds usual) noexcept { usual_timeout_ = usual; }
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
 
   /// Replies still owed by the server for appended commands.
@@ -159,7 +164,7 @@ class Connection {
     void operator()(redisContext* c) const noexcept { redisFree(c); }
   };
 
-  [[noreturn]] void fail(const char* during);
+  [[noreturn]] void fail(const char* during, bool timed_out = false);
   void remember_verb(std::string_view verb) noexcept {
     verb_size_ = std::min(verb.size(), sizeof verb_);
     std::memcpy(verb_, verb.data(), verb_size_);
@@ -180,10 +185,6 @@ class Connection {
   // Calls use(ptrs, lens) with argv as hiredis takes it.
   template <class Use>
   static auto with_pointers(detail::Args argv, Use&& use);
-  // Calls use(argv) with "<verb> <body> <numkeys> <keys...> <args...>".
-  template <class Use>
-  static void with_script_argv(std::string_view verb, std::string_view body, detail::Args keys,
-                               detail::Args args, Use&& use);
 
   ConnectionOptions options_;
   std::unique_ptr<redisContext, FreeContext> context_;
@@ -196,7 +197,9 @@ class Connection {
   Reply last_{nullptr};
   std::vector<std::string> trailer_;  // trail()ed, not yet sent
   bool trailed_ = false;              // sent, its reply not yet read
-  char verb_[16] = {};                // the first command of the pipeline in flight, for messages
+  bool exact_ = false;                // the timeout is cut short: poll() keeps it
+  std::chrono::milliseconds usual_timeout_{options_.command_timeout};
+  char verb_[16] = {};  // the first command of the pipeline in flight, for messages
   std::size_t verb_size_ = 0;
 };
 
@@ -252,29 +255,6 @@ auto Connection::with_pointers(detail::Args argv, Use&& use) {
   return use(ptrs, lens);
 }
 
-template <class Use>
-void Connection::with_script_argv(std::string_view verb, std::string_view body, detail::Args keys,
-                                  detail::Args args, Use&& use) {
-  const detail::Decimal numkeys(static_cast<long long>(keys.size()));
-  const std::size_t argc = 3 + keys.size() + args.size();
-  if (argc <= stack_args) {
-    std::string_view argv[stack_args];
-    std::size_t i = 0;
-    argv[i++] = verb;
-    argv[i++] = body;
-    argv[i++] = numkeys;
-    for (const std::string_view key : keys) argv[i++] = key;
-    for (const std::string_view arg : args) argv[i++] = arg;
-    use(detail::Args(argv, argc));
-    return;
-  }
-  std::vector<std::string_view> argv{verb, body, numkeys};
-  argv.reserve(argc);
-  argv.insert(argv.end(), keys.begin(), keys.end());
-  argv.insert(argv.end(), args.begin(), args.end());
-  use(detail::Args(argv));
-}
-
 inline void Connection::append_argv(detail::Args argv) {
   if (pending_ == 0) remember_verb(argv.size() == 0 ? std::string_view() : *argv.begin());
   const int appended = with_pointers(argv, [&](const char** ptrs, const std::size_t* lens) {
@@ -293,7 +273,23 @@ inline void Connection::flush() {
 
 inline const Reply& Connection::read_reply() {
   void* raw = nullptr;
-  if (redisGetReply(context_.get(), &raw) != REDIS_OK || raw == nullptr) fail("read");
+  // A timeout cut short (by a caller's deadline) is kept by poll(), to the
+  // millisecond: the socket's own timeout is rounded up to the kernel's
+  // tick, and returns 4 to 10 ms late.
+  if (exact_) {
+    if (redisGetReplyFromReader(context_.get(), &raw) != REDIS_OK) fail("parse");
+    if (raw == nullptr) {
+      flush();
+      pollfd p{context_->fd, POLLIN, 0};
+      int ready = 0;
+      while ((ready = ::poll(&p, 1, static_cast<int>(timeout_.count()))) < 0 && errno == EINTR) {
+      }
+      if (ready == 0) fail("read", /*timed_out=*/true);
+    }
+  }
+  if (raw == nullptr && (redisGetReply(context_.get(), &raw) != REDIS_OK || raw == nullptr)) {
+    fail("read");
+  }
   --pending_;
   last_ = Reply(static_cast<redisReply*>(raw));
   return last_;
@@ -313,7 +309,8 @@ inline std::optional<Reply> Connection::next_buffered_reply() {
 
 inline void Connection::append_script(std::string_view verb, std::string_view body,
                                       detail::Args keys, detail::Args args) {
-  with_script_argv(verb, body, keys, args, [&](detail::Args argv) { append_argv(argv); });
+  detail::with_script_argv<stack_args>(verb, body, keys, args,
+                                       [&](detail::Args argv) { append_argv(argv); });
 }
 
 inline void Connection::append_evalsha(const Script& script, detail::Args keys, detail::Args args) {
@@ -351,6 +348,7 @@ inline Reply Connection::eval(const Script& given, detail::Args keys, detail::Ar
 }
 
 inline void Connection::set_timeout(std::chrono::milliseconds timeout) {
+  exact_ = timeout < usual_timeout_;
   if (timeout == timeout_) return;
   if (redisSetTimeout(context_.get(), detail::to_timeval(timeout)) != REDIS_OK) {
     fail("set timeout");
@@ -358,7 +356,7 @@ inline void Connection::set_timeout(std::chrono::milliseconds timeout) {
   timeout_ = timeout;
 }
 
-inline void Connection::fail(const char* during) {
+inline void Connection::fail(const char* during, bool timed_out) {
   const int saved_errno = errno;
   broken_ = true;
   const int code = context_->err;
@@ -366,9 +364,8 @@ inline void Connection::fail(const char* during) {
   // a log says what it was and against whom, not just "EAGAIN".
   std::string reason = options_.endpoint() + ": ";
   if (verb_size_ > 0) reason.append(verb_, verb_size_).append(": ");
-  bool timed_out = false;
 #ifdef REDIS_ERR_TIMEOUT
-  timed_out = code == REDIS_ERR_TIMEOUT;
+  timed_out = timed_out || code == REDIS_ERR_TIMEOUT;
 #endif
   // hiredis 0.14 reports a socket timeout as an I/O error with EAGAIN.
   timed_out = timed_out ||
@@ -430,8 +427,8 @@ inline void Connection::send_eval_behind(const Script& given, detail::Args keys,
   }
   const Script& script = *twin;
   // EVAL, not EVALSHA: nobody will read a NOSCRIPT.
-  with_script_argv("EVAL", script.source, keys, args,
-                   [&](detail::Args argv) { send_behind(argv); });
+  detail::with_script_argv<stack_args>("EVAL", script.source, keys, args,
+                                       [&](detail::Args argv) { send_behind(argv); });
 }
 
 }  // namespace distlock

@@ -1,6 +1,6 @@
-// Argument lists for Redis commands: Args (a borrowed span of string_views)
-// and Decimal (an integer formatted on the stack), so that commands can be
-// built without allocating.
+// Argument lists for Redis commands: Args (a borrowed span of string_views),
+// Decimal (an integer formatted on the stack) and a script call's argv, so
+// that commands can be built without allocating.
 #pragma once
 
 #include <charconv>
@@ -48,5 +48,30 @@ class Decimal {
   char buffer_[24];
   std::size_t size_;
 };
+
+/// Calls use(argv) with "<verb> <body> <numkeys> <keys...> <args...>" (a
+/// script call), laid out on the stack when it has at most `stack` entries.
+template <std::size_t stack, class Use>
+void with_script_argv(std::string_view verb, std::string_view body, Args keys, Args args,
+                      Use&& use) {
+  const Decimal numkeys(static_cast<long long>(keys.size()));
+  const std::size_t argc = 3 + keys.size() + args.size();
+  if (argc <= stack) {
+    std::string_view argv[stack];
+    std::size_t i = 0;
+    argv[i++] = verb;
+    argv[i++] = body;
+    argv[i++] = numkeys;
+    for (const std::string_view key : keys) argv[i++] = key;
+    for (const std::string_view arg : args) argv[i++] = arg;
+    use(Args(argv, argc));
+    return;
+  }
+  std::vector<std::string_view> argv{verb, body, numkeys};
+  argv.reserve(argc);
+  argv.insert(argv.end(), keys.begin(), keys.end());
+  argv.insert(argv.end(), args.begin(), args.end());
+  use(Args(argv));
+}
 
 }  // namespace distlock::detail
