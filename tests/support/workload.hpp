@@ -178,7 +178,9 @@ inline std::string lock_name(int i) { return "fault:" + std::to_string(i); }
 ///   using Lock;  static constexpr bool shared (has read holds);
 ///   make(clients, name, LockOptions) -> std::unique_ptr<Lock>;
 ///   acquire(lock, write, timeout) -> bool; release(lock, write);
-///   fence(lock) (fenced runs only); lost(lock).
+///   fence(lock) (fenced runs only); lost(lock); role(lock) -> int (which
+///   member of a mixed fleet the lock object is; 0 for a single lock type);
+///   bounded(lock) (its acquire keeps the deadline bound: false for a peer).
 /// `connect` makes the child's Clients (one per master) after fork; `store`
 /// the options of the fenced store (used when fenced).
 template <class Kind>
@@ -213,11 +215,12 @@ void contend(Shared& shared, const WorkloadOptions& options, int process,
       }
       const std::int64_t returned = monotonic_ns();
       // The process the test stops is frozen by the test, calls and all:
-      // its calls' overshoot measures the pause, not the lock.
+      // its calls' overshoot measures the pause, not the lock. An emulated
+      // peer's call is not distlock's to bound.
       const bool frozen = options.pause_in_section != 0 && process == 0;
       const std::int64_t over =
           returned - called - std::chrono::nanoseconds(options.try_for).count();
-      if (!frozen) {
+      if (!frozen && Kind::bounded(lock)) {
         shared.deadline_calls.fetch_add(1);
         std::int64_t worst = shared.worst_overshoot_ns.load();
         ++calls;
@@ -235,6 +238,7 @@ void contend(Shared& shared, const WorkloadOptions& options, int process,
       section.thread = thread;
       section.name = n;
       section.exclusive = write ? 1 : 0;
+      section.role = Kind::role(lock);
       section.start_ns = monotonic_ns();
       const bool pause_here = options.pause_in_section != 0 && process == 0 && thread == 0 &&
                               count == options.pause_in_section;
