@@ -873,19 +873,20 @@ struct ReadWriteFleetKind : FleetKind<true, SharedMutex, testing::RedissonReadWr
 template <class Kind>
 class FleetFaultTest : public FaultTest<Kind> {
  protected:
-  void SetUp() override {
-    if (testing::sanitized_build()) {
-      // Seen under ASan: a call of the hash fleet 280 ms past its deadline
-      // with no fault at all (the same overshoot the soak shows for
-      // ReentrantMutex and SharedMutex under load). Open; the plain build
-      // runs these.
-      GTEST_SKIP() << "hash-field deadline overshoot under the sanitizers (open finding)";
-    }
-    FaultTest<Kind>::SetUp();
-  }
   // One name; every role in every process, twice over when there are two.
+  //
+  // Under the sanitizers, one process (its threads cost several times more
+  // there): with two, the read-write fleet's eight threads once made a
+  // distlock call 103 ms late with its subscribers killed (1 of 36 runs),
+  // the deadline bound measuring the starved scheduler rather than the
+  // lock (once with no fault at all, for the hash fleet, before a step
+  // ending past the deadline ended the call). And a second's run there
+  // too (the CI size is halved): the slowest member, a distlock waiter no
+  // release of a peer wakes, needs it to show real work.
   WorkloadOptions fleet() {
-    WorkloadOptions options = FaultTest<Kind>::workload();
+    WorkloadOptions options =
+        FaultTest<Kind>::workload(testing::sanitized_build() ? 2000ms : 1000ms);
+    if (testing::sanitized_build()) options.processes = 1;
     options.threads = Kind::roles == 2 ? 4 : Kind::roles;
     options.names = 1;
     return options;
@@ -899,8 +900,9 @@ class FleetFaultTest : public FaultTest<Kind> {
     if (quiet) {
       EXPECT_EQ(o.errors, 0) << describe(o);
     }
-    // Real work: the runs gave 20 to 87 sections.
-    EXPECT_GE(o.verdict.sections, 10) << describe(o);
+    // Real work: the plain build's runs gave 20 to 87 sections, the
+    // sanitized ones (one process) 8 to 34.
+    EXPECT_GE(o.verdict.sections, testing::sanitized_build() ? 5 : 10) << describe(o);
     for (int role = 0; role < Kind::roles; ++role) {
       std::int64_t reads = 0;
       std::int64_t writes = 0;
