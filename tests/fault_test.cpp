@@ -57,6 +57,7 @@
 #include "support/options.hpp"
 #include "support/oracle.hpp"
 #include "support/peers.hpp"
+#include "support/sanitized.hpp"
 #include "support/workload.hpp"
 
 namespace distlock {

@@ -48,6 +48,7 @@
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
 #include "support/oracle.hpp"
+#include "support/sanitized.hpp"
 
 namespace distlock::testing {
 
@@ -383,20 +384,6 @@ struct RunSize {
   bool soak;
   std::size_t capacity;  // sections the run has room to record
 };
-
-inline bool sanitized_build() {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-  return true;
-#else
-  return false;
-#endif
-#else
-  return false;
-#endif
-}
 
 inline RunSize run_size(std::chrono::milliseconds ci_duration, std::uint64_t ci_seed) {
   if (const char* soak = std::getenv("DISTLOCK_SOAK_SECONDS"); soak != nullptr && *soak != '\0') {
