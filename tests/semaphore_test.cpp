@@ -20,7 +20,7 @@
 #include "support/fixture.hpp"
 #include "support/lock_helpers.hpp"
 #include "support/options.hpp"
-#include "support/workload.hpp"
+#include "support/sanitized.hpp"
 
 namespace distlock {
 namespace {
@@ -31,7 +31,7 @@ using testing::client_options;
 using testing::command_calls;
 
 // Under the sanitizers every step is several times slower: smaller runs.
-const int scale = testing::sanitized_build() ? 2 : 1;
+constexpr int scale = testing::sanitized_build() ? 2 : 1;
 
 class SemaphoreTest : public testing::RedisClientTest {
  protected:

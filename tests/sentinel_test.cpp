@@ -28,6 +28,7 @@
 #include "support/fixture.hpp"
 #include "support/options.hpp"
 #include "support/redis_server.hpp"
+#include "support/sanitized.hpp"
 #include "support/sentinel_group.hpp"
 
 namespace distlock::testing {
@@ -45,23 +46,6 @@ bool eventually(Condition&& condition, steady_clock::duration limit = seconds(10
     std::this_thread::sleep_for(milliseconds(10));
   }
   return condition();
-}
-
-// Sanitizer builds run the smaller set: the failovers cost wall time, not
-// CPU, and two of them (kill -9 with a lease lost, and the waiter moved to
-// the new master) exercise the threads the sanitizers watch.
-constexpr bool sanitized_build() {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-  return true;
-#else
-  return false;
-#endif
-#else
-  return false;
-#endif
 }
 
 // A thread joined when it goes out of scope, so that a failed assertion
@@ -156,6 +140,9 @@ TEST_F(Sentinel, FindsTheMasterAndEveryLockWorks) {
   EXPECT_FALSE(limiter.try_acquire().allowed);
 }
 
+// Sanitizer builds run the smaller set: the failovers cost wall time, not
+// CPU, and two of them (kill -9 with a lease lost, and the waiter moved to
+// the new master) exercise the threads the sanitizers watch.
 TEST_F(Sentinel, ReplicatedLeaseSurvivesSentinelFailoverAndIsRevalidated) {
   if (sanitized_build()) GTEST_SKIP() << "the smaller set under sanitizers";
   EventCount events;

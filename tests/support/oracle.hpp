@@ -31,6 +31,7 @@ struct Section {
   std::int32_t thread = 0;
   std::int32_t name = 0;            // index of the lock name
   std::int32_t exclusive = 1;       // 0: a read (shared) section
+  std::int32_t role = 0;            // which member of a mixed fleet held it
   std::int64_t start_ns = 0;        // CLOCK_MONOTONIC right after acquire returned
   std::int64_t end_ns = 0;          // CLOCK_MONOTONIC right before release was sent
   std::int32_t wrote = 0;           // 1: this section incremented its name's counter

@@ -3,24 +3,42 @@
 // layouts (key types, fields, channels, which keys a release touches), for
 // the fault tests to run beside distlock's own contenders under one oracle.
 //
-// Defines distlock::testing::RedisPyLockPeer and RedissonLockPeer. Each
-// waits by polling, as those clients do when no message arrives; neither
-// renews: a peer's lease is long enough for its longest section.
+// Defines distlock::testing::RedisPyLockPeer, RedissonLockPeer and
+// RedissonReadWriteLockPeer. Each waits by polling, as those clients do when
+// no message arrives; none renews: a peer's lease is long enough for its
+// longest section.
 //
 // The layouts:
 //   - redis-py's Lock: a string at the name holding a random token, set
 //     with SET NX PX; released by a script that deletes the key only if it
 //     still holds the token.
-//   - Redisson's RLock: a hash at the name whose one field, the owner
-//     "<uuid>:<thread id>", counts that owner's holds; the hash's PTTL is
-//     the lease. Acquire when the hash is missing or has the owner's field
-//     (count up, set the lease), else answer the PTTL. Release (current
-//     Redisson) first reads an unlock latch, the string
-//     "redisson_unlock_latch:{name}:<request id>": if set, the same release
-//     already ran and its answer is returned again. Otherwise count the
-//     owner's field down; above zero, keep the lease and latch 0; at zero,
-//     delete the hash, publish "0" on "redisson_lock__channel:{name}" and
-//     latch 1. The latch carries a short PX of its own.
+//   - Redisson's owner id, for its locks below: "<uuid>:<thread id>", the
+//     uuid one per client (here: per process).
+//   - Redisson's unlock latch (current Redisson, every lock below): an
+//     unlock names a fresh request id and its script first reads the string
+//     "redisson_unlock_latch:{name}:<request id>": if set, the same unlock
+//     already ran and its answer is returned again; else the script stores
+//     its answer there, with a short PX, before returning it. Once the
+//     answer is in, the client deletes the latch with a DEL of its own.
+//   - Redisson's RLock: a hash at the name whose one field, the owner,
+//     counts that owner's holds; the hash's PTTL is the lease. Acquire when
+//     the hash is missing or has the owner's field (count up, set the
+//     lease), else answer the PTTL. Release: count the owner's field down;
+//     above zero, keep the lease and latch 0; at zero, delete the hash,
+//     publish "0" on "redisson_lock__channel:{name}" and latch 1.
+//   - Redisson's RReadWriteLock: a hash at the name with a field "mode",
+//     "read" or "write". A reader's field is the owner, a writer's the owner
+//     with ":write"; each counts that owner's holds of its kind. Read hold n
+//     of an owner also has a string "{name}:<owner>:rwlock_timeout:<n>" whose
+//     PTTL is that hold's lease, and the hash's PTTL is kept at the longest
+//     of them; a write hold's lease is the hash's PTTL. A reader gets in when
+//     there is no mode, when the mode is "read", or when the mode is "write"
+//     and its own owner holds the write side; a writer when there is no mode,
+//     or again when it holds the write side already (the lease grows by one
+//     lease). Releases are announced on "redisson_rwlock:{name}": "0" when a
+//     read release deletes the hash (one waiter may go), "1" when a write
+//     release does (every waiter looks again).
+//     Where a name has a '{', Redisson uses it as it is instead of "{name}".
 #pragma once
 
 #include <atomic>
@@ -34,6 +52,56 @@
 
 namespace distlock::testing {
 
+namespace peer_detail {
+
+// Polls `attempt` (true: acquired) every 2 ms, the peers' pace, until
+// `wait` has passed.
+template <class Attempt>
+bool poll_for(std::chrono::milliseconds wait, Attempt&& attempt) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    if (attempt()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+// "{name}", or the name as it is if it has a '{'.
+inline std::string redisson_braced(const std::string& name) {
+  return name.find('{') == std::string::npos ? "{" + name + "}" : name;
+}
+
+// The calling thread's Redisson owner id: "<uuid>:<thread id>", the uuid
+// drawn once per process (each forked contender is a client of its own).
+inline std::string redisson_owner() {
+  static const std::string uuid = [] {
+    const std::string hex = make_token();  // 32 hex digits
+    return hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" +
+           hex.substr(16, 4) + "-" + hex.substr(20, 12);
+  }();
+  static std::atomic<long long> next{1};
+  thread_local const long long thread = next.fetch_add(1);
+  return uuid + ":" + std::to_string(thread);
+}
+
+// The latch of one unlock: "redisson_unlock_latch:{name}:<request id>".
+inline std::string redisson_latch(const std::string& name) {
+  return "redisson_unlock_latch:" + redisson_braced(name) + ":" + make_token();
+}
+
+// The latch's own PX. Redisson derives it from its retry settings; a
+// latch is deleted as soon as its unlock answers, so this only bounds one
+// whose DEL was lost.
+inline constexpr std::string_view latch_px = "2000";
+
+// A peer's reply: a script error is the peer's defect, not a lost race.
+inline Reply checked(Reply reply) {
+  reply.throw_if_error();
+  return reply;
+}
+
+}  // namespace peer_detail
+
 /// redis-py's Lock(name, timeout=lease) with blocking polls.
 class RedisPyLockPeer {
  public:
@@ -41,13 +109,9 @@ class RedisPyLockPeer {
       : client_(client), name_(std::move(name)), lease_(std::to_string(lease.count())) {}
 
   bool try_lock_for(std::chrono::milliseconds wait) {
-    const auto deadline = std::chrono::steady_clock::now() + wait;
     token_ = make_token();
-    for (;;) {
-      if (client_.command("SET", name_, token_, "NX", "PX", lease_).is_ok()) return true;
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // its polling pace
-    }
+    return peer_detail::poll_for(
+        wait, [&] { return client_.command("SET", name_, token_, "NX", "PX", lease_).is_ok(); });
   }
 
   void unlock() {
@@ -72,8 +136,8 @@ class RedissonLockPeer {
   RedissonLockPeer(Client& client, std::string name, std::chrono::milliseconds lease)
       : client_(client),
         name_(std::move(name)),
-        channel_("redisson_lock__channel:{" + name_ + "}"),
-        owner_(process_uuid() + ":" + std::to_string(thread_number())),
+        channel_("redisson_lock__channel:" + peer_detail::redisson_braced(name_)),
+        owner_(peer_detail::redisson_owner()),
         lease_(std::to_string(lease.count())) {}
 
   bool try_lock_for(std::chrono::milliseconds wait) {
@@ -85,12 +149,10 @@ redis.call('hincrby', KEYS[1], ARGV[2], 1)
 redis.call('pexpire', KEYS[1], ARGV[1])
 return nil
 )";
-    const auto deadline = std::chrono::steady_clock::now() + wait;
-    for (;;) {
-      if (client_.command("EVAL", acquire, "1", name_, lease_, owner_).is_nil()) return true;
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
+    return peer_detail::poll_for(wait, [&] {
+      return peer_detail::checked(client_.command("EVAL", acquire, "1", name_, lease_, owner_))
+          .is_nil();
+    });
   }
 
   void unlock() {
@@ -110,31 +172,181 @@ redis.call('publish', KEYS[2], ARGV[1])
 redis.call('set', KEYS[3], 1, 'px', ARGV[4])
 return 1
 )";
-    const std::string latch = "redisson_unlock_latch:{" + name_ + "}:" + make_token();
-    client_.command("EVAL", release, "3", name_, channel_, latch, "0", lease_, owner_, "2000");
+    const std::string latch = peer_detail::redisson_latch(name_);
+    peer_detail::checked(client_.command("EVAL", release, "3", name_, channel_, latch, "0", lease_,
+                                         owner_, peer_detail::latch_px));
+    client_.command("DEL", latch);
   }
 
   const std::string& owner() const noexcept { return owner_; }
 
  private:
-  static const std::string& process_uuid() {
-    static const std::string uuid = [] {
-      const std::string hex = make_token();  // 32 hex digits
-      return hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" +
-             hex.substr(16, 4) + "-" + hex.substr(20, 12);
-    }();
-    return uuid;
-  }
-  static long long thread_number() {
-    static std::atomic<long long> next{1};
-    thread_local const long long number = next.fetch_add(1);
-    return number;
-  }
-
   Client& client_;
   const std::string name_;
   const std::string channel_;
   const std::string owner_;
+  const std::string lease_;
+};
+
+/// Redisson's RReadWriteLock, its readLock() and writeLock() (tryLock(wait,
+/// lease) and unlock) for one thread: try_lock_shared_for/unlock_shared
+/// and try_lock_for/unlock.
+class RedissonReadWriteLockPeer {
+ public:
+  RedissonReadWriteLockPeer(Client& client, std::string name, std::chrono::milliseconds lease)
+      : client_(client),
+        name_(std::move(name)),
+        braced_(peer_detail::redisson_braced(name_)),
+        channel_("redisson_rwlock:" + braced_),
+        reader_(peer_detail::redisson_owner()),
+        writer_(reader_ + ":write"),
+        timeouts_(braced_ + ":" + reader_ + ":rwlock_timeout"),
+        lease_(std::to_string(lease.count())) {}
+
+  bool try_lock_shared_for(std::chrono::milliseconds wait) {
+    // KEYS: the hash, this owner's timeout-key stem; ARGV: the lease, the
+    // reader field, the writer field. Nil when in, else the hash's PTTL.
+    static constexpr std::string_view acquire = R"(
+local mode = redis.call('hget', KEYS[1], 'mode')
+local own_writer = mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1
+if mode and mode ~= 'read' and not own_writer then return redis.call('pttl', KEYS[1]) end
+local hold = 1
+if mode then
+  hold = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+else
+  redis.call('hset', KEYS[1], 'mode', 'read', ARGV[2], 1)
+end
+redis.call('set', KEYS[2] .. ':' .. hold, 1, 'px', ARGV[1])
+if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('pexpire', KEYS[1], ARGV[1])
+end
+return nil
+)";
+    return peer_detail::poll_for(wait, [&] {
+      return peer_detail::checked(
+                 client_.command("EVAL", acquire, "2", name_, timeouts_, lease_, reader_, writer_))
+          .is_nil();
+    });
+  }
+
+  void unlock_shared() {
+    // KEYS: the hash, the channel, this owner's timeout-key stem, "{name}"
+    // (every owner's stem begins with it), the latch; ARGV: the message,
+    // the reader field, the latch's own PX. The newest of the owner's
+    // timeout keys goes with the hold; the hash then lives as long as the
+    // longest read hold left, or goes (and "0" is announced) if none is
+    // live, unless a writer of the same owner remains.
+    static constexpr std::string_view release = R"(
+local latched = redis.call('get', KEYS[5])
+if latched then return tonumber(latched) end
+local function answer(n)
+  redis.call('set', KEYS[5], n, 'px', ARGV[3])
+  return n
+end
+local mode = redis.call('hget', KEYS[1], 'mode')
+if not mode then
+  redis.call('publish', KEYS[2], ARGV[1])
+  return answer(1)
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then return nil end
+local left = redis.call('hincrby', KEYS[1], ARGV[2], -1)
+if left == 0 then redis.call('hdel', KEYS[1], ARGV[2]) end
+redis.call('del', KEYS[3] .. ':' .. (left + 1))
+if redis.call('hlen', KEYS[1]) > 1 then
+  local longest = -3
+  local fields = redis.call('hgetall', KEYS[1])
+  for i = 1, #fields, 2 do
+    local holds = tonumber(fields[i + 1])
+    for n = 1, holds or 0 do
+      local key = KEYS[4] .. ':' .. fields[i] .. ':rwlock_timeout:' .. n
+      longest = math.max(longest, redis.call('pttl', key))
+    end
+  end
+  if longest > 0 then
+    redis.call('pexpire', KEYS[1], longest)
+    return answer(0)
+  end
+  if mode == 'write' then return answer(0) end
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[1])
+return answer(1)
+)";
+    const std::string latch = peer_detail::redisson_latch(name_);
+    peer_detail::checked(client_.command("EVAL", release, "5", name_, channel_, timeouts_, braced_,
+                                         latch, "0", reader_, peer_detail::latch_px));
+    client_.command("DEL", latch);
+  }
+
+  bool try_lock_for(std::chrono::milliseconds wait) {
+    // KEYS: the hash; ARGV: the lease, the writer field. Nil when in, else
+    // the hash's PTTL.
+    static constexpr std::string_view acquire = R"(
+local mode = redis.call('hget', KEYS[1], 'mode')
+if not mode then
+  redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], redis.call('pttl', KEYS[1]) + tonumber(ARGV[1]))
+  return nil
+end
+return redis.call('pttl', KEYS[1])
+)";
+    return peer_detail::poll_for(wait, [&] {
+      return peer_detail::checked(client_.command("EVAL", acquire, "1", name_, lease_, writer_))
+          .is_nil();
+    });
+  }
+
+  void unlock() {
+    // KEYS: the hash, the channel, the latch; ARGV: the message, the lease,
+    // the writer field, the latch's own PX. A nested hold fewer keeps the
+    // lock and renews the lease; the last one deletes the hash and
+    // announces "1", or, when the owner's read holds remain (a downgrade),
+    // leaves them in read mode without a word.
+    static constexpr std::string_view release = R"(
+local latched = redis.call('get', KEYS[3])
+if latched then return tonumber(latched) end
+local function answer(n)
+  redis.call('set', KEYS[3], n, 'px', ARGV[4])
+  return n
+end
+local mode = redis.call('hget', KEYS[1], 'mode')
+if not mode then
+  redis.call('publish', KEYS[2], ARGV[1])
+  return answer(1)
+end
+if mode ~= 'write' or redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil end
+if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return answer(0)
+end
+redis.call('hdel', KEYS[1], ARGV[3])
+if redis.call('hlen', KEYS[1]) == 1 then
+  redis.call('del', KEYS[1])
+  redis.call('publish', KEYS[2], ARGV[1])
+else
+  redis.call('hset', KEYS[1], 'mode', 'read')
+end
+return answer(1)
+)";
+    const std::string latch = peer_detail::redisson_latch(name_);
+    peer_detail::checked(client_.command("EVAL", release, "3", name_, channel_, latch, "1", lease_,
+                                         writer_, peer_detail::latch_px));
+    client_.command("DEL", latch);
+  }
+
+ private:
+  Client& client_;
+  const std::string name_;
+  const std::string braced_;    // "{name}"
+  const std::string channel_;   // redisson_rwlock:{name}
+  const std::string reader_;    // "<uuid>:<thread id>"
+  const std::string writer_;    // reader_ + ":write"
+  const std::string timeouts_;  // "{name}:<reader>:rwlock_timeout"
   const std::string lease_;
 };
 

@@ -48,6 +48,7 @@
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
 #include "support/oracle.hpp"
+#include "support/sanitized.hpp"
 
 namespace distlock::testing {
 
@@ -178,7 +179,9 @@ inline std::string lock_name(int i) { return "fault:" + std::to_string(i); }
 ///   using Lock;  static constexpr bool shared (has read holds);
 ///   make(clients, name, LockOptions) -> std::unique_ptr<Lock>;
 ///   acquire(lock, write, timeout) -> bool; release(lock, write);
-///   fence(lock) (fenced runs only); lost(lock).
+///   fence(lock) (fenced runs only); lost(lock); role(lock) -> int (which
+///   member of a mixed fleet the lock object is; 0 for a single lock type);
+///   bounded(lock) (its acquire keeps the deadline bound: false for a peer).
 /// `connect` makes the child's Clients (one per master) after fork; `store`
 /// the options of the fenced store (used when fenced).
 template <class Kind>
@@ -213,11 +216,12 @@ void contend(Shared& shared, const WorkloadOptions& options, int process,
       }
       const std::int64_t returned = monotonic_ns();
       // The process the test stops is frozen by the test, calls and all:
-      // its calls' overshoot measures the pause, not the lock.
+      // its calls' overshoot measures the pause, not the lock. An emulated
+      // peer's call is not distlock's to bound.
       const bool frozen = options.pause_in_section != 0 && process == 0;
       const std::int64_t over =
           returned - called - std::chrono::nanoseconds(options.try_for).count();
-      if (!frozen) {
+      if (!frozen && Kind::bounded(lock)) {
         shared.deadline_calls.fetch_add(1);
         std::int64_t worst = shared.worst_overshoot_ns.load();
         ++calls;
@@ -235,6 +239,7 @@ void contend(Shared& shared, const WorkloadOptions& options, int process,
       section.thread = thread;
       section.name = n;
       section.exclusive = write ? 1 : 0;
+      section.role = Kind::role(lock);
       section.start_ns = monotonic_ns();
       const bool pause_here = options.pause_in_section != 0 && process == 0 && thread == 0 &&
                               count == options.pause_in_section;
@@ -379,20 +384,6 @@ struct RunSize {
   bool soak;
   std::size_t capacity;  // sections the run has room to record
 };
-
-inline bool sanitized_build() {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-  return true;
-#else
-  return false;
-#endif
-#else
-  return false;
-#endif
-}
 
 inline RunSize run_size(std::chrono::milliseconds ci_duration, std::uint64_t ci_seed) {
   if (const char* soak = std::getenv("DISTLOCK_SOAK_SECONDS"); soak != nullptr && *soak != '\0') {
