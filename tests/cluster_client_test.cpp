@@ -9,7 +9,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -126,6 +128,44 @@ class ClusterTest : public ::testing::Test {
     const std::string field = "cmdstat_" + command + ":calls=";
     const auto found = stats.find(field);
     return found == std::string::npos ? 0 : std::stoll(stats.substr(found + field.size()));
+  }
+  /// Error replies of one kind ("MOVED", "TRYAGAIN") a node has sent.
+  long long errors_at(std::size_t master, const std::string& kind) {
+    const std::string stats = at(master, {"INFO", "errorstats"});
+    const std::string field = "errorstat_" + kind + ":count=";
+    const auto found = stats.find(field);
+    return found == std::string::npos ? 0 : std::stoll(stats.substr(found + field.size()));
+  }
+  /// When `key` runs out at a node, in Unix milliseconds (PEXPIRETIME).
+  long long expiry_at(std::size_t master, const std::string& key) {
+    return std::stoll(at(master, {"PEXPIRETIME", key}));
+  }
+
+  /// Polls `done` until it holds or 10 s pass (a bound, not a timing).
+  template <class Done>
+  static bool eventually(Done done) {
+    const auto until = Clock::now() + 10s;
+    while (!done() && Clock::now() < until) std::this_thread::sleep_for(5ms);
+    return done();
+  }
+
+  /// Options whose event hook counts each key's confirmed renewals.
+  struct RenewalCount {
+    std::mutex mutex;
+    std::map<std::string, int> renewed;
+    int of(const std::string& key) {
+      const std::lock_guard<std::mutex> guard(mutex);
+      return renewed[key];
+    }
+  };
+  static ClusterOptions counting(RenewalCount& count) {
+    ClusterOptions hooked = options();
+    hooked.on_event = [&count](const LockEvent& event) {
+      if (event.type != LockEventType::renewed) return;
+      const std::lock_guard<std::mutex> guard(count.mutex);
+      ++count.renewed[std::string(event.key)];
+    };
+    return hooked;
   }
 
   static RedisCluster* cluster_;
@@ -296,23 +336,28 @@ TEST_F(ClusterLocks, SharedMutexOnEachMaster) {
 }
 
 TEST_F(ClusterLocks, WatchdogRenewsLeasesOnEveryMaster) {
-  // Leases of 400 ms renewed about every 133 ms: held for three leases'
-  // worth, each stays alive at its own node.
+  // Leases long enough that no slow machine sees one run out; a renewal
+  // round is asked for, and each lease is renewed (the script found its
+  // token) where it lives.
+  RenewalCount count;
+  ClusterClient counted(counting(count));
   std::vector<std::unique_ptr<ClusterMutex>> locks;
   std::vector<std::string> names;
   for (std::size_t master = 0; master < cluster().size(); ++master) {
     for (int i = 0; i < 2; ++i) {  // two slots per master: one batch each
       names.push_back(name_on(master, "renewed" + std::to_string(i)));
-      locks.push_back(std::make_unique<ClusterMutex>(client(), names.back(),
-                                                     LockOptions{}.ttl(400ms).auto_renew(true)));
+      locks.push_back(std::make_unique<ClusterMutex>(counted, names.back(),
+                                                     LockOptions{}.ttl(30s).auto_renew(true)));
       ASSERT_TRUE(locks.back()->try_lock());
     }
   }
-  std::this_thread::sleep_for(1200ms);  // the premise: three leases' time passes
+  counted.watchdog().renew_all_now();
   for (std::size_t i = 0; i < locks.size(); ++i) {
     const std::size_t master = cluster().owner_of(detail::key_slot(names[i]));
+    EXPECT_TRUE(eventually([&] { return count.of(names[i]) > 0; })) << names[i];
     EXPECT_FALSE(locks[i]->lost()) << names[i];
     EXPECT_EQ(at(master, {"GET", names[i]}), locks[i]->token()) << names[i];
+    EXPECT_GT(pttl_at(master, names[i]), 20000) << names[i];
     EXPECT_EQ(locks[i]->release(), Release::released) << names[i];
   }
 }
@@ -365,15 +410,25 @@ TEST_F(ClusterMigration, ReleaseAndExtendFollowMovedAfterTheSlotMoved) {
 }
 
 TEST_F(ClusterMigration, WatchdogRenewsAtTheNewOwner) {
+  // A lease long enough that no slow machine sees it run out. The round
+  // asked for after the move goes where the client's map still says, node
+  // 1, which answers MOVED; the Watchdog's own retry must then renew the
+  // lease at node 2, where its expiry moves on.
+  RenewalCount count;
+  ClusterClient counted(counting(count));
   const std::string name = name_on(1, "renewed-moved");
   const int slot = detail::key_slot(name);
-  ClusterMutex lock(client(), name, LockOptions{}.ttl(500ms).auto_renew(true));
+  ClusterMutex lock(counted, name, LockOptions{}.ttl(30s).auto_renew(true));
   ASSERT_TRUE(lock.try_lock());
   cluster().move_slot(slot, 2);
-  std::this_thread::sleep_for(1500ms);  // the premise: three leases' time passes
+  const long long expiry = expiry_at(2, name);
+  const long long moved = errors_at(1, "MOVED");
+  counted.watchdog().renew_all_now();
+  EXPECT_GT(errors_at(1, "MOVED"), moved) << "the first renewal did not meet the move";
+  EXPECT_TRUE(eventually([&] { return count.of(name) > 0; })) << "never renewed";
+  EXPECT_GT(expiry_at(2, name), expiry) << "the renewal did not reach node 2";
   EXPECT_FALSE(lock.lost());
   EXPECT_EQ(at(2, {"GET", name}), lock.token());
-  EXPECT_GT(pttl_at(2, name), 0);
   EXPECT_EQ(lock.release(), Release::released);
 }
 
