@@ -227,6 +227,62 @@ TEST_F(ClusterRouting, ANodeNotInClusterModeIsAClearError) {
   }
 }
 
+TEST_F(ClusterRouting, TheMapComesFromClusterShards) {
+  const auto calls = [&](const std::string& command) {
+    long long sum = 0;
+    for (std::size_t master = 0; master < cluster().masters(); ++master) {
+      sum += calls_at(master, command);
+    }
+    return sum;
+  };
+  const long long shards = calls("cluster|shards");
+  const long long slots = calls("cluster|slots");
+  ClusterClient fresh{options()};
+  for (std::size_t master = 0; master < cluster().masters(); ++master) {
+    EXPECT_EQ(fresh.node_of(detail::key_slot(name_on(master, "shards"))),
+              cluster().seed_list()[master]);
+  }
+  EXPECT_GT(calls("cluster|shards"), shards);
+  EXPECT_EQ(calls("cluster|slots"), slots);
+}
+
+TEST_F(ClusterRouting, AUserDeniedClusterShardsStillRoutesByClusterSlots) {
+  // An ACL user who may run everything but CLUSTER SHARDS, on every node.
+  for (std::size_t master = 0; master < cluster().masters(); ++master) {
+    ASSERT_EQ(at(master, {"ACL", "SETUSER", "no-shards", "reset", "on", ">no-shards-pw", "~*", "&*",
+                          "+@all", "-cluster|shards"}),
+              "OK");
+  }
+  ClusterOptions denied = options();
+  denied.username = "no-shards";
+  denied.password = "no-shards-pw";
+  ClusterClient cluster_client{denied};
+  for (std::size_t master = 0; master < cluster().masters(); ++master) {
+    const std::string name = name_on(master, "no-shards");
+    ClusterMutex lock(cluster_client, name, LockOptions{}.ttl(10s));
+    ASSERT_TRUE(lock.try_lock()) << name;
+    EXPECT_EQ(at(master, {"GET", name}), lock.token());
+    EXPECT_EQ(lock.release(), Release::released);
+  }
+  // Asked once and refused; CLUSTER SLOTS from then on.
+  long long refused = 0;
+  long long slots = 0;
+  for (std::size_t master = 0; master < cluster().masters(); ++master) {
+    const std::string stats = at(master, {"INFO", "commandstats"});
+    const auto found = stats.find("cmdstat_cluster|shards:");
+    if (found != std::string::npos) {
+      const auto field = stats.find("rejected_calls=", found);
+      refused += std::stoll(stats.substr(field + 15));
+    }
+    slots += calls_at(master, "cluster|slots");
+  }
+  EXPECT_EQ(refused, 1);
+  EXPECT_GT(slots, 0);
+  for (std::size_t master = 0; master < cluster().masters(); ++master) {
+    at(master, {"ACL", "DELUSER", "no-shards"});
+  }
+}
+
 TEST_F(ClusterRouting, EvalRefusesKeysOfTwoSlots) {
   const Script echo{"return 1", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"};
   EXPECT_EQ(client().eval(echo, {"{t}a", "{t}b"}, {}).integer(), 1);
