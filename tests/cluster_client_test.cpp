@@ -75,11 +75,12 @@ TEST(ClusterClientOptions, UnboundCopyRefusesToBorrow) {
 class ClusterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { start(0); }
-  /// Starts the suite's cluster: 3 masters with `replicas` replicas each.
-  static void start(std::size_t replicas) {
+  /// Starts the suite's cluster: `masters` masters with `replicas`
+  /// replicas each.
+  static void start(std::size_t replicas, std::size_t masters = 3) {
     if (!RedisServer::available()) return;
     try {
-      cluster_ = new RedisCluster(3, replicas);
+      cluster_ = new RedisCluster(masters, replicas);
     } catch (const std::exception& error) {
       start_error_ = new std::string(error.what());
     }
@@ -139,6 +140,31 @@ class ClusterTest : public ::testing::Test {
   /// When `key` runs out at a node, in Unix milliseconds (PEXPIRETIME).
   long long expiry_at(std::size_t master, const std::string& key) {
     return std::stoll(at(master, {"PEXPIRETIME", key}));
+  }
+
+  /// Joins a waiter thread, cancelling its wait first, however the test
+  /// ends (an ASSERT returns early).
+  template <class Lock>
+  struct Waiter {
+    Lock& lock;
+    std::thread thread;
+    ~Waiter() {
+      if (!thread.joinable()) return;
+      lock.cancel_waits();
+      thread.join();
+    }
+  };
+
+  /// Waits until `master` has a shard-channel subscriber on `channel`.
+  bool subscribed_at(std::size_t master, const std::string& channel) {
+    const auto until = Clock::now() + 5s;
+    while (Clock::now() < until) {
+      if (at(master, {"PUBSUB", "SHARDNUMSUB", channel}).find("1") != std::string::npos) {
+        return true;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
   }
 
   /// Polls `done` until it holds or 10 s pass (a bound, not a timing).
@@ -567,20 +593,7 @@ TEST_F(ClusterMigration, NoScriptAtTheNewOwnerFallsBackToEval) {
 // Wake-on-release by sharded pub/sub: releases SPUBLISH, waiters SSUBSCRIBE
 // at the node that owns the lock's slot.
 
-class ClusterPubSub : public ClusterTest {
- protected:
-  /// Waits until `master` has a shard-channel subscriber on `channel`.
-  bool subscribed_at(std::size_t master, const std::string& channel) {
-    const auto until = Clock::now() + 5s;
-    while (Clock::now() < until) {
-      if (at(master, {"PUBSUB", "SHARDNUMSUB", channel}).find("1") != std::string::npos) {
-        return true;
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-    return false;
-  }
-};
+class ClusterPubSub : public ClusterTest {};
 
 TEST_F(ClusterPubSub, ShardedTwinsOfTheScriptsAreNamedByTheirSha1) {
   EXPECT_EQ(detail::sha1_hex("abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
@@ -686,6 +699,32 @@ TEST_F(ClusterPubSub, WaiterSubscribesAgainWhereTheSlotMoved) {
   waiter.join();
   EXPECT_TRUE(got) << failed;
   EXPECT_LT(Clock::now() - released, 5s);
+}
+
+TEST_F(ClusterPubSub, CancelWaitsEndsAWaitAfterTheSlotMoved) {
+  // The waiter sleeps on its subscription at master 0 (its own pause is
+  // 20 s); the slot moves to master 2, and then its wait is cancelled.
+  const std::string name = name_on(0, "cancel-moved");
+  ClusterMutex holder(client(), name, LockOptions{}.ttl(30s));
+  ASSERT_TRUE(holder.try_lock());
+  BasicMutex<ClusterClient, FixedInterval> lock(client(), name, LockOptions{}.ttl(30s),
+                                                FixedInterval(20s));
+  std::atomic<bool> done{false};
+  std::atomic<bool> got{true};
+  Waiter<decltype(lock)> waiter{lock, std::thread([&] {
+                                  got = lock.try_lock_for(25s);
+                                  done = true;
+                                })};
+  ASSERT_TRUE(subscribed_at(0, detail::companion_key(name, "released")));
+  cluster().move_slot(detail::key_slot(name), 2);
+  EXPECT_FALSE(done) << "the wait ended before it was cancelled";
+  const auto cancelled = Clock::now();
+  lock.cancel_waits();
+  EXPECT_TRUE(eventually([&] { return done.load(); })) << "the waiter slept on";
+  waiter.thread.join();
+  EXPECT_FALSE(got);
+  EXPECT_LT(Clock::now() - cancelled, 5s);
+  EXPECT_EQ(holder.release(), Release::released);
 }
 
 // ---------------------------------------------------------------------------
@@ -806,6 +845,67 @@ TEST_F(ClusterFailover, LeasesSurviveAHandOverByClusterFailover) {
   EXPECT_FALSE(lock.lost());
   EXPECT_EQ(lock.release(), Release::released);
   EXPECT_EQ(at(promoted, {"EXISTS", name}), "0");
+}
+
+// One master and its replica: a master of its own to kill.
+class ClusterFailoverWaits : public ClusterFailover {
+ protected:
+  static void SetUpTestSuite() { start(1, /*masters=*/1); }
+};
+
+TEST_F(ClusterFailoverWaits, CancelWaitsReachesAWaiterAtAKilledMaster) {
+  // The waiter sleeps on its subscription at master 0 (its own pause is
+  // 20 s). Master 0 is killed and its replica takes over; the client's map
+  // names the new owner, but the waiter still sleeps at the dead master's
+  // notifier, which nothing wakes (it cannot reconnect). cancel_waits()
+  // must reach it there.
+  const std::string name = name_on(0, "cancel-killed");
+  // The replica is a seed too: the master is the cluster's only other node.
+  ClusterOptions both = options();
+  const RedisServer& replica = cluster().node(cluster().replica_of(0));
+  both.seeds.push_back(replica.host() + ":" + std::to_string(replica.port()));
+  client_.emplace(both);
+  ClusterMutex holder(client(), name, LockOptions{}.ttl(30s));
+  ASSERT_TRUE(holder.try_lock());
+  cluster().wait_replicated(0);
+  BasicMutex<ClusterClient, FixedInterval> lock(client(), name, LockOptions{}.ttl(30s),
+                                                FixedInterval(20s));
+  std::atomic<bool> done{false};
+  std::atomic<bool> got{true};
+  std::string failed;
+  const long long sets = calls_at(0, "set");
+  Waiter<decltype(lock)> waiter{lock, std::thread([&] {
+                                  // An attempt whose reply the kill cut off
+                                  // fails as on one server: wait again.
+                                  for (bool again = true; again;) {
+                                    again = false;
+                                    try {
+                                      got = lock.try_lock_for(25s);
+                                    } catch (const ConnectionError&) {
+                                      again = true;
+                                    } catch (const Error& error) {
+                                      failed = error.what();
+                                    }
+                                  }
+                                  done = true;
+                                })};
+  ASSERT_TRUE(subscribed_at(0, detail::companion_key(name, "released")));
+  // Its attempt after the subscription has run too: it is about to sleep.
+  ASSERT_TRUE(eventually([&] { return calls_at(0, "set") >= sets + 2; }));
+  const std::size_t promoted = cluster().fail_over(0, /*kill=*/true);
+  client().refresh();
+  ASSERT_EQ(
+      client().node_of(detail::key_slot(name)),
+      cluster().node(promoted).host() + ":" + std::to_string(cluster().node(promoted).port()));
+  EXPECT_FALSE(done) << "the wait ended before it was cancelled";
+  const auto cancelled = Clock::now();
+  lock.cancel_waits();
+  EXPECT_TRUE(eventually([&] { return done.load(); })) << "the waiter slept on";
+  waiter.thread.join();
+  EXPECT_EQ(failed, "");
+  EXPECT_FALSE(got);
+  EXPECT_LT(Clock::now() - cancelled, 5s);
+  EXPECT_EQ(holder.release(), Release::released);
 }
 
 }  // namespace

@@ -66,9 +66,11 @@ class ClusterNodes {
     Node(const ClientOptions& base, std::string node_host, int node_port)
         : client(with_address(base, std::move(node_host), node_port)) {}
     Client client;
-    // Its release notifier (sharded pub/sub), made on first use.
+    // Its release notifier (sharded pub/sub), made on first use, and
+    // published for wake_everywhere() once made.
     std::once_flag notifier_made;
     std::unique_ptr<Notifier> notifier;
+    std::atomic<Notifier*> notifier_ready{nullptr};
     // It refused CLUSTER SHARDS and answered CLUSTER SLOTS.
     std::atomic<bool> shards_refused{false};
     const std::string& host() const noexcept { return client.options().host; }
@@ -250,8 +252,26 @@ class ClusterNodes {
     std::call_once(node.notifier_made, [&] {
       node.notifier = std::make_unique<Notifier>(node.client.options(), options_.max_waiters,
                                                  events_, /*sharded=*/true);
+      node.notifier_ready.store(node.notifier.get(), std::memory_order_release);
     });
     return *node.notifier;
+  }
+
+  /// Wakes the waiters of `channel` at every node that has a notifier. A
+  /// waiter may sleep on its subscription at a node its slot has left (that
+  /// node has not dropped it yet) while the map already names the new
+  /// owner, or the other way round. Makes nothing and connects nowhere.
+  void wake_everywhere(const std::string& channel) {
+    std::vector<Notifier*> notifiers;
+    {
+      MutexLock lock(mutex_);
+      for (const auto& node : nodes_) {
+        if (Notifier* made = node->notifier_ready.load(std::memory_order_acquire)) {
+          notifiers.push_back(made);
+        }
+      }
+    }
+    for (Notifier* notifier : notifiers) notifier->wake(channel);
   }
 
   /// The Runtime (its Watchdog) beside the pools, made on first use.
