@@ -5,6 +5,8 @@
 #include "distlock/cluster_client.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -67,6 +69,30 @@ TEST(ClusterClientOptions, UnboundCopyRefusesToBorrow) {
   EXPECT_THROW(static_cast<void>(cluster.borrow()), InvalidArgument);
   EXPECT_EQ(cluster.slot(), -1);
   EXPECT_EQ(cluster.for_key("foo").slot(), 12182);
+}
+
+TEST(ClusterClientOptions, AClientMadeBeforeForkRefusesInTheChild) {
+  ClusterClient cluster{ClusterOptions({"127.0.0.1:" + std::to_string(closed_port())})};
+  EXPECT_FALSE(cluster.forked());
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // In the child: only what fork() leaves is safe, so _exit, no gtest.
+    bool refused = false;
+    try {
+      cluster.check_process();
+    } catch (const Error& error) {
+      refused = error.code() == Errc::forked &&
+                std::string(error.what()).find("make a new ClusterClient in the child") !=
+                    std::string::npos;
+    }
+    ::_exit(cluster.forked() && refused ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_FALSE(cluster.forked());
+  EXPECT_NO_THROW(cluster.check_process());
 }
 
 // ---------------------------------------------------------------------------

@@ -91,7 +91,6 @@ class ClusterNodes {
   explicit ClusterNodes(ClusterOptions options)
       : options_(checked(std::move(options))),
         id_(make_token()),
-        generation_(fork_generation.load(std::memory_order_relaxed)),
         events_(options_.on_event ? std::make_shared<const EventHook>(options_.on_event) : nullptr),
         slots_(cluster_slots, nullptr) {}
 
@@ -111,16 +110,8 @@ class ClusterNodes {
   const std::string& id() const noexcept { return id_; }
   const SharedEventHook& events() const noexcept { return events_; }
 
-  bool forked() const noexcept {
-    return fork_generation.load(std::memory_order_relaxed) != generation_;
-  }
-  void check_process() const {
-    if (forked()) {
-      throw Error(Errc::forked,
-                  "this ClusterClient was made before fork(); make a new ClusterClient in the "
-                  "child");
-    }
-  }
+  bool forked() const noexcept { return fork_guard_.forked(); }
+  void check_process() const { fork_guard_.check("ClusterClient"); }
 
   /// The node that owns `slot`, reading the map first if it is due (or
   /// missing: then a failure to read it throws ConnectionError naming the
@@ -339,7 +330,7 @@ class ClusterNodes {
 
   const ClusterOptions options_;
   const std::string id_;
-  const unsigned generation_;
+  const ForkGuard fork_guard_;
   const SharedEventHook events_;  // options_.on_event, shared with leases and the Notifier
   std::mutex refreshing_;         // one map read at a time
   mutable Mutex mutex_;
