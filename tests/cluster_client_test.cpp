@@ -5,11 +5,15 @@
 #include "distlock/cluster_client.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -67,17 +71,42 @@ TEST(ClusterClientOptions, UnboundCopyRefusesToBorrow) {
   EXPECT_EQ(cluster.for_key("foo").slot(), 12182);
 }
 
+TEST(ClusterClientOptions, AClientMadeBeforeForkRefusesInTheChild) {
+  ClusterClient cluster{ClusterOptions({"127.0.0.1:" + std::to_string(closed_port())})};
+  EXPECT_FALSE(cluster.forked());
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // In the child: only what fork() leaves is safe, so _exit, no gtest.
+    bool refused = false;
+    try {
+      cluster.check_process();
+    } catch (const Error& error) {
+      refused = error.code() == Errc::forked &&
+                std::string(error.what()).find("make a new ClusterClient in the child") !=
+                    std::string::npos;
+    }
+    ::_exit(cluster.forked() && refused ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_FALSE(cluster.forked());
+  EXPECT_NO_THROW(cluster.check_process());
+}
+
 // ---------------------------------------------------------------------------
 // A cluster shared by the tests of one suite.
 
 class ClusterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { start(0); }
-  /// Starts the suite's cluster: 3 masters with `replicas` replicas each.
-  static void start(std::size_t replicas) {
+  /// Starts the suite's cluster: `masters` masters with `replicas`
+  /// replicas each.
+  static void start(std::size_t replicas, std::size_t masters = 3) {
     if (!RedisServer::available()) return;
     try {
-      cluster_ = new RedisCluster(3, replicas);
+      cluster_ = new RedisCluster(masters, replicas);
     } catch (const std::exception& error) {
       start_error_ = new std::string(error.what());
     }
@@ -126,6 +155,69 @@ class ClusterTest : public ::testing::Test {
     const std::string field = "cmdstat_" + command + ":calls=";
     const auto found = stats.find(field);
     return found == std::string::npos ? 0 : std::stoll(stats.substr(found + field.size()));
+  }
+  /// Error replies of one kind ("MOVED", "TRYAGAIN") a node has sent.
+  long long errors_at(std::size_t master, const std::string& kind) {
+    const std::string stats = at(master, {"INFO", "errorstats"});
+    const std::string field = "errorstat_" + kind + ":count=";
+    const auto found = stats.find(field);
+    return found == std::string::npos ? 0 : std::stoll(stats.substr(found + field.size()));
+  }
+  /// When `key` runs out at a node, in Unix milliseconds (PEXPIRETIME).
+  long long expiry_at(std::size_t master, const std::string& key) {
+    return std::stoll(at(master, {"PEXPIRETIME", key}));
+  }
+
+  /// Joins a waiter thread, cancelling its wait first, however the test
+  /// ends (an ASSERT returns early).
+  template <class Lock>
+  struct Waiter {
+    Lock& lock;
+    std::thread thread;
+    ~Waiter() {
+      if (!thread.joinable()) return;
+      lock.cancel_waits();
+      thread.join();
+    }
+  };
+
+  /// Waits until `master` has a shard-channel subscriber on `channel`.
+  bool subscribed_at(std::size_t master, const std::string& channel) {
+    const auto until = Clock::now() + 5s;
+    while (Clock::now() < until) {
+      if (at(master, {"PUBSUB", "SHARDNUMSUB", channel}).find("1") != std::string::npos) {
+        return true;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
+  }
+
+  /// Polls `done` until it holds or 10 s pass (a bound, not a timing).
+  template <class Done>
+  static bool eventually(Done done) {
+    const auto until = Clock::now() + 10s;
+    while (!done() && Clock::now() < until) std::this_thread::sleep_for(5ms);
+    return done();
+  }
+
+  /// Options whose event hook counts each key's confirmed renewals.
+  struct RenewalCount {
+    std::mutex mutex;
+    std::map<std::string, int> renewed;
+    int of(const std::string& key) {
+      const std::lock_guard<std::mutex> guard(mutex);
+      return renewed[key];
+    }
+  };
+  static ClusterOptions counting(RenewalCount& count) {
+    ClusterOptions hooked = options();
+    hooked.on_event = [&count](const LockEvent& event) {
+      if (event.type != LockEventType::renewed) return;
+      const std::lock_guard<std::mutex> guard(count.mutex);
+      ++count.renewed[std::string(event.key)];
+    };
+    return hooked;
   }
 
   static RedisCluster* cluster_;
@@ -184,6 +276,62 @@ TEST_F(ClusterRouting, ANodeNotInClusterModeIsAClearError) {
   } catch (const ConnectionError& error) {
     EXPECT_NE(std::string(error.what()).find("cluster support disabled"), std::string::npos)
         << error.what();
+  }
+}
+
+TEST_F(ClusterRouting, TheMapComesFromClusterShards) {
+  const auto calls = [&](const std::string& command) {
+    long long sum = 0;
+    for (std::size_t master = 0; master < cluster().masters(); ++master) {
+      sum += calls_at(master, command);
+    }
+    return sum;
+  };
+  const long long shards = calls("cluster|shards");
+  const long long slots = calls("cluster|slots");
+  ClusterClient fresh{options()};
+  for (std::size_t master = 0; master < cluster().masters(); ++master) {
+    EXPECT_EQ(fresh.node_of(detail::key_slot(name_on(master, "shards"))),
+              cluster().seed_list()[master]);
+  }
+  EXPECT_GT(calls("cluster|shards"), shards);
+  EXPECT_EQ(calls("cluster|slots"), slots);
+}
+
+TEST_F(ClusterRouting, AUserDeniedClusterShardsStillRoutesByClusterSlots) {
+  // An ACL user who may run everything but CLUSTER SHARDS, on every node.
+  for (std::size_t master = 0; master < cluster().masters(); ++master) {
+    ASSERT_EQ(at(master, {"ACL", "SETUSER", "no-shards", "reset", "on", ">no-shards-pw", "~*", "&*",
+                          "+@all", "-cluster|shards"}),
+              "OK");
+  }
+  ClusterOptions denied = options();
+  denied.username = "no-shards";
+  denied.password = "no-shards-pw";
+  ClusterClient cluster_client{denied};
+  for (std::size_t master = 0; master < cluster().masters(); ++master) {
+    const std::string name = name_on(master, "no-shards");
+    ClusterMutex lock(cluster_client, name, LockOptions{}.ttl(10s));
+    ASSERT_TRUE(lock.try_lock()) << name;
+    EXPECT_EQ(at(master, {"GET", name}), lock.token());
+    EXPECT_EQ(lock.release(), Release::released);
+  }
+  // Asked once and refused; CLUSTER SLOTS from then on.
+  long long refused = 0;
+  long long slots = 0;
+  for (std::size_t master = 0; master < cluster().masters(); ++master) {
+    const std::string stats = at(master, {"INFO", "commandstats"});
+    const auto found = stats.find("cmdstat_cluster|shards:");
+    if (found != std::string::npos) {
+      const auto field = stats.find("rejected_calls=", found);
+      refused += std::stoll(stats.substr(field + 15));
+    }
+    slots += calls_at(master, "cluster|slots");
+  }
+  EXPECT_EQ(refused, 1);
+  EXPECT_GT(slots, 0);
+  for (std::size_t master = 0; master < cluster().masters(); ++master) {
+    at(master, {"ACL", "DELUSER", "no-shards"});
   }
 }
 
@@ -296,23 +444,28 @@ TEST_F(ClusterLocks, SharedMutexOnEachMaster) {
 }
 
 TEST_F(ClusterLocks, WatchdogRenewsLeasesOnEveryMaster) {
-  // Leases of 400 ms renewed about every 133 ms: held for three leases'
-  // worth, each stays alive at its own node.
+  // Leases long enough that no slow machine sees one run out; a renewal
+  // round is asked for, and each lease is renewed (the script found its
+  // token) where it lives.
+  RenewalCount count;
+  ClusterClient counted(counting(count));
   std::vector<std::unique_ptr<ClusterMutex>> locks;
   std::vector<std::string> names;
   for (std::size_t master = 0; master < cluster().size(); ++master) {
     for (int i = 0; i < 2; ++i) {  // two slots per master: one batch each
       names.push_back(name_on(master, "renewed" + std::to_string(i)));
-      locks.push_back(std::make_unique<ClusterMutex>(client(), names.back(),
-                                                     LockOptions{}.ttl(400ms).auto_renew(true)));
+      locks.push_back(std::make_unique<ClusterMutex>(counted, names.back(),
+                                                     LockOptions{}.ttl(30s).auto_renew(true)));
       ASSERT_TRUE(locks.back()->try_lock());
     }
   }
-  std::this_thread::sleep_for(1200ms);  // the premise: three leases' time passes
+  counted.watchdog().renew_all_now();
   for (std::size_t i = 0; i < locks.size(); ++i) {
     const std::size_t master = cluster().owner_of(detail::key_slot(names[i]));
+    EXPECT_TRUE(eventually([&] { return count.of(names[i]) > 0; })) << names[i];
     EXPECT_FALSE(locks[i]->lost()) << names[i];
     EXPECT_EQ(at(master, {"GET", names[i]}), locks[i]->token()) << names[i];
+    EXPECT_GT(pttl_at(master, names[i]), 20000) << names[i];
     EXPECT_EQ(locks[i]->release(), Release::released) << names[i];
   }
 }
@@ -365,15 +518,25 @@ TEST_F(ClusterMigration, ReleaseAndExtendFollowMovedAfterTheSlotMoved) {
 }
 
 TEST_F(ClusterMigration, WatchdogRenewsAtTheNewOwner) {
+  // A lease long enough that no slow machine sees it run out. The round
+  // asked for after the move goes where the client's map still says, node
+  // 1, which answers MOVED; the Watchdog's own retry must then renew the
+  // lease at node 2, where its expiry moves on.
+  RenewalCount count;
+  ClusterClient counted(counting(count));
   const std::string name = name_on(1, "renewed-moved");
   const int slot = detail::key_slot(name);
-  ClusterMutex lock(client(), name, LockOptions{}.ttl(500ms).auto_renew(true));
+  ClusterMutex lock(counted, name, LockOptions{}.ttl(30s).auto_renew(true));
   ASSERT_TRUE(lock.try_lock());
   cluster().move_slot(slot, 2);
-  std::this_thread::sleep_for(1500ms);  // the premise: three leases' time passes
+  const long long expiry = expiry_at(2, name);
+  const long long moved = errors_at(1, "MOVED");
+  counted.watchdog().renew_all_now();
+  EXPECT_GT(errors_at(1, "MOVED"), moved) << "the first renewal did not meet the move";
+  EXPECT_TRUE(eventually([&] { return count.of(name) > 0; })) << "never renewed";
+  EXPECT_GT(expiry_at(2, name), expiry) << "the renewal did not reach node 2";
   EXPECT_FALSE(lock.lost());
   EXPECT_EQ(at(2, {"GET", name}), lock.token());
-  EXPECT_GT(pttl_at(2, name), 0);
   EXPECT_EQ(lock.release(), Release::released);
 }
 
@@ -456,20 +619,7 @@ TEST_F(ClusterMigration, NoScriptAtTheNewOwnerFallsBackToEval) {
 // Wake-on-release by sharded pub/sub: releases SPUBLISH, waiters SSUBSCRIBE
 // at the node that owns the lock's slot.
 
-class ClusterPubSub : public ClusterTest {
- protected:
-  /// Waits until `master` has a shard-channel subscriber on `channel`.
-  bool subscribed_at(std::size_t master, const std::string& channel) {
-    const auto until = Clock::now() + 5s;
-    while (Clock::now() < until) {
-      if (at(master, {"PUBSUB", "SHARDNUMSUB", channel}).find("1") != std::string::npos) {
-        return true;
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-    return false;
-  }
-};
+class ClusterPubSub : public ClusterTest {};
 
 TEST_F(ClusterPubSub, ShardedTwinsOfTheScriptsAreNamedByTheirSha1) {
   EXPECT_EQ(detail::sha1_hex("abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
@@ -575,6 +725,32 @@ TEST_F(ClusterPubSub, WaiterSubscribesAgainWhereTheSlotMoved) {
   waiter.join();
   EXPECT_TRUE(got) << failed;
   EXPECT_LT(Clock::now() - released, 5s);
+}
+
+TEST_F(ClusterPubSub, CancelWaitsEndsAWaitAfterTheSlotMoved) {
+  // The waiter sleeps on its subscription at master 0 (its own pause is
+  // 20 s); the slot moves to master 2, and then its wait is cancelled.
+  const std::string name = name_on(0, "cancel-moved");
+  ClusterMutex holder(client(), name, LockOptions{}.ttl(30s));
+  ASSERT_TRUE(holder.try_lock());
+  BasicMutex<ClusterClient, FixedInterval> lock(client(), name, LockOptions{}.ttl(30s),
+                                                FixedInterval(20s));
+  std::atomic<bool> done{false};
+  std::atomic<bool> got{true};
+  Waiter<decltype(lock)> waiter{lock, std::thread([&] {
+                                  got = lock.try_lock_for(25s);
+                                  done = true;
+                                })};
+  ASSERT_TRUE(subscribed_at(0, detail::companion_key(name, "released")));
+  cluster().move_slot(detail::key_slot(name), 2);
+  EXPECT_FALSE(done) << "the wait ended before it was cancelled";
+  const auto cancelled = Clock::now();
+  lock.cancel_waits();
+  EXPECT_TRUE(eventually([&] { return done.load(); })) << "the waiter slept on";
+  waiter.thread.join();
+  EXPECT_FALSE(got);
+  EXPECT_LT(Clock::now() - cancelled, 5s);
+  EXPECT_EQ(holder.release(), Release::released);
 }
 
 // ---------------------------------------------------------------------------
@@ -695,6 +871,67 @@ TEST_F(ClusterFailover, LeasesSurviveAHandOverByClusterFailover) {
   EXPECT_FALSE(lock.lost());
   EXPECT_EQ(lock.release(), Release::released);
   EXPECT_EQ(at(promoted, {"EXISTS", name}), "0");
+}
+
+// One master and its replica: a master of its own to kill.
+class ClusterFailoverWaits : public ClusterFailover {
+ protected:
+  static void SetUpTestSuite() { start(1, /*masters=*/1); }
+};
+
+TEST_F(ClusterFailoverWaits, CancelWaitsReachesAWaiterAtAKilledMaster) {
+  // The waiter sleeps on its subscription at master 0 (its own pause is
+  // 20 s). Master 0 is killed and its replica takes over; the client's map
+  // names the new owner, but the waiter still sleeps at the dead master's
+  // notifier, which nothing wakes (it cannot reconnect). cancel_waits()
+  // must reach it there.
+  const std::string name = name_on(0, "cancel-killed");
+  // The replica is a seed too: the master is the cluster's only other node.
+  ClusterOptions both = options();
+  const RedisServer& replica = cluster().node(cluster().replica_of(0));
+  both.seeds.push_back(replica.host() + ":" + std::to_string(replica.port()));
+  client_.emplace(both);
+  ClusterMutex holder(client(), name, LockOptions{}.ttl(30s));
+  ASSERT_TRUE(holder.try_lock());
+  cluster().wait_replicated(0);
+  BasicMutex<ClusterClient, FixedInterval> lock(client(), name, LockOptions{}.ttl(30s),
+                                                FixedInterval(20s));
+  std::atomic<bool> done{false};
+  std::atomic<bool> got{true};
+  std::string failed;
+  const long long sets = calls_at(0, "set");
+  Waiter<decltype(lock)> waiter{lock, std::thread([&] {
+                                  // An attempt whose reply the kill cut off
+                                  // fails as on one server: wait again.
+                                  for (bool again = true; again;) {
+                                    again = false;
+                                    try {
+                                      got = lock.try_lock_for(25s);
+                                    } catch (const ConnectionError&) {
+                                      again = true;
+                                    } catch (const Error& error) {
+                                      failed = error.what();
+                                    }
+                                  }
+                                  done = true;
+                                })};
+  ASSERT_TRUE(subscribed_at(0, detail::companion_key(name, "released")));
+  // Its attempt after the subscription has run too: it is about to sleep.
+  ASSERT_TRUE(eventually([&] { return calls_at(0, "set") >= sets + 2; }));
+  const std::size_t promoted = cluster().fail_over(0, /*kill=*/true);
+  client().refresh();
+  ASSERT_EQ(
+      client().node_of(detail::key_slot(name)),
+      cluster().node(promoted).host() + ":" + std::to_string(cluster().node(promoted).port()));
+  EXPECT_FALSE(done) << "the wait ended before it was cancelled";
+  const auto cancelled = Clock::now();
+  lock.cancel_waits();
+  EXPECT_TRUE(eventually([&] { return done.load(); })) << "the waiter slept on";
+  waiter.thread.join();
+  EXPECT_EQ(failed, "");
+  EXPECT_FALSE(got);
+  EXPECT_LT(Clock::now() - cancelled, 5s);
+  EXPECT_EQ(holder.release(), Release::released);
 }
 
 }  // namespace

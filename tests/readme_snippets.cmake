@@ -1,5 +1,5 @@
 # Writes every ```cpp block of README.md except the Quick start's and the
-# Redis Cluster section's (whole programs: examples/quick_start.cpp and
+# Redis Cluster section's first (whole programs: examples/quick_start.cpp and
 # examples/cluster.cpp, checked against the README) into one
 # C++ file, each block as the body of a function in namespace readme, with
 # #line directives so that a compile error names the README's line. The
@@ -11,6 +11,7 @@ file(STRINGS "${README}" lines)
 set(out "// Generated from ${README} by readme_snippets.cmake: do not edit.\n")
 string(APPEND out "#include \"readme_snippets_prelude.hpp\"\n\nnamespace readme {\n")
 set(section "")
+set(section_blocks 0)
 set(in_block FALSE)
 set(number 0)
 set(line_number 0)
@@ -27,10 +28,13 @@ foreach(line IN LISTS lines)
     endif()
   elseif(line MATCHES "^## ")
     set(section "${line}")
+    set(section_blocks 0)
   elseif(line STREQUAL "```cpp")
     set(in_block TRUE)
     set(keep TRUE)
-    if(section STREQUAL "## Quick start" OR section STREQUAL "## Redis Cluster")
+    math(EXPR section_blocks "${section_blocks} + 1")
+    if(section STREQUAL "## Quick start" OR
+       (section STREQUAL "## Redis Cluster" AND section_blocks EQUAL 1))
       set(keep FALSE)
     else()
       math(EXPR number "${number} + 1")

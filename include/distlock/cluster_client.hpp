@@ -141,6 +141,9 @@ class ClusterClient {
   /// when unbound) now: sharded pub/sub, started (one thread, one
   /// connection per node) on first use.
   Notifier& notifier() { return nodes_->notifier_of(slot_ >= 0 ? slot_ : 0); }
+  /// Wakes the waiters of `channel` at every node (what cancel_waits()
+  /// needs: a waiter may still sleep at a node its lock's slot has left).
+  void wake_waiters(const std::string& channel) { nodes_->wake_everywhere(channel); }
   const detail::SharedEventHook& events() const noexcept { return nodes_->events(); }
   /// The lease watchdog, started (one thread) on first use.
   Watchdog& watchdog() { return nodes_->runtime().watchdog(); }

@@ -73,6 +73,15 @@
 //   rejoins, or run it with appendonly yes and appendfsync always.
 // - Masters are told apart by endpoint (host:port, or socket path); two
 //   names for one server ("localhost" and "127.0.0.1") are not detected.
+//
+// The masters may be ClusterClients of separate clusters, one vote per
+// cluster (BasicRedlock<ClusterClient>): each copy is bound to the name's
+// slot, so a step goes to the master that owns it in that cluster, and a
+// MOVED costs that cluster's vote for the one step and is followed after
+// it. Clusters are told apart by their seed lists. The masters of one
+// cluster are never separate votes: they fail over together and a
+// promoted replica may lack what its master granted. All masters are of
+// one Backend type: Clients and ClusterClients do not mix.
 // - A master that answers only after a successful attempt stopped waiting
 //   for it may still set the key. The key holds our token, so release()
 //   removes it if it has landed by then; if not, it runs out with its
@@ -107,9 +116,10 @@
 namespace distlock {
 
 /// A lock held by a majority of independent masters, each a Backend (a
-/// Client). Meets Lockable and TimedLockable (see detail::ExclusiveLock for
-/// each member's contract). Thread-safe as std::mutex is: threads may share
-/// one object. Not copyable, not movable.
+/// Client, or a ClusterClient per cluster). Meets Lockable and
+/// TimedLockable (see detail::ExclusiveLock for each member's contract).
+/// Thread-safe as std::mutex is: threads may share one object. Not
+/// copyable, not movable.
 template <class Backend = Client, class Policy = DefaultPolicy>
 class BasicRedlock : public detail::ExclusiveLock<detail::RedlockProtocol<Backend>, Policy> {
   using Protocol = detail::RedlockProtocol<Backend>;
@@ -125,7 +135,8 @@ class BasicRedlock : public detail::ExclusiveLock<detail::RedlockProtocol<Backen
   BasicRedlock(std::vector<Backend*> masters, std::string_view name, RedlockOptions options = {},
                Policy policy = {})
       : Base(Protocol(Protocol::checked_masters(std::move(masters)),
-                      detail::lock_key(options, name), Protocol::checked_options(options)),
+                      Protocol::checked_key(detail::lock_key(options, name)),
+                      Protocol::checked_options(options)),
              renewal_as_asked(options), std::move(policy)) {}
 
   /// The same, for masters given as references: Redlock lock({a, b, c}, "k").

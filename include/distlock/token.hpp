@@ -67,6 +67,27 @@ inline void note_fork_in_child() noexcept {
   fork_generation.fetch_add(1, std::memory_order_relaxed);
 }
 
+/// The process a handle shared by threads was made in (a ClusterClient's
+/// nodes, a SentinelClient's master): its pools and threads belong to that
+/// process, so in a forked child forked() is true and check() throws.
+class ForkGuard {
+ public:
+  ForkGuard() noexcept : generation_(fork_generation.load(std::memory_order_relaxed)) {}
+  bool forked() const noexcept {
+    return fork_generation.load(std::memory_order_relaxed) != generation_;
+  }
+  /// Throws Error(forked), naming the handle's type, in a forked child.
+  void check(const char* handle) const {
+    if (!forked()) return;
+    throw Error(Errc::forked, std::string("this ") + handle +
+                                  " was made before fork(); make a new " + handle +
+                                  " in the child");
+  }
+
+ private:
+  const unsigned generation_;
+};
+
 /// OS random bytes, read in blocks and handed out once each.
 class RandomBuffer {
  public:

@@ -182,7 +182,17 @@ class RedisCluster {
   /// Step 3: every master is told that `to` owns the slot now, `to`
   /// first (as redis-cli does): told before it, the old owner would answer
   /// MOVED to `to`, and `to`, still importing, MOVED back.
+  ///
+  /// `to` takes a new config epoch then, without consensus: one past the
+  /// greatest it knows of. Epochs spread by gossip, which can take a second
+  /// or more, so right after an earlier move `to` may not know the epoch
+  /// that move gave another node, and takes an epoch no greater than it.
+  /// A ping the old owner sent before it was told, still claiming the slot
+  /// with the greater epoch, then wins the slot back at every node it
+  /// reaches, and the old and new owner answer MOVED to each other for
+  /// good. So every node learns the greatest epoch first (spread_epochs).
   void finish_migration(int slot, std::size_t to) {
+    spread_epochs();
     expect_ok(to, {"CLUSTER", "SETSLOT", std::to_string(slot), "NODE", ids_.at(to)});
     for (std::size_t i = 0; i < nodes_.size(); ++i) {
       if (i == to || !alive_[i] || master_of_[i] != no_master) continue;
@@ -198,6 +208,26 @@ class RedisCluster {
     begin_migration(slot, from, to);
     migrate_keys(slot, from, to);
     finish_migration(slot, to);
+  }
+
+  /// Has every live node learn the greatest epoch any node knows, and
+  /// waits until they all report it: a PUBLISH goes to every node over the
+  /// cluster bus at once, and every bus message carries its sender's epochs.
+  void spread_epochs() {
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      if (alive_[i]) nodes_[i]->command({"PUBLISH", "redis-cluster-harness:epochs", "1"});
+    }
+    wait_for("the nodes to agree on the current epoch", [&] {
+      long long first = -1;
+      for (std::size_t i = 0; i < nodes_.size(); ++i) {
+        if (!alive_[i]) continue;
+        const long long epoch =
+            info_number(nodes_[i]->command({"CLUSTER", "INFO"}), "cluster_current_epoch:");
+        if (first == -1) first = epoch;
+        if (epoch != first) return false;
+      }
+      return true;
+    });
   }
 
   /// Waits until every live node says cluster_state:ok; throws after 20 s.

@@ -3,10 +3,13 @@
 // it, and route(), which sends one step to the owner of a slot and follows
 // the cluster's answers.
 //
-// The slot map is read with CLUSTER SLOTS (every Redis since 3.0) from any
-// node that answers, known nodes first, then the seeds. It is read on first
-// use, and again after a MOVED, after a node could not be reached, and when
-// it is older than refresh_interval; a read that fails leaves the old map.
+// The slot map is read from any node that answers, known nodes first, then
+// the seeds: with CLUSTER SHARDS (Redis 7.0 and later), or with CLUSTER
+// SLOTS from a node that refuses it (a server before 7.0, or an ACL user
+// denied cluster|shards), which is then asked only that from then on
+// (detail/cluster_topology.hpp parses both). It is read on first use, and
+// again after a MOVED, after a node could not be reached, and when it is
+// older than refresh_interval; a read that fails leaves the old map.
 //
 // route() follows, all within the caller's deadline and max_redirects:
 // - MOVED <slot> <node>: the slot moved for good; note the new owner and
@@ -46,6 +49,7 @@
 #include "distlock/connection.hpp"
 #include "distlock/detail/acquire.hpp"
 #include "distlock/detail/cluster_slots.hpp"
+#include "distlock/detail/cluster_topology.hpp"
 #include "distlock/detail/thread_annotations.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
@@ -62,9 +66,13 @@ class ClusterNodes {
     Node(const ClientOptions& base, std::string node_host, int node_port)
         : client(with_address(base, std::move(node_host), node_port)) {}
     Client client;
-    // Its release notifier (sharded pub/sub), made on first use.
+    // Its release notifier (sharded pub/sub), made on first use, and
+    // published for wake_everywhere() once made.
     std::once_flag notifier_made;
     std::unique_ptr<Notifier> notifier;
+    std::atomic<Notifier*> notifier_ready{nullptr};
+    // It refused CLUSTER SHARDS and answered CLUSTER SLOTS.
+    std::atomic<bool> shards_refused{false};
     const std::string& host() const noexcept { return client.options().host; }
     int port() const noexcept { return client.options().port; }
 
@@ -83,7 +91,6 @@ class ClusterNodes {
   explicit ClusterNodes(ClusterOptions options)
       : options_(checked(std::move(options))),
         id_(make_token()),
-        generation_(fork_generation.load(std::memory_order_relaxed)),
         events_(options_.on_event ? std::make_shared<const EventHook>(options_.on_event) : nullptr),
         slots_(cluster_slots, nullptr) {}
 
@@ -103,16 +110,8 @@ class ClusterNodes {
   const std::string& id() const noexcept { return id_; }
   const SharedEventHook& events() const noexcept { return events_; }
 
-  bool forked() const noexcept {
-    return fork_generation.load(std::memory_order_relaxed) != generation_;
-  }
-  void check_process() const {
-    if (forked()) {
-      throw Error(Errc::forked,
-                  "this ClusterClient was made before fork(); make a new ClusterClient in the "
-                  "child");
-    }
-  }
+  bool forked() const noexcept { return fork_guard_.forked(); }
+  void check_process() const { fork_guard_.check("ClusterClient"); }
 
   /// The node that owns `slot`, reading the map first if it is due (or
   /// missing: then a failure to read it throws ConnectionError naming the
@@ -244,8 +243,26 @@ class ClusterNodes {
     std::call_once(node.notifier_made, [&] {
       node.notifier = std::make_unique<Notifier>(node.client.options(), options_.max_waiters,
                                                  events_, /*sharded=*/true);
+      node.notifier_ready.store(node.notifier.get(), std::memory_order_release);
     });
     return *node.notifier;
+  }
+
+  /// Wakes the waiters of `channel` at every node that has a notifier. A
+  /// waiter may sleep on its subscription at a node its slot has left (that
+  /// node has not dropped it yet) while the map already names the new
+  /// owner, or the other way round. Makes nothing and connects nowhere.
+  void wake_everywhere(const std::string& channel) {
+    std::vector<Notifier*> notifiers;
+    {
+      MutexLock lock(mutex_);
+      for (const auto& node : nodes_) {
+        if (Notifier* made = node->notifier_ready.load(std::memory_order_acquire)) {
+          notifiers.push_back(made);
+        }
+      }
+    }
+    for (Notifier* notifier : notifiers) notifier->wake(channel);
   }
 
   /// The Runtime (its Watchdog) beside the pools, made on first use.
@@ -313,7 +330,7 @@ class ClusterNodes {
 
   const ClusterOptions options_;
   const std::string id_;
-  const unsigned generation_;
+  const ForkGuard fork_guard_;
   const SharedEventHook events_;  // options_.on_event, shared with leases and the Notifier
   std::mutex refreshing_;         // one map read at a time
   mutable Mutex mutex_;
@@ -350,25 +367,22 @@ inline void ClusterNodes::refresh(SteadyClock::time_point deadline) {
 
 inline bool ClusterNodes::read_map_from(Node& node, SteadyClock::time_point deadline,
                                         std::string& why) {
-  struct Range {
-    int first;
-    int last;
-    std::string host;
-    int port;
-  };
-  std::vector<Range> ranges;
+  std::vector<SlotRange> ranges;
   try {
     auto connection = node.client.borrow(deadline);
     connection->set_timeout(reply_timeout(options_.command_timeout, deadline));
-    const Reply reply = connection->command("CLUSTER", "SLOTS");
-    for (std::size_t i = 0; i < reply.size(); ++i) {
-      const ReplyView range = reply[i];
-      if (range.size() < 3 || range[2].size() < 2) continue;
-      const ReplyView master = range[2];
-      std::string host(master[0].str());
-      if (host.empty() || host == "?") host = node.host();
-      ranges.push_back({static_cast<int>(range[0].integer()), static_cast<int>(range[1].integer()),
-                        std::move(host), static_cast<int>(master[1].integer())});
+    bool read = false;
+    if (!node.shards_refused.load(std::memory_order_relaxed)) {
+      try {
+        ranges = ranges_from_shards(connection->command("CLUSTER", "SHARDS").view(), node.host());
+        read = true;
+      } catch (const ServerError&) {
+        // Refused (unknown to the server, or denied): the older command.
+      }
+    }
+    if (!read) {
+      ranges = ranges_from_slots(connection->command("CLUSTER", "SLOTS").view(), node.host());
+      node.shards_refused.store(true, std::memory_order_relaxed);
     }
   } catch (const Error& error) {
     why += "\n  " + node.client.options().endpoint() + ": " + error.what();
@@ -380,7 +394,7 @@ inline bool ClusterNodes::read_map_from(Node& node, SteadyClock::time_point dead
   {
     MutexLock lock(mutex_);
     std::vector<Node*> map(cluster_slots, nullptr);
-    for (const Range& range : ranges) {
+    for (const SlotRange& range : ranges) {
       Node& owner = node_at_locked(range.host, range.port);
       const int first = std::clamp(range.first, 0, cluster_slots - 1);
       const int last = std::clamp(range.last, 0, cluster_slots - 1);

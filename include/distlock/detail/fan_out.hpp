@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "distlock/connection.hpp"
+#include "distlock/detail/acquire.hpp"
 #include "distlock/detail/args.hpp"
 #include "distlock/error.hpp"
 #include "distlock/reply.hpp"
@@ -242,6 +243,11 @@ class FanOut {
         append_eval(connection);
         connection.flush();
         return;
+      }
+      if constexpr (routes_by_slot<Backend>) {
+        // A MOVED: this step counts it as the master's "no"; the next one
+        // goes to the slot's new owner.
+        if (reply->is_error()) node.backend->saw_error(reply->str());
       }
       node.reply = std::move(*reply);
       node.state = State::replied;

@@ -50,7 +50,8 @@ class RedlockCore {
         node_timeout_(node_timeout),
         quorum_(masters.size() / 2 + 1) {
     masters_.reserve(masters.size());
-    for (Backend* master : masters) masters_.push_back(*master);
+    // A cluster master's copy is bound to the key's slot (for_lock_key).
+    for (Backend* master : masters) masters_.push_back(for_lock_key(*master, key_));
     for (Backend& master : masters_) pointers_.push_back(&master);
   }
 
@@ -239,10 +240,11 @@ class RedlockCore {
   }
 
   /// The masters' identities, equal for two cores with the same masters in
-  /// the same order.
+  /// the same order (for cluster masters, the same slot on each: one
+  /// script runs over keys of one slot only).
   std::vector<const void*> master_identity() const {
     std::vector<const void*> identity;
-    for (const Backend& master : masters_) identity.push_back(&master.options());
+    for (const Backend& master : masters_) identity.push_back(batch_identity(master));
     return identity;
   }
 

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,15 @@
 
 namespace distlock::detail {
 
+/// Whether `Backend` is a Redis Cluster (ClusterClient), told apart by its
+/// seeds rather than by one endpoint.
+template <class Backend, class = void>
+inline constexpr bool is_cluster = false;
+template <class Backend>
+inline constexpr bool
+    is_cluster<Backend, std::void_t<decltype(std::declval<const Backend&>().cluster_options())>> =
+        true;
+
 /// Renews Redlock leases as extends: those of Redlocks with the same
 /// masters go together, one renew_batch call per Watchdog::batch_size leases
 /// on every master at once. A quorum keeps a lease. Too few answers:
@@ -42,7 +52,7 @@ class RedlockRenewer final : public Renewer {
   // The batch key names the first master only; renew() sorts the leases by
   // their whole set of masters.
   BatchKey batch_key() const noexcept override {
-    return {&kind_tag, &core_->masters().front()->options()};
+    return {&kind_tag, batch_identity(*core_->masters().front())};
   }
   void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
              SteadyClock::time_point deadline) noexcept override {
@@ -206,7 +216,7 @@ class RedlockProtocol {
     endpoints.reserve(masters.size());
     for (Backend* master : masters) {
       if (master == nullptr) throw InvalidArgument("Redlock master must not be null");
-      endpoints.push_back(master->options().endpoint());
+      endpoints.push_back(where(*master));
     }
     std::sort(endpoints.begin(), endpoints.end());
     if (const auto twice = std::adjacent_find(endpoints.begin(), endpoints.end());
@@ -215,6 +225,26 @@ class RedlockProtocol {
                             " is given more than once");
     }
     return masters;
+  }
+
+  /// What tells masters apart: the endpoint; for a cluster, its seeds.
+  static std::string where(const Backend& master) {
+    if constexpr (is_cluster<Backend>) {
+      std::string seeds = "cluster";
+      for (const std::string& seed : master.cluster_options().seeds) seeds += " " + seed;
+      return seeds;
+    } else {
+      return master.options().endpoint();
+    }
+  }
+
+  /// A cluster runs a script only over keys of one slot: the release
+  /// script's two keys must share the lock's.
+  static std::string checked_key(std::string key) {
+    if constexpr (routes_by_slot<Backend>) {
+      Backend::check_keys("Redlock '" + key + "'", {key, companion_key(key, "released")});
+    }
+    return key;
   }
 
   static RedlockOptions checked_options(RedlockOptions options) {

@@ -70,7 +70,6 @@ class SentinelMaster {
   explicit SentinelMaster(SentinelOptions options)
       : options_(checked(std::move(options))),
         id_(make_token()),
-        generation_(fork_generation.load(std::memory_order_relaxed)),
         events_(options_.on_event ? std::make_shared<const EventHook>(options_.on_event)
                                   : nullptr) {}
 
@@ -97,16 +96,8 @@ class SentinelMaster {
   const SentinelOptions& options() const noexcept { return options_; }
   const std::string& id() const noexcept { return id_; }
   const SharedEventHook& events() const noexcept { return events_; }
-  bool forked() const noexcept {
-    return fork_generation.load(std::memory_order_relaxed) != generation_;
-  }
-  void check_process() const {
-    if (forked()) {
-      throw Error(Errc::forked,
-                  "this SentinelClient was made before fork(); make a new SentinelClient in "
-                  "the child");
-    }
-  }
+  bool forked() const noexcept { return fork_guard_.forked(); }
+  void check_process() const { fork_guard_.check("SentinelClient"); }
 
   /// The master's pool, looking for the master first if it is stale or not
   /// known yet (throws as find() does).
@@ -262,7 +253,7 @@ class SentinelMaster {
 
   const SentinelOptions options_;
   const std::string id_;
-  const unsigned generation_;
+  const ForkGuard fork_guard_;
   const SharedEventHook events_;
   std::mutex finding_;  // one look at a time
   mutable Mutex mutex_;

@@ -27,6 +27,14 @@
 
 namespace distlock::detail {
 
+/// Whether `Backend` has notifiers at several nodes, so that waking the
+/// waiters of a channel means waking it at each (ClusterClient).
+template <class Backend, class = void>
+inline constexpr bool wakes_everywhere = false;
+template <class Backend>
+inline constexpr bool wakes_everywhere<
+    Backend, std::void_t<decltype(std::declval<Backend&>().wake_waiters(std::string()))>> = true;
+
 template <class Backend>
 class SingleServer {
  public:
@@ -54,7 +62,13 @@ class SingleServer {
   std::optional<Notifier::Subscription> subscribe(SteadyClock::time_point deadline) {
     return backend_.notifier().subscribe(channel_, deadline);
   }
-  void wake() { backend_.notifier().wake(channel_); }
+  void wake() {
+    if constexpr (wakes_everywhere<Backend>) {
+      backend_.wake_waiters(channel_);  // a cluster: wherever the waiters sleep
+    } else {
+      backend_.notifier().wake(channel_);
+    }
+  }
   Watchdog& watchdog() { return backend_.watchdog(); }
   const SharedEventHook& events() const noexcept { return backend_.events(); }
   static constexpr std::chrono::nanoseconds margin(std::chrono::milliseconds) noexcept {

@@ -1,0 +1,196 @@
+// Tests for a Redlock whose masters are ClusterClients (redlock.hpp over
+// cluster_client.hpp): three separate clusters, each one master of the
+// Redlock. The first has two masters, so that the lock's slot can move
+// inside it; the others one each. The clusters are shared by the suite.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "distlock/cluster_client.hpp"
+#include "distlock/detail/cluster_slots.hpp"
+#include "distlock/redlock.hpp"
+#include "support/fixture.hpp"
+#include "support/redis_cluster.hpp"
+#include "support/redis_server.hpp"
+
+namespace distlock {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using testing::RedisCluster;
+using testing::RedisServer;
+using RedlockOnClusters = BasicRedlock<ClusterClient>;
+
+class ClusterRedlockTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!RedisServer::available()) return;
+    try {
+      for (const std::size_t masters : {2, 1, 1}) clusters_.push_back(new RedisCluster(masters));
+    } catch (const std::exception& error) {
+      start_error_ = new std::string(error.what());
+    }
+  }
+  static void TearDownTestSuite() {
+    for (RedisCluster* cluster : clusters_) delete cluster;
+    clusters_.clear();
+    delete start_error_;
+    start_error_ = nullptr;
+  }
+
+  void SetUp() override {
+    DISTLOCK_REQUIRE_REDIS_SERVER();
+    ASSERT_EQ(clusters_.size(), 3u)
+        << "the clusters did not start: " << (start_error_ != nullptr ? *start_error_ : "?");
+    for (RedisCluster* cluster : clusters_) {
+      clients_.push_back(std::make_unique<ClusterClient>(options(*cluster)));
+    }
+  }
+
+  static ClusterOptions options(RedisCluster& cluster) {
+    ClusterOptions options(cluster.seed_list());
+    options.connect_timeout = 1s;
+    options.command_timeout = 1s;
+    return options;
+  }
+
+  std::vector<ClusterClient*> masters() {
+    std::vector<ClusterClient*> out;
+    for (const auto& client : clients_) out.push_back(client.get());
+    return out;
+  }
+
+  /// `command` at the node of cluster `c` that owns `key` (as the harness
+  /// moved it).
+  std::string at(std::size_t c, const std::string& key, std::vector<std::string> command) {
+    RedisCluster& cluster = *clusters_[c];
+    return cluster.node(cluster.owner_of(detail::key_slot(key))).command(command);
+  }
+
+  /// Polls `done` until it holds or 10 s pass (a bound, not a timing).
+  template <class Done>
+  static bool eventually(Done done) {
+    const auto until = Clock::now() + 10s;
+    while (!done() && Clock::now() < until) std::this_thread::sleep_for(5ms);
+    return done();
+  }
+
+  static std::vector<RedisCluster*> clusters_;
+  static std::string* start_error_;
+  std::vector<std::unique_ptr<ClusterClient>> clients_;
+};
+
+std::vector<RedisCluster*> ClusterRedlockTest::clusters_;
+std::string* ClusterRedlockTest::start_error_ = nullptr;
+
+class ClusterRedlock : public ClusterRedlockTest {};
+
+TEST_F(ClusterRedlock, LocksAndUnlocksOnEveryCluster) {
+  // A name on the first cluster's second master: routed, not just sent to a seed.
+  std::string name;
+  for (int i = 0; name.empty(); ++i) {
+    const std::string candidate = "redlock-cluster-" + std::to_string(i);
+    if (clusters_[0]->owner_of(detail::key_slot(candidate)) == 1) name = candidate;
+  }
+  RedlockOnClusters lock(masters(), name, RedlockOptions{}.ttl(10s));
+  ASSERT_TRUE(lock.try_lock());
+  EXPECT_EQ(lock.last_attempt().ok(), 3u);
+  for (std::size_t c = 0; c < clusters_.size(); ++c) {
+    EXPECT_EQ(at(c, name, {"GET", name}), lock.token()) << "cluster " << c;
+  }
+  lock.unlock();
+  for (std::size_t c = 0; c < clusters_.size(); ++c) {
+    EXPECT_EQ(at(c, name, {"EXISTS", name}), "0") << "cluster " << c;
+  }
+}
+
+TEST_F(ClusterRedlock, TwoRedlocksExcludeEachOther) {
+  const std::string name = "redlock-cluster-contended";
+  // The second holder has clients of its own, as another process would.
+  std::vector<std::unique_ptr<ClusterClient>> others;
+  std::vector<ClusterClient*> other_masters;
+  for (RedisCluster* cluster : clusters_) {
+    others.push_back(std::make_unique<ClusterClient>(options(*cluster)));
+    other_masters.push_back(others.back().get());
+  }
+  RedlockOnClusters first(masters(), name, RedlockOptions{}.ttl(10s));
+  RedlockOnClusters second(other_masters, name, RedlockOptions{}.ttl(10s));
+  ASSERT_TRUE(first.try_lock());
+  EXPECT_FALSE(second.try_lock());
+  EXPECT_EQ(second.last_attempt().count(NodeStatus::other_owner), 3u);
+  first.unlock();
+  EXPECT_TRUE(second.try_lock_for(5s));
+  EXPECT_FALSE(first.try_lock());
+  second.unlock();
+}
+
+TEST_F(ClusterRedlock, WatchdogRenewsOnEveryCluster) {
+  // Renewal events go to the first master's hook. A lease long enough that
+  // no slow machine sees it run out; a round is asked for.
+  std::mutex mutex;
+  int renewed = 0;
+  ClusterOptions hooked = options(*clusters_[0]);
+  hooked.on_event = [&](const LockEvent& event) {
+    if (event.type != LockEventType::renewed) return;
+    const std::lock_guard<std::mutex> guard(mutex);
+    ++renewed;
+  };
+  ClusterClient first(hooked);
+  std::vector<ClusterClient*> with_hook = masters();
+  with_hook[0] = &first;
+  const std::string name = "redlock-cluster-renewed";
+  RedlockOnClusters lock(with_hook, name, RedlockOptions{}.ttl(30s).auto_renew(true));
+  ASSERT_TRUE(lock.try_lock());
+  first.watchdog().renew_all_now();
+  EXPECT_TRUE(eventually([&] {
+    const std::lock_guard<std::mutex> guard(mutex);
+    return renewed > 0;
+  }));
+  EXPECT_FALSE(lock.lost());
+  EXPECT_EQ(lock.last_attempt().ok(), 3u);
+  for (std::size_t c = 0; c < clusters_.size(); ++c) {
+    EXPECT_GT(std::stoll(at(c, name, {"PTTL", name})), 20000) << "cluster " << c;
+  }
+  lock.unlock();
+}
+
+TEST_F(ClusterRedlock, AMasterWhoseSlotMovedFollowsItAfterOneStep) {
+  std::string name;
+  for (int i = 0; name.empty(); ++i) {
+    const std::string candidate = "redlock-moved-" + std::to_string(i);
+    if (clusters_[0]->owner_of(detail::key_slot(candidate)) == 0) name = candidate;
+  }
+  RedlockOnClusters lock(masters(), name, RedlockOptions{}.ttl(10s));
+  ASSERT_TRUE(lock.try_lock());
+  clusters_[0]->move_slot(detail::key_slot(name), 1);
+  // The first cluster's map still names master 0, which answers MOVED: a
+  // "no" for this step, which the two others carry.
+  EXPECT_TRUE(lock.extend(20s));
+  EXPECT_EQ(lock.last_attempt().ok(), 2u);
+  // The next goes to the new owner.
+  EXPECT_TRUE(lock.extend(20s));
+  EXPECT_EQ(lock.last_attempt().ok(), 3u);
+  EXPECT_GT(std::stoll(clusters_[0]->node(1).command({"PTTL", name})), 10000);
+  lock.unlock();
+  EXPECT_EQ(clusters_[0]->node(1).command({"EXISTS", name}), "0");
+}
+
+TEST_F(ClusterRedlock, NamesAndMastersAreChecked) {
+  // Keys of two slots: the release script could not run on a cluster.
+  EXPECT_THROW(RedlockOnClusters(masters(), "a}b"), InvalidArgument);
+  // One cluster twice is one master, not two.
+  std::vector<ClusterClient*> twice = masters();
+  ClusterClient again(options(*clusters_[1]));
+  twice[2] = &again;
+  EXPECT_THROW(RedlockOnClusters(twice, "k"), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace distlock

@@ -1,0 +1,122 @@
+// Tests for detail/cluster_topology.hpp: the slot map read from CLUSTER
+// SHARDS and CLUSTER SLOTS replies, given as the bytes a server sends
+// (RESP2) and parsed by hiredis's reader. No server needed; the replies of
+// a real cluster are read in cluster_client_test.cpp (ClusterRouting).
+#include "distlock/detail/cluster_topology.hpp"
+
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "distlock/reply.hpp"
+
+namespace distlock {
+namespace {
+
+using detail::SlotRange;
+
+std::string bulk(const std::string& text) {
+  return "$" + std::to_string(text.size()) + "\r\n" + text + "\r\n";
+}
+std::string number(long long value) { return ":" + std::to_string(value) + "\r\n"; }
+std::string list(std::initializer_list<std::string> items) {
+  std::string out = "*" + std::to_string(items.size()) + "\r\n";
+  for (const std::string& item : items) out += item;
+  return out;
+}
+
+/// The reply hiredis reads from `bytes`.
+Reply parsed(const std::string& bytes) {
+  redisReader* reader = redisReaderCreate();
+  redisReaderFeed(reader, bytes.data(), bytes.size());
+  void* reply = nullptr;
+  const int status = redisReaderGetReply(reader, &reply);
+  redisReaderFree(reader);
+  if (status != REDIS_OK || reply == nullptr) throw std::runtime_error("not one whole reply");
+  return Reply(static_cast<redisReply*>(reply));
+}
+
+/// One node of a CLUSTER SHARDS entry, as Redis 7.0 lists its fields.
+std::string shard_node(const std::string& ip, const std::string& endpoint, long long port,
+                       const std::string& role, const std::string& health) {
+  return list({bulk("id"), bulk("e5a3c2"), bulk("port"), number(port), bulk("ip"), bulk(ip),
+               bulk("endpoint"), bulk(endpoint), bulk("role"), bulk(role),
+               bulk("replication-offset"), number(72156), bulk("health"), bulk(health)});
+}
+
+bool same(const SlotRange& range, int first, int last, const std::string& host, int port) {
+  return range.first == first && range.last == last && range.host == host && range.port == port;
+}
+
+TEST(ClusterTopology, ShardsNameEachShardsMasterForItsRanges) {
+  const Reply reply = parsed(list(
+      {list({bulk("slots"), list({number(0), number(99), number(200), number(5460)}), bulk("nodes"),
+             list({shard_node("10.0.0.2", "10.0.0.2", 7003, "replica", "online"),
+                   shard_node("10.0.0.1", "db-1.example", 7000, "master", "online")})}),
+       list({bulk("slots"), list({number(100), number(199)}), bulk("nodes"),
+             list({shard_node("", "?", 7001, "master", "online")})})}));
+  const std::vector<SlotRange> ranges = detail::ranges_from_shards(reply.view(), "asked");
+  ASSERT_EQ(ranges.size(), 3u);
+  // The endpoint the cluster tells clients to use, over the ip.
+  EXPECT_TRUE(same(ranges[0], 0, 99, "db-1.example", 7000));
+  EXPECT_TRUE(same(ranges[1], 200, 5460, "db-1.example", 7000));
+  // Unknown: the node asked.
+  EXPECT_TRUE(same(ranges[2], 100, 199, "asked", 7001));
+}
+
+TEST(ClusterTopology, ShardsPreferTheOnlineMasterAndSkipShardsWithoutOne) {
+  const Reply reply =
+      parsed(list({list({bulk("slots"), list({number(0), number(10)}), bulk("nodes"),
+                         list({shard_node("10.0.0.1", "", 7000, "master", "failed"),
+                               shard_node("10.0.0.2", "", 7003, "master", "online")})}),
+                   // A shard of replicas only, and one that serves no slot.
+                   list({bulk("slots"), list({number(11), number(20)}), bulk("nodes"),
+                         list({shard_node("10.0.0.4", "", 7004, "replica", "online")})}),
+                   list({bulk("slots"), list({}), bulk("nodes"),
+                         list({shard_node("10.0.0.5", "", 7005, "master", "online")})}),
+                   // Slots as strings, as some servers send them.
+                   list({bulk("slots"), list({bulk("21"), bulk("30")}), bulk("nodes"),
+                         list({shard_node("10.0.0.6", "", 7006, "master", "online")})})}));
+  const std::vector<SlotRange> ranges = detail::ranges_from_shards(reply.view(), "asked");
+  ASSERT_EQ(ranges.size(), 2u);
+  EXPECT_TRUE(same(ranges[0], 0, 10, "10.0.0.2", 7003));
+  EXPECT_TRUE(same(ranges[1], 21, 30, "10.0.0.6", 7006));
+}
+
+TEST(ClusterTopology, SlotsNameEachRangesMaster) {
+  const auto node = [](const std::string& host, long long port) {
+    return list({bulk(host), number(port), bulk("e5a3c2")});
+  };
+  const Reply reply =
+      parsed(list({list({number(0), number(5460), node("10.0.0.1", 7000), node("10.0.0.2", 7003)}),
+                   list({number(5461), number(10922), node("?", 7001)}),
+                   list({number(10923), number(16383)})}));  // no master: left out
+  const std::vector<SlotRange> ranges = detail::ranges_from_slots(reply.view(), "asked");
+  ASSERT_EQ(ranges.size(), 2u);
+  EXPECT_TRUE(same(ranges[0], 0, 5460, "10.0.0.1", 7000));
+  EXPECT_TRUE(same(ranges[1], 5461, 10922, "asked", 7001));
+}
+
+TEST(ClusterTopology, AnythingElseIsNoRange) {
+  EXPECT_TRUE(detail::ranges_from_shards(parsed(number(1)).view(), "a").empty());
+  EXPECT_TRUE(detail::ranges_from_shards(parsed(list({bulk("slots")})).view(), "a").empty());
+  EXPECT_TRUE(detail::ranges_from_slots(parsed(bulk("x")).view(), "a").empty());
+  // A master without a usable port, and slots out of range.
+  EXPECT_TRUE(
+      detail::ranges_from_shards(
+          parsed(list({list({bulk("slots"), list({number(0), number(10)}), bulk("nodes"),
+                             list({list(
+                                 {bulk("ip"), bulk("10.0.0.1"), bulk("role"), bulk("master")})})}),
+                       list({bulk("slots"), list({number(16000), number(16384)}), bulk("nodes"),
+                             list({shard_node("10.0.0.2", "", 7000, "master", "online")})})}))
+              .view(),
+          "a")
+          .empty());
+}
+
+}  // namespace
+}  // namespace distlock
