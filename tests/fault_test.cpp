@@ -177,6 +177,18 @@ During every(milliseconds length, milliseconds gap, std::function<void(Rig&)> ap
       };
 }
 
+// 40 ms each way through every proxy for 250 ms, then 100 ms without.
+During latency_spikes() {
+  return every(
+      250ms, 100ms,
+      [](Rig& rig) {
+        for (auto& p : rig.proxies) p->set_latency(FaultProxy::Direction::both, 40ms);
+      },
+      [](Rig& rig) {
+        for (auto& p : rig.proxies) p->heal();
+      });
+}
+
 During nothing() {
   return [](Rig&, Shared&, const std::vector<pid_t>&, std::chrono::steady_clock::time_point end) {
     std::this_thread::sleep_until(end);
@@ -433,18 +445,7 @@ TYPED_TEST(FaultTest, NoFaultNoOverlapsNoLostUpdates) {
 }
 
 TYPED_TEST(FaultTest, LatencySpikesShorterThanTheLeaseKeepItSafe) {
-  this->state_keeping("latency",
-                      every(
-                          250ms, 100ms,
-                          [](Rig& rig) {
-                            for (auto& p : rig.proxies) {
-                              p->set_latency(FaultProxy::Direction::both, 40ms);
-                            }
-                          },
-                          [](Rig& rig) {
-                            for (auto& p : rig.proxies) p->heal();
-                          }),
-                      true);
+  this->state_keeping("latency", latency_spikes(), true);
 }
 
 TYPED_TEST(FaultTest, StallsShorterThanTheLeaseKeepItSafe) {
@@ -950,17 +951,7 @@ TYPED_TEST(FleetFaultTest, AMixedFleetUnderLatencySpikesNeverOverlaps) {
     // is fixed the run would fail CI at random; it is reported skipped.
     GTEST_SKIP() << "open defect: an overlap of two ReentrantMutex holders under latency spikes";
   }
-  this->expect_fleet(this->run("fleet-latency", this->fleet(), this->lease(),
-                               every(
-                                   250ms, 100ms,
-                                   [](Rig& rig) {
-                                     for (auto& p : rig.proxies) {
-                                       p->set_latency(FaultProxy::Direction::both, 40ms);
-                                     }
-                                   },
-                                   [](Rig& rig) {
-                                     for (auto& p : rig.proxies) p->heal();
-                                   })),
+  this->expect_fleet(this->run("fleet-latency", this->fleet(), this->lease(), latency_spikes()),
                      true);
 }
 
