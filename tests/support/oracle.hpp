@@ -59,7 +59,7 @@ namespace oracle_detail {
 
 inline std::string describe(const Section& s) {
   std::ostringstream out;
-  out << "p" << s.process << "/t" << s.thread << " name " << s.name
+  out << "p" << s.process << "/t" << s.thread << " role " << s.role << " name " << s.name
       << (s.exclusive ? " exclusive " : " shared ") << "[" << s.start_ns << ", " << s.end_ns << "]";
   return out.str();
 }
