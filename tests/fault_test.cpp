@@ -17,6 +17,9 @@
 //     layouts (support/peers.hpp) on one name, with and without faults that
 //     keep the lock's state: no overlaps, no lost updates, no torn reads,
 //     and nothing left in Redis;
+//   - ReentrantMutex and SharedMutex, whose releases name the owner: an
+//     undo or a release that reaches Redis after the owner's next grant,
+//     on another connection, takes nothing from it;
 // and under every fault: every try_lock_for returns by its deadline + 50 ms,
 // every contender exits, and no lock key outlives its lease.
 //
@@ -1052,6 +1055,129 @@ TEST_F(ScriptReloadTest, FencedMutexReturnsByItsDeadline) {
   Mutex lock(*client_, "script:m", LockOptions{}.ttl(10s).fencing(true));
   expect_within_deadline([&](milliseconds d) { return lock.try_lock_for(d); },
                          [&] { lock.unlock(); });
+}
+
+// ---- an ambiguous acquire's undo, landing after the owner's next grant ----
+
+// An acquire whose reply never came is undone by a release written behind
+// it on its connection; the hash-field locks release by owner id, and the
+// owner is the thread. The thread's next attempt goes out on another
+// connection, which the network may deliver first: if that one is granted,
+// the old undo must not take the new hold. The order is forced with the
+// proxy: the first connection's replies and then its undo are held, the
+// second connection passes freely.
+class LateUndoTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DISTLOCK_REQUIRE_REDIS_SERVER();
+    server_ = std::make_unique<RedisServer>();
+    proxy_ = std::make_unique<FaultProxy>(server_->host(), server_->port());
+    ClientOptions o;
+    o.host = proxy_->host();
+    o.port = proxy_->port();
+    o.command_timeout = 5000ms;
+    client_ = std::make_unique<Client>(o);
+  }
+
+  // `acquire(timeout)` takes the lock at "late" for the calling thread,
+  // `field()` names the hash field it then holds; `holder` the fields
+  // another owner holds it by at first.
+  template <class Acquire, class Field>
+  void expect_kept(Acquire acquire, Field field, const std::vector<std::string>& holder) {
+    const std::string key = "late";
+    const ClientOptions direct = testing::client_options(*server_);
+    client_->command("PING");  // the connection the first attempt will borrow
+    std::vector<std::string> hset = {"HSET", key};
+    hset.insert(hset.end(), holder.begin(), holder.end());
+    server_->command(hset);
+    server_->command({"PEXPIRE", key, "60000"});
+    server_->command({"CONFIG", "RESETSTAT"});
+
+    // The first attempt reaches Redis and is refused; its reply is held,
+    // and once it has run, so is whatever else that connection sends.
+    proxy_->hold_open(FaultProxy::Direction::to_client);
+    proxy_->sync();
+    std::thread holder_of_undo([&] {
+      EXPECT_TRUE(testing::server_ran(direct, "evalsha", 1));
+      proxy_->hold_open(FaultProxy::Direction::to_server);
+      proxy_->sync();
+    });
+    EXPECT_FALSE(acquire(2000ms));  // the deadline ends it; the undo is written behind
+    holder_of_undo.join();
+
+    // The lock is free; the next attempt, on a new connection, gets it.
+    server_->command({"DEL", key});
+    ASSERT_TRUE(acquire(2000ms));
+    const std::string mine = field();
+
+    // Then the first connection's undo lands.
+    proxy_->release(FaultProxy::Direction::to_server);
+    ASSERT_TRUE(testing::server_ran(direct, "eval", 1)) << "the undo never ran";
+    proxy_->heal();
+
+    EXPECT_EQ(server_->command({"HEXISTS", key, mine}), "1")
+        << "the late undo took the hold granted after it";
+    Client elsewhere(direct);
+    ReentrantMutex rival(elsewhere, key);
+    EXPECT_FALSE(rival.try_lock()) << "another owner got in beside the holder";
+  }
+
+  std::unique_ptr<RedisServer> server_;
+  std::unique_ptr<FaultProxy> proxy_;
+  std::unique_ptr<Client> client_;
+};
+
+// The same for a release whose reply never came: it may land after the
+// lease ran out and the owner took the lock again.
+TEST_F(LateUndoTest, ALateReleaseLeavesTheNextHoldAlone) {
+  const ClientOptions direct = testing::client_options(*server_);
+  ClientOptions quick;
+  quick.host = proxy_->host();
+  quick.port = proxy_->port();
+  quick.command_timeout = 300ms;
+  Client client(quick);
+  ReentrantMutex lock(client, "late", LockOptions{}.ttl(30s));
+  ASSERT_TRUE(lock.try_lock_for(2000ms));
+  lock.unlock();  // and Redis has the release script, for the late one
+  ASSERT_TRUE(lock.try_lock_for(2000ms));
+
+  // The release goes out and is held on the wire; the call gives up.
+  proxy_->hold_open(FaultProxy::Direction::both);
+  proxy_->sync();
+  EXPECT_THROW(lock.release(), TimeoutError);
+
+  // The lease runs out (here: at once); the owner takes the lock again, on
+  // a new connection.
+  server_->command({"DEL", "late"});
+  ASSERT_TRUE(lock.try_lock_for(2000ms));
+  const std::string mine = lock.owner_id();
+
+  // Then the old release lands.
+  server_->command({"CONFIG", "RESETSTAT"});
+  proxy_->release(FaultProxy::Direction::to_server);
+  ASSERT_TRUE(testing::server_ran(direct, "evalsha", 1)) << "the release never ran";
+  proxy_->heal();
+
+  EXPECT_EQ(server_->command({"HEXISTS", "late", mine}), "1")
+      << "the late release took the hold granted after it";
+  Client elsewhere(direct);
+  ReentrantMutex rival(elsewhere, "late");
+  EXPECT_FALSE(rival.try_lock()) << "another owner got in beside the holder";
+  lock.unlock();
+}
+
+TEST_F(LateUndoTest, ReentrantMutexKeepsTheHoldGrantedAfterIt) {
+  ReentrantMutex lock(*client_, "late", LockOptions{}.ttl(30s));
+  expect_kept([&](milliseconds d) { return lock.try_lock_for(d); }, [&] { return lock.owner_id(); },
+              {"other:1", "1"});
+  lock.unlock();
+}
+
+TEST_F(LateUndoTest, SharedMutexWriterKeepsTheHoldGrantedAfterIt) {
+  SharedMutex lock(*client_, "late", LockOptions{}.ttl(30s));
+  expect_kept([&](milliseconds d) { return lock.try_lock_for(d); },
+              [&] { return lock.owner_id() + ":write"; }, {"mode", "write", "other:1:write", "1"});
+  lock.unlock();
 }
 
 }  // namespace

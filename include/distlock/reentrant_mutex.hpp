@@ -77,7 +77,7 @@ class ReentrantProtocol : public HashFieldCore<Backend, ReentrantKind> {
   }
 
   TokenCheck release(Kind, const std::string& owner) {
-    return this->checked([&](Connection& connection) {
+    return this->released([&](Connection& connection) {
       return field_check(
           connection.eval(scripts::reentrant_release, {this->key_, this->channel_}, {owner}));
     });
@@ -150,7 +150,9 @@ class BasicReentrantMutex
   unsigned hold_count() const noexcept { return this->life_.depth(Base::kind); }
 
   /// The calling thread's owner id, the hash field it holds the lock by:
-  /// "<client id>:<thread number>".
+  /// "<client id>:<thread number>". Fixed while the thread holds the lock;
+  /// a new number after an undo or release whose reply never came (see
+  /// detail/field_hold.hpp).
   std::string owner_id() const { return this->life_.protocol().owner(); }
 
   /// The channel releases are announced on: redisson_lock__channel:{key}.

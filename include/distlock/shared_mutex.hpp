@@ -114,7 +114,7 @@ class SharedProtocol : public HashFieldCore<Backend, SharedKind> {
   }
 
   TokenCheck release(Kind kind, const std::string& field) {
-    return this->checked([&](Connection& connection) {
+    return this->released([&](Connection& connection) {
       if (kind == Kind::read) {
         return field_check(connection.eval(
             scripts::read_release, {this->key_, this->channel_, timeout_stem(field), timeout_stem_},
@@ -285,7 +285,8 @@ class BasicSharedMutex : public detail::ExclusiveLock<detail::SharedProtocol<Bac
   }
 
   /// The calling thread's owner id: its read field, and with ":write" its
-  /// write field.
+  /// write field. Fixed while the thread holds the lock; a new number after
+  /// an undo or release whose reply never came (see detail/field_hold.hpp).
   std::string owner_id() const { return this->life_.protocol().owner(); }
   /// The channel releases are announced on: redisson_rwlock:{key}.
   const std::string& channel() const noexcept { return this->life_.protocol().channel(); }

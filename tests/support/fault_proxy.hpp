@@ -9,6 +9,9 @@
 //     was read;
 //   - stall(direction) / release(direction): hold every byte going that way
 //     (nothing is lost), then let them all through in order;
+//   - hold_open(direction): stall only the connections accepted so far
+//     (later ones pass freely: a new connection overtaking an old one),
+//     until release(direction);
 //   - blackhole(direction, true/false): read and drop every byte going that
 //     way; a connection that lost bytes is reset when the blackhole is lifted
 //     (its byte stream is broken, as a real peer would find after a timeout);
@@ -102,9 +105,18 @@ class FaultProxy {
       for (const int d : sides(direction)) faults.stalled[d] = true;
     });
   }
+  void hold_open(Direction direction) {
+    const std::size_t through = accepted_.load();
+    change([&](Faults& faults) {
+      for (const int d : sides(direction)) faults.held_through[d] = through;
+    });
+  }
   void release(Direction direction) {
     change([&](Faults& faults) {
-      for (const int d : sides(direction)) faults.stalled[d] = false;
+      for (const int d : sides(direction)) {
+        faults.stalled[d] = false;
+        faults.held_through[d] = 0;
+      }
     });
   }
   void blackhole(Direction direction, bool on) {
@@ -158,6 +170,7 @@ class FaultProxy {
   struct Faults {
     std::chrono::milliseconds latency[2]{};
     bool stalled[2]{};
+    std::size_t held_through[2]{};  // links numbered up to this one are stalled
     bool blackholed[2]{};
     CutState cut = CutState::none;
     bool reset_requested = false;
@@ -174,6 +187,7 @@ class FaultProxy {
   // Direction 0 reads fd[0] and writes fd[1]; direction 1 the reverse.
   struct Link {
     int fd[2] = {-1, -1};
+    std::size_t number = 0;  // 1 for the first connection accepted, and so on
     std::deque<Chunk> queue[2];
     bool read_closed[2] = {false, false};  // EOF seen on the reading side
     bool broken = false;                   // bytes were dropped
@@ -292,7 +306,7 @@ class FaultProxy {
       ::setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       auto link = std::make_unique<Link>();
       link->fd[0] = client;
-      ++accepted_;
+      link->number = ++accepted_;
       ++open_;
       if (!connect_upstream(*link)) {
         close_link(*link, true);  // the server is gone: the client sees a reset
@@ -330,10 +344,14 @@ class FaultProxy {
     }
   }
 
+  static bool held(const Link& link, int d, const Faults& faults) {
+    return faults.stalled[d] || link.number <= faults.held_through[d];
+  }
+
   // Writes the queued chunks of direction d that are due. Returns false once
   // the link is to be closed.
   bool write_side(Link& link, int d, const Faults& faults, Clock::time_point now) {
-    if (faults.stalled[d]) return true;
+    if (held(link, d, faults)) return true;
     auto& queue = link.queue[d];
     while (!queue.empty() && queue.front().due <= now) {
       Chunk& chunk = queue.front();
@@ -417,7 +435,7 @@ class FaultProxy {
         }
         for (int d = 0; d < 2; ++d) {
           if (!link->read_closed[d]) fds.push_back(pollfd{link->fd[d], POLLIN, 0});
-          if (faults.stalled[d] || link->queue[d].empty()) continue;
+          if (held(*link, d, faults) || link->queue[d].empty()) continue;
           const Clock::time_point due = link->queue[d].front().due;
           if (due <= now) {
             fds.push_back(pollfd{link->fd[1 - d], POLLOUT, 0});

@@ -10,6 +10,13 @@
 // one Client is the same owner to Redis. distlock keeps re-entry through
 // one lock object local (no round trip), so the Redis count is the number
 // of lock objects of the thread that hold the lock.
+//
+// A write that names the owner and may land unseen, late (the undo written
+// behind an attempt whose reply never came, a release that timed out),
+// could take a hold the same owner is granted later over another
+// connection: two connections are not ordered. So after one, the thread
+// holds that key by a new number (ThreadNumbers::retire): the late write
+// finds no field of its owner.
 #pragma once
 
 #include <atomic>
@@ -20,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -31,6 +39,7 @@
 #include "distlock/detail/key_type.hpp"
 #include "distlock/detail/single_server.hpp"
 #include "distlock/detail/time.hpp"
+#include "distlock/error.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/notifier.hpp"
@@ -40,20 +49,62 @@
 
 namespace distlock::detail {
 
-/// A number for the calling thread, unique in this process and fixed for
-/// the thread's life, in decimal: the thread part of an owner id.
-/// (std::thread::id has no portable numeric value.)
-inline const std::string& this_thread_number() {
-  static std::atomic<unsigned long long> next{1};
-  thread_local const std::string number = std::to_string(next.fetch_add(1));
-  return number;
-}
+/// The calling thread's numbers, in decimal: the thread part of its owner
+/// ids (std::thread::id has no portable numeric value). One number for
+/// every lock key, except keys whose number was retired; no number is
+/// handed out twice in this process.
+class ThreadNumbers {
+ public:
+  /// The thread's number for `key` on the Client `client_id`.
+  static const std::string& of(std::string_view client_id, std::string_view key) {
+    const State& state = mine();
+    if (state.retired.empty()) return state.number;
+    const auto it = state.retired.find(where(client_id, key));
+    return it == state.retired.end() ? state.number : it->second;
+  }
 
-/// The calling thread's owner id on a Client: "<client id>:<thread number>".
-inline std::string owner_id(std::string_view client_id) {
+  /// From now on the thread holds `key` by a number not used before, so a
+  /// write naming its old owner id that lands late takes no later hold.
+  /// Only while the thread holds nothing on the key (its holds there keep
+  /// their number: re-entry and a downgrade name one owner); when it holds
+  /// nothing at all (`holds_none`), the thread is renumbered outright.
+  static void retire(std::string_view client_id, std::string_view key, bool holds_none) {
+    State& state = mine();
+    if (holds_none) {
+      state.number = fresh();
+      state.retired.clear();
+    } else {
+      state.retired[where(client_id, key)] = fresh();
+    }
+  }
+
+ private:
+  struct State {
+    std::string number = fresh();
+    std::unordered_map<std::string, std::string> retired;  // by where()
+  };
+  static State& mine() {
+    thread_local State state;
+    return state;
+  }
+  static std::string fresh() {
+    static std::atomic<unsigned long long> next{1};
+    return std::to_string(next.fetch_add(1));
+  }
+  static std::string where(std::string_view client_id, std::string_view key) {
+    std::string text(client_id);
+    text += '\n';
+    text += key;
+    return text;
+  }
+};
+
+/// The calling thread's owner id for `key` on a Client: "<client
+/// id>:<thread number>".
+inline std::string owner_id(std::string_view client_id, std::string_view key) {
   std::string owner(client_id);
   owner += ':';
-  owner += this_thread_number();
+  owner += ThreadNumbers::of(client_id, key);
   return owner;
 }
 
@@ -88,10 +139,12 @@ inline TokenCheck field_check(const Reply& reply) noexcept {
 }
 
 /// The hash-field holds that lock objects on the calling thread have, by an
-/// id for (client, key, kind of field). The undo of an acquire whose reply
+/// id for (client, key, kind of field), and of any kind by one for (client,
+/// key, "*"). The undo of an acquire whose reply
 /// never came is a release of the owner's field, and the owner is the
-/// thread, not the object: if another object of this thread holds the same
-/// field, the undo could take that object's hold instead of ours. Then no
+/// thread, not the object: if another object of this thread holds a field
+/// of the key, the undo could take that object's hold instead of ours (or
+/// the owner id could not be retired). Then no
 /// undo is sent and an extra hold, if the attempt landed, runs out with its
 /// lease. Equal ids for different fields only make that more cautious.
 class ThreadFieldHolds {
@@ -113,6 +166,8 @@ class ThreadFieldHolds {
     if (it != all.end() && --it->second == 0) all.erase(it);
   }
   static bool any(std::size_t id) { return holds().count(id) != 0; }
+  /// Whether the thread holds no field at all.
+  static bool none() { return holds().empty(); }
 
  private:
   static std::unordered_map<std::size_t, unsigned>& holds() {
@@ -131,35 +186,67 @@ class HashFieldCore : public SingleServer<Backend> {
 
   using SingleServer<Backend>::SingleServer;
 
-  /// Counts the calling thread's holds of `kind` (+1 taken, -1 given back).
+  /// Counts the calling thread's holds of `kind` (+1 taken, -1 given back),
+  /// and of any kind on the key.
   void held(Kind kind, int change) noexcept {
     if (change > 0) {
       ThreadFieldHolds::add(hold_id(kind));
+      ThreadFieldHolds::add(key_id());
     } else {
       ThreadFieldHolds::remove(hold_id(kind));
+      ThreadFieldHolds::remove(key_id());
     }
   }
-  /// Whether another lock object of this thread holds a field of `kind`.
-  bool held_here(Kind kind) const { return ThreadFieldHolds::any(hold_id(kind)); }
+  /// Whether another lock object of this thread holds a field of the key.
+  bool held_here() const { return ThreadFieldHolds::any(key_id()); }
 
-  std::string owner() const { return owner_id(this->backend_.id()); }
+  /// The calling thread's owner id for this lock's key.
+  std::string owner() const { return owner_id(this->backend_.id(), this->key_); }
 
  protected:
   std::size_t hold_id(Kind kind) const {
     return ThreadFieldHolds::id(this->backend_.id(), this->key_,
                                 std::to_string(static_cast<int>(kind)));
   }
+  std::size_t key_id() const { return ThreadFieldHolds::id(this->backend_.id(), this->key_, "*"); }
+
+  /// A write naming the thread's owner id here may land late: the thread
+  /// takes a new number for the key (see ThreadNumbers::retire). Only
+  /// while it holds nothing on the key.
+  void retire_owner() {
+    if (!held_here()) {
+      ThreadNumbers::retire(this->backend_.id(), this->key_, ThreadFieldHolds::none());
+    }
+  }
+
+  /// A release by checked(); one whose reply never came may land late, so
+  /// the owner id it names is retired for the key (see retire_owner()).
+  template <class Send>
+  TokenCheck released(Send&& send) {
+    try {
+      return this->checked(std::forward<Send>(send));
+    } catch (const Error& error) {
+      const std::error_code code = error.code();
+      if (code == Errc::timed_out || code == Errc::io_error || code == Errc::protocol_error) {
+        retire_owner();
+      }
+      throw;
+    }
+  }
 
   /// One attempt by `send`, whose undo (the script `release` on
   /// release_keys and release_args) is written behind it only if no other
-  /// lock object of this thread holds `kind`: the owner is the thread, so
-  /// that release could take the other's hold. A key that is not a hash
-  /// fails the scripts with WRONGTYPE: thrown as WrongTypeError.
+  /// lock object of this thread holds a field of the key: the owner is the
+  /// thread, so that release could take the other's hold (and a downgrade's
+  /// read hold would keep the owner id the undo names). An undo written
+  /// retires that owner id for the key: the thread's next attempt, on
+  /// another connection, may reach Redis before it. A key that is not a
+  /// hash fails the scripts with WRONGTYPE: thrown as WrongTypeError.
   template <class Send>
-  std::optional<Attempt> attempt_field(Kind kind, const Script& release, Args release_keys,
+  std::optional<Attempt> attempt_field(Kind, const Script& release, Args release_keys,
                                        Args release_args, SteadyClock::time_point deadline,
                                        Send&& send) {
-    const bool undo = !held_here(kind);
+    const bool undo = !held_here();
     return attempt_or_undo(
         this->backend_, deadline,
         [&](Connection& connection) {
@@ -167,7 +254,9 @@ class HashFieldCore : public SingleServer<Backend> {
                                    [&] { return send(connection); });
         },
         [&](Connection& connection) {
-          if (undo) connection.send_eval_behind(release, release_keys, release_args);
+          if (!undo) return;
+          retire_owner();
+          connection.send_eval_behind(release, release_keys, release_args);
         },
         this->replicas_.get(), this->key_);
   }
