@@ -947,13 +947,6 @@ TYPED_TEST(FleetFaultTest, AMixedFleetUnderScriptFlushNeverOverlaps) {
 
 // Every member, distlock's and the peers' alike, talks through the proxy.
 TYPED_TEST(FleetFaultTest, AMixedFleetUnderLatencySpikesNeverOverlaps) {
-  if constexpr (std::is_same_v<TypeParam, HashFleetKind>) {
-    // An open defect, not a pass: this fleet has shown two ReentrantMutex
-    // holders at once under these spikes (about one 8 s run in four; seed
-    // 2367462672 replays it with DISTLOCK_SOAK_SECONDS=8). Until its cause
-    // is fixed the run would fail CI at random; it is reported skipped.
-    GTEST_SKIP() << "open defect: an overlap of two ReentrantMutex holders under latency spikes";
-  }
   this->expect_fleet(this->run("fleet-latency", this->fleet(), this->lease(), latency_spikes()),
                      true);
 }
