@@ -972,8 +972,12 @@ TYPED_TEST(FleetFaultTest, AMixedFleetWithItsSubscribersKilledNeverOverlaps) {
 // 200 ms try_lock_for; the EVAL may have only the 40 ms left, not a reply
 // timeout of its own. Whatever the call answers, it answers by the
 // deadline, and leaves no key once its undo has landed.
-class ScriptReloadTest : public ::testing::Test {
+// A server, a FaultProxy in front of it, and a Client through the proxy
+// whose commands time out after `command_timeout`.
+class ProxiedServerTest : public ::testing::Test {
  protected:
+  explicit ProxiedServerTest(milliseconds command_timeout) : command_timeout_(command_timeout) {}
+
   void SetUp() override {
     DISTLOCK_REQUIRE_REDIS_SERVER();
     server_ = std::make_unique<RedisServer>();
@@ -981,9 +985,19 @@ class ScriptReloadTest : public ::testing::Test {
     ClientOptions o;
     o.host = proxy_->host();
     o.port = proxy_->port();
-    o.command_timeout = 2000ms;
+    o.command_timeout = command_timeout_;
     client_ = std::make_unique<Client>(o);
   }
+
+  const milliseconds command_timeout_;
+  std::unique_ptr<RedisServer> server_;
+  std::unique_ptr<FaultProxy> proxy_;
+  std::unique_ptr<Client> client_;
+};
+
+class ScriptReloadTest : public ProxiedServerTest {
+ protected:
+  ScriptReloadTest() : ProxiedServerTest(2000ms) {}
 
   // Warms the connection and the script cache with one acquire and release
   // through `lock`, flushes the scripts, slows the wire, and times
@@ -1020,10 +1034,6 @@ class ScriptReloadTest : public ::testing::Test {
     }
     return keys;
   }
-
-  std::unique_ptr<RedisServer> server_;
-  std::unique_ptr<FaultProxy> proxy_;
-  std::unique_ptr<Client> client_;
 };
 
 TEST_F(ScriptReloadTest, ReentrantMutexReturnsByItsDeadline) {
@@ -1059,18 +1069,9 @@ TEST_F(ScriptReloadTest, FencedMutexReturnsByItsDeadline) {
 // the old undo must not take the new hold. The order is forced with the
 // proxy: the first connection's replies and then its undo are held, the
 // second connection passes freely.
-class LateUndoTest : public ::testing::Test {
+class LateUndoTest : public ProxiedServerTest {
  protected:
-  void SetUp() override {
-    DISTLOCK_REQUIRE_REDIS_SERVER();
-    server_ = std::make_unique<RedisServer>();
-    proxy_ = std::make_unique<FaultProxy>(server_->host(), server_->port());
-    ClientOptions o;
-    o.host = proxy_->host();
-    o.port = proxy_->port();
-    o.command_timeout = 5000ms;
-    client_ = std::make_unique<Client>(o);
-  }
+  LateUndoTest() : ProxiedServerTest(5000ms) {}
 
   // `acquire(timeout)` takes the lock at "late" for the calling thread,
   // `field()` names the hash field it then holds; `holder` the fields
@@ -1114,10 +1115,6 @@ class LateUndoTest : public ::testing::Test {
     ReentrantMutex rival(elsewhere, key);
     EXPECT_FALSE(rival.try_lock()) << "another owner got in beside the holder";
   }
-
-  std::unique_ptr<RedisServer> server_;
-  std::unique_ptr<FaultProxy> proxy_;
-  std::unique_ptr<Client> client_;
 };
 
 // The same for a release whose reply never came: it may land after the

@@ -26,10 +26,6 @@
 // GoogleTest or distlock.
 #pragma once
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -42,7 +38,6 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -50,6 +45,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "support/loopback_socket.hpp"
 
 namespace distlock::testing {
 
@@ -65,10 +62,10 @@ class FaultProxy {
   /// (then start() does: a test that forks first starts the thread after).
   FaultProxy(std::string target_host, int target_port, bool start_now = true)
       : target_host_(std::move(target_host)), target_port_(target_port) {
-    if (::pipe(wake_) != 0) throw std::runtime_error(errno_text("FaultProxy: pipe"));
-    set_non_blocking(wake_[0]);
-    set_non_blocking(wake_[1]);
-    listen_on(0);
+    if (::pipe(wake_) != 0) throw std::runtime_error(loopback::errno_text("FaultProxy: pipe"));
+    loopback::set_non_blocking(wake_[0]);
+    loopback::set_non_blocking(wake_[1]);
+    listen_fd_ = loopback::listen_on(port_, "FaultProxy");
     if (start_now) start();
   }
 
@@ -195,15 +192,6 @@ class FaultProxy {
     bool dead = false;
   };
 
-  static std::string errno_text(const std::string& what) {
-    return what + ": " + std::strerror(errno);
-  }
-
-  static void set_non_blocking(int fd) {
-    const int flags = ::fcntl(fd, F_GETFL, 0);
-    ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
-  }
-
   static std::vector<int> sides(Direction direction) {
     switch (direction) {
       case Direction::to_server: return {0};
@@ -228,72 +216,26 @@ class FaultProxy {
     [[maybe_unused]] const ssize_t ignored = ::write(wake_[1], &byte, 1);
   }
 
-  void listen_on(int port) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) throw std::runtime_error(errno_text("FaultProxy: socket"));
-    const int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = htons(static_cast<std::uint16_t>(port));
-    socklen_t length = sizeof(address);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-        ::listen(fd, 128) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-      const std::string message = errno_text("FaultProxy: bind/listen");
-      ::close(fd);
-      throw std::runtime_error(message);
-    }
-    listen_fd_ = fd;
-    port_ = ntohs(address.sin_port);
-  }
-
-  // Starts a non-blocking connect to the target; the link is `connecting`
-  // until the socket is writable. Never blocks: a stopped server whose
-  // accept backlog is full leaves a connect hanging for minutes, and the
-  // proxy thread must go on serving every other link meanwhile.
+  // Starts the connect to the target; the link is `connecting` until the
+  // socket is writable, so the proxy thread goes on serving every other link.
   bool connect_upstream(Link& link) const {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return false;
-    link.fd[1] = fd;
-    const int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<std::uint16_t>(target_port_));
-    ::inet_pton(AF_INET, target_host_.c_str(), &address.sin_addr);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) return true;
-    if (errno != EINPROGRESS) return false;
-    link.connecting = true;
-    return true;
+    const loopback::Connect state = loopback::start_connect(target_host_, target_port_, link.fd[1]);
+    link.connecting = state == loopback::Connect::in_progress;
+    return state != loopback::Connect::failed;
   }
 
   // Whether a connect in progress has ended, and how: false once it failed.
   static bool finish_connect(Link& link) {
-    pollfd fd{link.fd[1], POLLOUT, 0};
-    if (::poll(&fd, 1, 0) <= 0) return true;  // still in progress
-    int error = 0;
-    socklen_t length = sizeof(error);
-    ::getsockopt(link.fd[1], SOL_SOCKET, SO_ERROR, &error, &length);
-    if (error != 0) return false;
-    link.connecting = false;
-    return true;
+    const loopback::Connect state = loopback::connect_state(link.fd[1]);
+    if (state == loopback::Connect::done) link.connecting = false;
+    return state != loopback::Connect::failed;
   }
 
   // Closes both sides; with `reset`, as an RST (SO_LINGER 0), so the peer
   // reads ECONNRESET rather than a clean end of stream.
   void close_link(Link& link, bool reset) {
     if (link.dead) return;
-    for (int& fd : link.fd) {
-      if (fd < 0) continue;
-      if (reset) {
-        linger hard{1, 0};
-        ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
-      }
-      ::close(fd);
-      fd = -1;
-    }
+    for (int& fd : link.fd) loopback::close_socket(fd, reset);
     link.dead = true;
     --open_;
   }
@@ -302,8 +244,7 @@ class FaultProxy {
     for (;;) {
       const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (client < 0) return;
-      const int one = 1;
-      ::setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      loopback::set_no_delay(client);
       auto link = std::make_unique<Link>();
       link->fd[0] = client;
       link->number = ++accepted_;
@@ -389,7 +330,7 @@ class FaultProxy {
         ::close(listen_fd_);  // new connections: ECONNREFUSED
         listen_fd_ = -1;
       }
-      if (relisten) listen_on(port_);
+      if (relisten) listen_fd_ = loopback::listen_on(port_, "FaultProxy");
       for (auto& link : links_) {
         if (faults.reset_requested || (faults.reset_broken && link->broken)) {
           close_link(*link, true);

@@ -94,6 +94,21 @@ inline std::string redisson_latch(const std::string& name) {
 // whose DEL was lost.
 inline constexpr std::string_view latch_px = "2000";
 
+// How every peer unlock script begins: its latch (the script's last key,
+// the latch's PX its last argument) answers a repeated unlock as the first
+// was answered, and answer(n) latches n and returns it.
+inline std::string with_latch(std::string_view body) {
+  constexpr std::string_view preamble = R"(
+local latch, latch_px = KEYS[#KEYS], ARGV[#ARGV]
+local latched = redis.call('get', latch)
+if latched then return tonumber(latched) end
+local function answer(n)
+  redis.call('set', latch, n, 'px', latch_px)
+  return n
+end)";
+  return std::string(preamble) + std::string(body);
+}
+
 // A peer's reply: a script error is the peer's defect, not a lost race.
 inline Reply checked(Reply reply) {
   reply.throw_if_error();
@@ -158,20 +173,16 @@ return nil
   void unlock() {
     // KEYS: the hash, the channel, the latch; ARGV: the message, the lease,
     // the owner, the latch's own PX.
-    static constexpr std::string_view release = R"(
-local latched = redis.call('get', KEYS[3])
-if latched then return tonumber(latched) end
+    static const std::string release = peer_detail::with_latch(R"(
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil end
 if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
   redis.call('pexpire', KEYS[1], ARGV[2])
-  redis.call('set', KEYS[3], 0, 'px', ARGV[4])
-  return 0
+  return answer(0)
 end
 redis.call('del', KEYS[1])
 redis.call('publish', KEYS[2], ARGV[1])
-redis.call('set', KEYS[3], 1, 'px', ARGV[4])
-return 1
-)";
+return answer(1)
+)");
     const std::string latch = peer_detail::redisson_latch(name_);
     peer_detail::checked(client_.command("EVAL", release, "3", name_, channel_, latch, "0", lease_,
                                          owner_, peer_detail::latch_px));
@@ -236,13 +247,7 @@ return nil
     // timeout keys goes with the hold; the hash then lives as long as the
     // longest read hold left, or goes (and "0" is announced) if none is
     // live, unless a writer of the same owner remains.
-    static constexpr std::string_view release = R"(
-local latched = redis.call('get', KEYS[5])
-if latched then return tonumber(latched) end
-local function answer(n)
-  redis.call('set', KEYS[5], n, 'px', ARGV[3])
-  return n
-end
+    static const std::string release = peer_detail::with_latch(R"(
 local mode = redis.call('hget', KEYS[1], 'mode')
 if not mode then
   redis.call('publish', KEYS[2], ARGV[1])
@@ -271,7 +276,7 @@ end
 redis.call('del', KEYS[1])
 redis.call('publish', KEYS[2], ARGV[1])
 return answer(1)
-)";
+)");
     const std::string latch = peer_detail::redisson_latch(name_);
     peer_detail::checked(client_.command("EVAL", release, "5", name_, channel_, timeouts_, braced_,
                                          latch, "0", reader_, peer_detail::latch_px));
@@ -307,13 +312,7 @@ return redis.call('pttl', KEYS[1])
     // lock and renews the lease; the last one deletes the hash and
     // announces "1", or, when the owner's read holds remain (a downgrade),
     // leaves them in read mode without a word.
-    static constexpr std::string_view release = R"(
-local latched = redis.call('get', KEYS[3])
-if latched then return tonumber(latched) end
-local function answer(n)
-  redis.call('set', KEYS[3], n, 'px', ARGV[4])
-  return n
-end
+    static const std::string release = peer_detail::with_latch(R"(
 local mode = redis.call('hget', KEYS[1], 'mode')
 if not mode then
   redis.call('publish', KEYS[2], ARGV[1])
@@ -332,7 +331,7 @@ else
   redis.call('hset', KEYS[1], 'mode', 'read')
 end
 return answer(1)
-)";
+)");
     const std::string latch = peer_detail::redisson_latch(name_);
     peer_detail::checked(client_.command("EVAL", release, "3", name_, channel_, latch, "1", lease_,
                                          writer_, peer_detail::latch_px));

@@ -184,7 +184,9 @@ class HashFieldCore : public SingleServer<Backend> {
  public:
   static constexpr bool per_thread = true;
 
-  using SingleServer<Backend>::SingleServer;
+  HashFieldCore(Backend backend, std::string key, std::string channel, const LockOptions& options)
+      : SingleServer<Backend>(std::move(backend), std::move(key), std::move(channel), options),
+        key_id_(ThreadFieldHolds::id(this->backend_.id(), this->key_, "*")) {}
 
   /// Counts the calling thread's holds of `kind` (+1 taken, -1 given back),
   /// and of any kind on the key.
@@ -204,11 +206,14 @@ class HashFieldCore : public SingleServer<Backend> {
   std::string owner() const { return owner_id(this->backend_.id(), this->key_); }
 
  protected:
-  std::size_t hold_id(Kind kind) const {
-    return ThreadFieldHolds::id(this->backend_.id(), this->key_,
-                                std::to_string(static_cast<int>(kind)));
+  // Both ids are fixed for the object (its Client and key do not change),
+  // so the key's is hashed once and a kind's is mixed from it: no string is
+  // built on the acquire and release paths.
+  std::size_t hold_id(Kind kind) const noexcept {
+    const auto number = static_cast<std::size_t>(kind) + 1;
+    return key_id_ ^ (number * static_cast<std::size_t>(0x9e3779b97f4a7c15ULL));
   }
-  std::size_t key_id() const { return ThreadFieldHolds::id(this->backend_.id(), this->key_, "*"); }
+  std::size_t key_id() const noexcept { return key_id_; }
 
   /// A write naming the thread's owner id here may land late: the thread
   /// takes a new number for the key (see ThreadNumbers::retire). Only
@@ -260,6 +265,9 @@ class HashFieldCore : public SingleServer<Backend> {
         },
         this->replicas_.get(), this->key_);
   }
+
+ private:
+  std::size_t key_id_;  // of (Client, key, any kind): see ThreadFieldHolds
 };
 
 /// Renewal of hash-field holds (a ReentrantMutex hold, a SharedMutex write
