@@ -133,9 +133,9 @@ class ClusterClient {
     return nodes_->owner(slot, detail::no_deadline).client.options().endpoint();
   }
 
-  /// An error reply to a step this copy pipelined (a batch of renewals): a
-  /// MOVED updates the slot map.
-  void saw_error(std::string_view reply) { nodes_->saw_error(reply); }
+  /// An error reply to a step this copy pipelined (a batch of renewals, a
+  /// Redlock step): a MOVED updates the slot map, and is answered true.
+  bool saw_error(std::string_view reply) { return nodes_->saw_error(reply); }
 
   /// The release notifier of the node that owns this copy's slot (slot 0
   /// when unbound) now: sharded pub/sub, started (one thread, one
