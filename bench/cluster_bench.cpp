@@ -14,6 +14,9 @@
 #include "bench_support.hpp"
 #include "distlock/cluster_client.hpp"
 #include "distlock/detail/cluster_slots.hpp"
+#include "distlock/detail/sharded_scripts.hpp"
+#include "distlock/lock_options.hpp"
+#include "distlock/scripts.hpp"
 #include "support/redis_cluster.hpp"
 
 namespace distlock::bench {
@@ -71,6 +74,27 @@ void BM_Raw_Cluster_SetNxPx_EvalshaDel(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Raw_Cluster_SetNxPx_EvalshaDel)->UseRealTime();
+
+// What ClusterMutex sends, byte for byte in size, raw: SET NX PX with a
+// 32-digit token, then its own release script (sharded twin: it SPUBLISHes
+// on the lock's channel, a second key of the same slot). Against this, the
+// ratio is what the client adds; against the one above, also what the
+// release's announcement costs the server.
+void BM_Raw_Cluster_SetNxPx_EvalshaDelSpublish(benchmark::State& state) {
+  const std::string key = std::string(lock_name) + ":raw-spublish";
+  const std::string channel = detail::companion_key(key, "released");
+  const std::string token(32, 'f');
+  const ClientOptions owner = owner_of(key);
+  const RawConnection redis = raw_connect(owner);
+  const std::string sha = load_script(detail::with_sharded_publish(scripts::release).source, owner);
+  const RawCommand set{"SET", key, token, "NX", "PX", "30000"};
+  const RawCommand release{"EVALSHA", sha, "2", key, channel, token};
+  for (auto _ : state) {
+    if (!set.run(redis.get(), REDIS_REPLY_STATUS, state)) break;
+    if (!release.run(redis.get(), REDIS_REPLY_INTEGER, state)) break;
+  }
+}
+BENCHMARK(BM_Raw_Cluster_SetNxPx_EvalshaDelSpublish)->UseRealTime();
 
 }  // namespace
 }  // namespace distlock::bench

@@ -56,6 +56,7 @@ const std::vector<Ratio> ratios = {
     {"BM_Mutex_Contended/threads:4", "BM_Raw_Contended_PubSub/threads:4", 1.5},
     {"BM_Mutex_Contended/threads:8", "BM_Raw_Contended_PubSub/threads:8", 1.5},
     {"BM_Cluster_Mutex_LockUnlock", "BM_Raw_Cluster_SetNxPx_EvalshaDel", 1.1},
+    {"BM_Cluster_Mutex_LockUnlock", "BM_Raw_Cluster_SetNxPx_EvalshaDelSpublish", 1.05},
 };
 
 // Prints as the console reporter does, and remembers each benchmark's time.

@@ -727,6 +727,45 @@ TEST_F(ClusterPubSub, WaiterSubscribesAgainWhereTheSlotMoved) {
   EXPECT_LT(Clock::now() - released, 5s);
 }
 
+TEST_F(ClusterPubSub, AWaiterBehindItsOwnObjectsHolderSubscribesOnceWhereTheSlotMoved) {
+  // The waiter's lock object is held by another of its threads, so it sends
+  // no step that a MOVED could answer: only its dropped subscription tells
+  // it the slot moved (when its pause of 1 s ends). It must subscribe again
+  // at the new owner, and not spin on the old node's refusals until the
+  // map is next read (a minute from now here).
+  const std::string name = name_on(1, "own-holder-moved");
+  const std::string channel = detail::companion_key(name, "released");
+  std::atomic<unsigned> attempts{0};
+  ClusterOptions own_options = options();
+  own_options.refresh_interval = 60s;
+  own_options.on_event = [&](const LockEvent& event) {
+    if (event.type == LockEventType::acquired && event.key == name) attempts = event.attempts;
+  };
+  ClusterClient own(own_options);
+  BasicMutex<ClusterClient, FixedInterval> lock(own, name, LockOptions{}.ttl(30s),
+                                                FixedInterval(1s));
+  ASSERT_TRUE(lock.try_lock());
+  std::atomic<bool> done{false};
+  std::atomic<bool> got{false};
+  Waiter<decltype(lock)> waiter{lock, std::thread([&] {
+                                  got = lock.try_lock_for(25s);
+                                  done = true;
+                                })};
+  ASSERT_TRUE(subscribed_at(1, channel));
+  const long long before = calls_at(1, "ssubscribe");
+  cluster().move_slot(detail::key_slot(name), 2);
+  EXPECT_TRUE(subscribed_at(2, channel)) << "the waiter did not subscribe again at the new owner";
+  EXPECT_LE(calls_at(1, "ssubscribe") - before, 2) << "it subscribed again and again at master 1";
+  EXPECT_FALSE(done);
+  lock.unlock();
+  EXPECT_TRUE(eventually([&] { return done.load(); })) << "the waiter slept on";
+  waiter.thread.join();
+  EXPECT_TRUE(got);
+  // One look a second while the test runs, not one per refusal.
+  EXPECT_LE(attempts.load(), 20u);
+  lock.unlock();
+}
+
 TEST_F(ClusterPubSub, CancelWaitsEndsAWaitAfterTheSlotMoved) {
   // The waiter sleeps on its subscription at master 0 (its own pause is
   // 20 s); the slot moves to master 2, and then its wait is cancelled.

@@ -161,25 +161,65 @@ TEST_F(ClusterRedlock, WatchdogRenewsOnEveryCluster) {
   lock.unlock();
 }
 
-TEST_F(ClusterRedlock, AMasterWhoseSlotMovedFollowsItAfterOneStep) {
-  std::string name;
-  for (int i = 0; name.empty(); ++i) {
-    const std::string candidate = "redlock-moved-" + std::to_string(i);
-    if (clusters_[0]->owner_of(detail::key_slot(candidate)) == 0) name = candidate;
+/// A name owned by master `master` of the first cluster, not yet used.
+std::string name_on(RedisCluster& cluster, const std::string& prefix, std::size_t master) {
+  for (int i = 0;; ++i) {
+    const std::string candidate = prefix + std::to_string(i);
+    if (cluster.owner_of(detail::key_slot(candidate)) == master) return candidate;
   }
+}
+
+TEST_F(ClusterRedlock, AMasterWhoseSlotMovedFollowsItWithinTheStep) {
+  const std::string name = name_on(*clusters_[0], "redlock-moved-", 0);
   RedlockOnClusters lock(masters(), name, RedlockOptions{}.ttl(10s));
   ASSERT_TRUE(lock.try_lock());
   clusters_[0]->move_slot(detail::key_slot(name), 1);
-  // The first cluster's map still names master 0, which answers MOVED: a
-  // "no" for this step, which the two others carry.
-  EXPECT_TRUE(lock.extend(20s));
-  EXPECT_EQ(lock.last_attempt().ok(), 2u);
-  // The next goes to the new owner.
+  // The first cluster's map still names master 0, which answers MOVED: the
+  // step follows it to the new owner, and keeps that cluster's vote.
   EXPECT_TRUE(lock.extend(20s));
   EXPECT_EQ(lock.last_attempt().ok(), 3u);
   EXPECT_GT(std::stoll(clusters_[0]->node(1).command({"PTTL", name})), 10000);
   lock.unlock();
+  EXPECT_EQ(lock.last_attempt().ok(), 3u);
   EXPECT_EQ(clusters_[0]->node(1).command({"EXISTS", name}), "0");
+}
+
+TEST_F(ClusterRedlock, AnAcquireAfterASlotMoveKeepsThatClustersVote) {
+  const std::string name = name_on(*clusters_[0], "redlock-moved-acquire-", 1);
+  RedlockOnClusters lock(masters(), name, RedlockOptions{}.ttl(10s));
+  ASSERT_TRUE(lock.try_lock());
+  lock.unlock();
+  clusters_[0]->move_slot(detail::key_slot(name), 0);
+  // SET NX goes to master 1 first (the map this client read), which
+  // answers MOVED; the step follows it once.
+  ASSERT_TRUE(lock.try_lock());
+  EXPECT_EQ(lock.last_attempt().ok(), 3u);
+  EXPECT_EQ(clusters_[0]->node(0).command({"GET", name}), lock.token());
+  lock.unlock();
+  EXPECT_EQ(clusters_[0]->node(0).command({"EXISTS", name}), "0");
+}
+
+TEST_F(ClusterRedlock, AClusterMastersErrorNamesTheClusterAndTheNode) {
+  const std::string name = name_on(*clusters_[0], "redlock-error-", 1);
+  RedlockOnClusters lock(masters(), name, RedlockOptions{}.ttl(10s));
+  ASSERT_TRUE(lock.try_lock());
+  // The key turns into a hash on the first cluster: its extend fails there
+  // with WRONGTYPE, the others carry the quorum.
+  RedisServer& owner = clusters_[0]->node(1);
+  owner.command({"DEL", name});
+  owner.command({"HSET", name, "f", "v"});
+  EXPECT_TRUE(lock.extend(20s));
+  const RedlockAttempt extended = lock.last_attempt();
+  const NodeOutcome& failed = extended.nodes.at(0);
+  EXPECT_EQ(failed.error, Errc::server_error);
+  EXPECT_NE(failed.message.find("cluster " + clusters_[0]->seed_list().front()), std::string::npos)
+      << failed.message;
+  const std::string node = owner.host() + ":" + std::to_string(owner.port());
+  EXPECT_NE(failed.message.find("node " + node), std::string::npos) << failed.message;
+  EXPECT_EQ(failed.message.find(clients_[0]->options().endpoint()), std::string::npos)
+      << failed.message;
+  owner.command({"DEL", name});
+  lock.unlock();
 }
 
 TEST_F(ClusterRedlock, NamesAndMastersAreChecked) {

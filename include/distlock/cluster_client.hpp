@@ -22,8 +22,9 @@
 // announcement stays on its shard, and a Redisson release in cluster mode
 // (which SPUBLISHes) wakes a distlock waiter. When the slot moves, the
 // node drops the subscription and the waiter subscribes again at the new
-// owner; a waiter that misses an announcement still wakes by the holder's
-// lease end.
+// owner (reading the slot map again first if it still names the old one);
+// a waiter that misses an announcement still wakes by the holder's lease
+// end.
 #pragma once
 
 #include <chrono>
@@ -133,14 +134,34 @@ class ClusterClient {
     return nodes_->owner(slot, detail::no_deadline).client.options().endpoint();
   }
 
-  /// An error reply to a step this copy pipelined (a batch of renewals): a
-  /// MOVED updates the slot map.
-  void saw_error(std::string_view reply) { nodes_->saw_error(reply); }
+  /// An error reply to a step this copy pipelined (a batch of renewals, a
+  /// Redlock step): a MOVED updates the slot map, and is answered true.
+  bool saw_error(std::string_view reply) { return nodes_->saw_error(reply); }
 
   /// The release notifier of the node that owns this copy's slot (slot 0
   /// when unbound) now: sharded pub/sub, started (one thread, one
   /// connection per node) on first use.
   Notifier& notifier() { return nodes_->notifier_of(slot_ >= 0 ? slot_ : 0); }
+  /// Subscribes to `channel` (of this copy's slot) at the node that owns
+  /// the slot. A refusal there (the node dropped or refused it: the slot
+  /// moved, and no step sent since met the MOVED that would have told us)
+  /// means the slot map is behind: it is read once more and the
+  /// subscription made where it says now. Refused still, it is returned as
+  /// it is (moved()), and the waiter falls back to its timer.
+  Notifier::Subscription subscribe(const std::string& channel,
+                                   std::chrono::steady_clock::time_point deadline) {
+    Notifier& first = notifier();
+    Notifier::Subscription subscription = first.subscribe(channel, deadline);
+    if (!subscription.moved()) return subscription;
+    try {
+      nodes_->refresh(deadline);
+    } catch (const Error&) {
+      return subscription;  // no node told the map: the timer it is
+    }
+    Notifier& now = notifier();
+    if (&now == &first) return subscription;
+    return now.subscribe(channel, deadline);
+  }
   /// Wakes the waiters of `channel` at every node (what cancel_waits()
   /// needs: a waiter may still sleep at a node its lock's slot has left).
   void wake_waiters(const std::string& channel) { nodes_->wake_everywhere(channel); }

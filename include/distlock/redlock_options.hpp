@@ -47,7 +47,8 @@ struct NodeOutcome {
   /// (connect_failed, io_error, timed_out, server_error, ...).
   std::error_code error;
   /// For timed_out and failed: the error's text, starting with the master's
-  /// endpoint (never a token or a password).
+  /// endpoint, or for a cluster "cluster <seeds> node <host:port>" (never a
+  /// token or a password).
   std::string message;
 };
 

@@ -157,6 +157,15 @@ inline constexpr bool routes_by_slot = false;
 template <class Backend>
 inline constexpr bool routes_by_slot<Backend, std::void_t<typename Backend::routes_by_slot>> = true;
 
+/// Whether `Backend` is a Redis Cluster (ClusterClient), told apart by its
+/// seeds rather than by one endpoint.
+template <class Backend, class = void>
+inline constexpr bool is_cluster = false;
+template <class Backend>
+inline constexpr bool
+    is_cluster<Backend, std::void_t<decltype(std::declval<const Backend&>().cluster_options())>> =
+        true;
+
 /// `send(connection)` on a connection to where the lock lives, timed by the
 /// deadline rules above: borrowed from a single-endpoint Backend, or sent
 /// through a routing Backend's route() (which follows its redirects).

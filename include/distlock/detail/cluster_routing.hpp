@@ -216,13 +216,15 @@ class ClusterNodes {
   }
 
   /// Reads the error reply of a pipelined step: a MOVED updates the map.
-  void saw_error(std::string_view reply) {
+  /// True for a MOVED so noted: the step may go again to the new owner.
+  bool saw_error(std::string_view reply) {
     const Redirect redirect = parse_redirect(reply);
     if (redirect.kind != Redirect::Kind::moved || redirect.host.empty()) {
       if (redirect.kind != Redirect::Kind::none) stale_ = true;
-      return;
+      return false;
     }
     moved(redirect.slot, node_at(redirect.host, redirect.port));
+    return true;
   }
 
   /// The node at host:port, its pool made on first sight.

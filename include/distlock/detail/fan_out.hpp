@@ -20,6 +20,11 @@
 // order, so if the earlier command is applied late, the queued one is applied
 // right after it; that is how a failed Redlock attempt takes back a SET that
 // may still land.
+//
+// On a Redis Cluster (ClusterClient), a server that answers MOVED has the
+// step sent once more, to the slot's new owner, within the same deadline: a
+// redirect means the old owner ran nothing, and without it a slot move would
+// cost that cluster its vote in every step until its map was read again.
 #pragma once
 
 #include <poll.h>
@@ -73,10 +78,11 @@ class FanOut {
     std::optional<Borrowed> connection;
     State state = State::idle;
     Reply reply{nullptr};
-    std::error_code error;   ///< for unreachable, timed_out and broken
-    std::string message;     ///< the error's text, naming the server
-    bool queued = false;     ///< appended in this round, not yet flushed
-    bool sent_eval = false;  ///< answered NOSCRIPT in this round and was sent EVAL
+    std::error_code error;    ///< for unreachable, timed_out and broken
+    std::string message;      ///< the error's text, naming the server
+    bool queued = false;      ///< appended in this round, not yet flushed
+    bool sent_eval = false;   ///< answered NOSCRIPT in this round and was sent EVAL
+    bool redirected = false;  ///< answered MOVED in this round and was sent again
   };
 
   explicit FanOut(const std::vector<Backend*>& backends) {
@@ -93,10 +99,12 @@ class FanOut {
 
   /// Sends argv to the servers how(node) picks, borrowing a connection from
   /// each that has none, and flushes them all. A server that cannot be
-  /// reached is marked unreachable; nothing throws for it.
+  /// reached is marked unreachable; nothing throws for it. argv must
+  /// outlive collect() (a MOVED sends it again).
   template <class How>
   void send(Args argv, How how) {
     script_ = nullptr;
+    argv_ = argv;
     verb_ = argv.size() == 0 ? std::string() : std::string(*argv.begin());
     round(how, [&](Connection& connection, Send) { connection.append_argv(argv); });
   }
@@ -122,6 +130,7 @@ class FanOut {
   /// Reads replies until every server waited on has answered or `deadline`
   /// has passed; the ones still silent then are timed_out.
   void collect(clock::time_point deadline) {
+    collect_deadline_ = deadline;
     budget_ = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now());
     for (bool waiting = true; waiting;) {
       waiting = false;
@@ -136,6 +145,10 @@ class FanOut {
   std::size_t size() const noexcept { return nodes_.size(); }
   const Node& operator[](std::size_t i) const noexcept { return nodes_[i]; }
 
+  /// Names server `i` in messages: its endpoint; for a cluster, the
+  /// cluster (its seeds) and the node this round reached there.
+  std::string where(std::size_t i) const { return where(nodes_[i]); }
+
  private:
   template <class How, class Append>
   void round(How how, Append append) {
@@ -147,6 +160,7 @@ class FanOut {
       node.message.clear();
       node.queued = false;
       node.sent_eval = false;
+      node.redirected = false;
       if (send == Send::skip) continue;
       try {
         // A reply still owed on this connection would be read as this
@@ -194,7 +208,7 @@ class FanOut {
       if (left <= clock::duration::zero()) {
         node.state = State::timed_out;
         node.error = Errc::timed_out;
-        node.message = node.backend->options().endpoint() + ": " + verb_ + ": no reply within " +
+        node.message = where(node) + ": " + verb_ + ": no reply within " +
                        std::to_string(budget_.count()) + " ms";
         return;
       }
@@ -220,7 +234,7 @@ class FanOut {
     if (ready < 0 && poll_errno != EINTR) {
       node.state = State::broken;
       node.error = Errc::io_error;
-      node.message = node.backend->options().endpoint() + ": poll: " + std::strerror(poll_errno);
+      node.message = where(node) + ": poll: " + std::strerror(poll_errno);
       return false;
     }
     return true;
@@ -244,16 +258,62 @@ class FanOut {
         connection.flush();
         return;
       }
-      if constexpr (routes_by_slot<Backend>) {
-        // A MOVED: this step counts it as the master's "no"; the next one
-        // goes to the slot's new owner.
-        if (reply->is_error()) node.backend->saw_error(reply->str());
+      if constexpr (is_cluster<Backend>) {
+        // A MOVED notes the slot's new owner, where the step goes once more
+        // (see the top of this file); a second one is this master's answer.
+        if (reply->is_error() && node.backend->saw_error(reply->str()) && !node.redirected) {
+          send_again(node);
+          return;
+        }
+      } else if constexpr (routes_by_slot<Backend>) {
+        if (reply->is_error()) node.backend->saw_error(reply->str());  // READONLY: look again
       }
       node.reply = std::move(*reply);
       node.state = State::replied;
     } catch (const Error& error) {
       fail(node, error.code() == Errc::timed_out ? State::timed_out : State::broken, error);
     }
+  }
+
+  // The step once more, on a connection to where the backend routes it now
+  // (the new owner a MOVED named), by the same deadline.
+  void send_again(Node& node) {
+    node.redirected = true;
+    node.sent_eval = false;
+    node.connection.reset();  // its one reply read: clean, back to its pool
+    try {
+      node.connection.emplace(node.backend->borrow(std::min(borrow_deadline_, collect_deadline_)));
+      Connection& connection = **node.connection;
+      if (script_ != nullptr) {
+        connection.append_evalsha(*script_, keys_, args_);
+      } else {
+        connection.append_argv(argv_);
+      }
+      connection.flush();
+    } catch (const Error& error) {
+      fail(node, State::unreachable, error);
+    }
+  }
+
+  std::string where(const Node& node) const {
+    if constexpr (is_cluster<Backend>) {
+      std::string text = cluster_of(*node.backend);
+      if (node.connection) text += " node " + (*node.connection)->options().endpoint();
+      return text;
+    } else {
+      return node.backend->options().endpoint();
+    }
+  }
+
+  // "cluster <seed>,<seed>": a cluster's own options name no one node.
+  static std::string cluster_of(const Backend& backend) {
+    std::string text = "cluster";
+    char separator = ' ';
+    for (const std::string& seed : backend.cluster_options().seeds) {
+      text += separator + seed;
+      separator = ',';
+    }
+    return text;
   }
 
   void append_eval(Connection& connection) const {
@@ -269,11 +329,17 @@ class FanOut {
     node.queued = false;
     node.error = error.code();
     node.message = error.what();
+    // A cluster's errors name the node; the cluster is named first.
+    if constexpr (is_cluster<Backend>) {
+      node.message = cluster_of(*node.backend) + ": " + node.message;
+    }
   }
 
   std::vector<Node> nodes_;
   const Script* script_ = nullptr;
   clock::time_point borrow_deadline_ = clock::time_point::max();
+  clock::time_point collect_deadline_ = clock::time_point::max();
+  Args argv_;                           // of send(), sent again after a MOVED
   std::string verb_;                    // the command of this round, for messages
   std::chrono::milliseconds budget_{};  // the wait collect() was given, for messages
   Args keys_;

@@ -131,8 +131,14 @@ class Lifecycle : public HoldKeeper<Protocol> {
         // now on cannot go unannounced to us.
         subscribed = true;
         if (std::optional<Notifier::Subscription> made = protocol_.subscribe(deadline)) {
-          subscription.emplace(std::move(*made));
-          continue;
+          if (!made->moved()) {
+            subscription.emplace(std::move(*made));
+            continue;
+          }
+          // Refused at once (a cluster whose map still names the slot's old
+          // owner): this round waits by the timer, the next subscribes again.
+          // Going round at once would spin while our own holder holds on.
+          subscribed = false;
         }
       }
       long long holder_pttl = result.holder_pttl;

@@ -92,7 +92,8 @@ class RedlockCore {
     Fan fan(pointers_);
     const clock::time_point start = clock::now();
     fan.borrow_by(start + budget);
-    fan.send({"SET", key_, token, "NX", "PX", ttl}, [](const auto&) { return FanSend::and_wait; });
+    const std::string_view set[] = {"SET", key_, token, "NX", "PX", ttl};
+    fan.send(Args(set, 6), [](const auto&) { return FanSend::and_wait; });
     fan.collect(start + budget);
     RedlockAttempt result = record(fan, RedlockStep::acquire, start, lease,
                                    [](const Reply& reply) -> std::optional<NodeStatus> {
@@ -171,12 +172,10 @@ class RedlockCore {
             node.status = *status;
           } else if (fan[i].reply.is_error()) {
             node.error = Errc::server_error;
-            node.message =
-                fan[i].backend->options().endpoint() + ": " + std::string(fan[i].reply.str());
+            node.message = fan.where(i) + ": " + std::string(fan[i].reply.str());
           } else {
             node.error = Errc::protocol_error;
-            node.message =
-                fan[i].backend->options().endpoint() + ": unexpected reply to " + to_string(step);
+            node.message = fan.where(i) + ": unexpected reply to " + to_string(step);
           }
           break;
         case FanState::timed_out: node.status = NodeStatus::timed_out; [[fallthrough]];
@@ -227,7 +226,8 @@ class RedlockCore {
     if (extended.refused() == 0) return;
     try {
       fan.borrow_by(until);
-      fan.send({"SET", key_, token, "NX", "PX", lease}, [&](const auto& node) {
+      const std::string_view set[] = {"SET", key_, token, "NX", "PX", lease};
+      fan.send(Args(set, 6), [&](const auto& node) {
         const std::size_t i = static_cast<std::size_t>(&node - &fan[0]);
         const NodeStatus status = extended.nodes[i].status;
         return status == NodeStatus::other_owner || status == NodeStatus::no_key ? FanSend::and_wait

@@ -31,15 +31,6 @@
 
 namespace distlock::detail {
 
-/// Whether `Backend` is a Redis Cluster (ClusterClient), told apart by its
-/// seeds rather than by one endpoint.
-template <class Backend, class = void>
-inline constexpr bool is_cluster = false;
-template <class Backend>
-inline constexpr bool
-    is_cluster<Backend, std::void_t<decltype(std::declval<const Backend&>().cluster_options())>> =
-        true;
-
 /// Renews Redlock leases as extends: those of Redlocks with the same
 /// masters go together, one renew_batch call per Watchdog::batch_size leases
 /// on every master at once. A quorum keeps a lease. Too few answers:

@@ -60,7 +60,11 @@ class SingleServer {
     return read_pttl(backend_, key_, deadline);
   }
   std::optional<Notifier::Subscription> subscribe(SteadyClock::time_point deadline) {
-    return backend_.notifier().subscribe(channel_, deadline);
+    if constexpr (is_cluster<Backend>) {
+      return backend_.subscribe(channel_, deadline);  // where the slot is now
+    } else {
+      return backend_.notifier().subscribe(channel_, deadline);
+    }
   }
   void wake() {
     if constexpr (wakes_everywhere<Backend>) {
