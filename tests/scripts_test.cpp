@@ -11,6 +11,7 @@
 #include "distlock/counting_scripts.hpp"
 #include "support/fixture.hpp"
 #include "support/options.hpp"
+#include "support/redis_server.hpp"
 
 namespace distlock {
 namespace {
@@ -52,12 +53,11 @@ TEST_F(ScriptsTest, RenewBatchRenewsOnlyLeasesStillHoldingTheirTokenAndNeverShor
   EXPECT_EQ(client.command("EXISTS", "missing").integer(), 0);
 }
 
-TEST_F(ScriptsTest, SemaphoreRenewRenewsOnlyLivePermitsOfEverySetItIsGiven) {
-  Client client(testing::client_options(server()));
+// Renews permits of two sets, interleaved in the call as leases of two
+// semaphores falling due together, and checks what each became.
+void renew_permits_of_two_sets(Client& client) {
   const long long now = std::stoll(std::string(client.command("TIME")[0].str())) * 1000;
   const auto at = [&](long long ms) { return std::to_string(now + ms); };
-  // Two sets, their permits interleaved in the call, as leases of two
-  // semaphores fall due together.
   client.command("ZADD", "a", at(1000), "a1", at(-5000), "a-expired", at(90000), "a-long");
   client.command("PEXPIRE", "a", "2000");
   client.command("ZADD", "b", at(1000), "b1");
@@ -76,6 +76,21 @@ TEST_F(ScriptsTest, SemaphoreRenewRenewsOnlyLivePermitsOfEverySetItIsGiven) {
   EXPECT_GE(score("a", "a-long"), now + 89000);  // never moved back
   EXPECT_GT(client.command("PTTL", "a").integer(), 25000);
   EXPECT_GT(client.command("PTTL", "b").integer(), 60000);
+}
+
+TEST_F(ScriptsTest, SemaphoreRenewRenewsOnlyLivePermitsOfEverySetItIsGiven) {
+  Client client(testing::client_options(server()));
+  renew_permits_of_two_sets(client);
+}
+
+TEST_F(ScriptsTest, SemaphoreRenewReadsScoresOneByOneWhereTheServerHasNoZmscore) {
+  // As on a server before Redis 6.2.
+  testing::RedisServerOptions options;
+  options.config_lines.push_back("rename-command ZMSCORE \"\"");
+  const testing::RedisServer old_server(options);
+  Client client(testing::client_options(old_server));
+  ASSERT_THROW(client.command("ZMSCORE", "a", "a1"), ServerError);
+  renew_permits_of_two_sets(client);
 }
 
 }  // namespace
