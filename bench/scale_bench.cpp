@@ -4,7 +4,9 @@
 //
 // - BM_Watchdog_Renew10000*: one watchdog round over 10,000 held leases of
 //   one lock type, against BM_Raw_Pexpire10000_Pipelined (10,000 plain
-//   PEXPIREs in one pipeline).
+//   PEXPIREs in one pipeline). A read hold and a permit need more than
+//   one command per lease in their layout: BM_Raw_ReadLayoutRenew10000_-
+//   and BM_Raw_PermitLayoutRenew10000_Pipelined are their own floors.
 // - BM_Wake1000: 1,000 threads of one Client each wait in lock() on a name
 //   of its own; the names are released one at a time and each release's
 //   waiter is timed from the release call to its lock() returning. Median
@@ -144,6 +146,88 @@ void BM_Raw_Pexpire10000_Pipelined(benchmark::State& state) {
   counters.report(state);
 }
 BENCHMARK(BM_Raw_Pexpire10000_Pipelined)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The floor of a read hold's renewal in Redisson's layout (as
+// BM_Raw_ReadLayoutRenew1000_Pipelined): per lease, read the owner's field,
+// lengthen its timeout key, lengthen the hash. 30,000 plain commands in
+// one pipeline.
+void BM_Raw_ReadLayoutRenew10000_Pipelined(benchmark::State& state) {
+  const RawConnection redis = raw_connect(server_options());
+  std::vector<RawCommand> reads;
+  std::vector<RawCommand> pexpires;
+  reads.reserve(many_leases);
+  pexpires.reserve(2 * many_leases);
+  for (int i = 0; i < many_leases; ++i) {
+    const std::string hash = "{" + numbered("bench:scale:raw-read:", i) + "}";
+    const std::string timeout = hash + ":owner:rwlock_timeout:1";
+    RawCommand{"HSET", hash, "mode", "read", "owner", "1"}.append(redis.get());
+    RawCommand{"SET", timeout, "1", "PX", "30000"}.append(redis.get());
+    reads.push_back(RawCommand{"HGET", hash, "owner"});
+    pexpires.push_back(RawCommand{"PEXPIRE", timeout, "30000", "GT"});
+    pexpires.push_back(RawCommand{"PEXPIRE", hash, "30000", "GT"});
+  }
+  for (int i = 0; i < many_leases; ++i) {
+    if (!read_replies(redis.get(), 1, REDIS_REPLY_INTEGER, state) ||
+        !read_replies(redis.get(), 1, REDIS_REPLY_STATUS, state)) {
+      return;
+    }
+  }
+  const CycleCounters counters;
+  for (auto _ : state) {
+    for (const RawCommand& read : reads) read.append(redis.get());
+    for (const RawCommand& pexpire : pexpires) pexpire.append(redis.get());
+    if (!read_replies(redis.get(), many_leases, REDIS_REPLY_STRING, state)) break;
+    if (!read_replies(redis.get(), 2 * many_leases, REDIS_REPLY_INTEGER, state)) break;
+  }
+  counters.report(state);
+}
+BENCHMARK(BM_Raw_ReadLayoutRenew10000_Pipelined)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The floor of a permit's renewal in the Semaphore's layout: per permit,
+// read its score (is it still live?) and move it to now + lease in the
+// sorted set; then lengthen the set once. 20,001 plain commands in one
+// pipeline, on one sorted set of 10,000 members, as in
+// BM_Watchdog_Renew10000_Permits.
+void BM_Raw_PermitLayoutRenew10000_Pipelined(benchmark::State& state) {
+  const RawConnection redis = raw_connect(server_options());
+  const char* const key = "bench:scale:raw-sem";
+  std::vector<std::string> ids;
+  ids.reserve(many_leases);
+  const auto score_in = [](std::chrono::milliseconds lease) {
+    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::system_clock::now().time_since_epoch());
+    return std::to_string((now + lease).count());
+  };
+  std::string score = score_in(std::chrono::milliseconds(30000));
+  for (int i = 0; i < many_leases; ++i) {
+    ids.push_back(numbered("permit-", i));
+    RawCommand{"ZADD", key, score, ids.back()}.append(redis.get());
+  }
+  if (!read_replies(redis.get(), many_leases, REDIS_REPLY_INTEGER, state)) return;
+  const RawCommand pexpire{"PEXPIRE", key, "30000", "GT"};
+  const CycleCounters counters;
+  for (auto _ : state) {
+    score = score_in(std::chrono::milliseconds(30000));
+    for (const std::string& id : ids) {
+      // Formatted from argv, as RawCommand and the watchdog's calls are.
+      const char* zscore[] = {"ZSCORE", key, id.c_str()};
+      const std::size_t zscore_lengths[] = {6, std::strlen(key), id.size()};
+      redisAppendCommandArgv(redis.get(), 3, zscore, zscore_lengths);
+      const char* zadd[] = {"ZADD", key, score.c_str(), id.c_str()};
+      const std::size_t zadd_lengths[] = {4, std::strlen(key), score.size(), id.size()};
+      redisAppendCommandArgv(redis.get(), 4, zadd, zadd_lengths);
+    }
+    pexpire.append(redis.get());
+    bool ok = true;
+    for (int i = 0; i < many_leases && ok; ++i) {
+      ok = read_replies(redis.get(), 1, REDIS_REPLY_STRING, state) &&
+           read_replies(redis.get(), 1, REDIS_REPLY_INTEGER, state);
+    }
+    if (!ok || !read_replies(redis.get(), 1, REDIS_REPLY_INTEGER, state)) break;
+  }
+  counters.report(state);
+}
+BENCHMARK(BM_Raw_PermitLayoutRenew10000_Pipelined)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // Resident memory of the process, in bytes (VmRSS).
 double resident_bytes() {

@@ -51,10 +51,15 @@ void renew_by_script(Backend& backend, const Script& script, std::atomic<bool>& 
     const bool load = !loaded.load(std::memory_order_relaxed);
     if (load) connection->append("SCRIPT", "LOAD", script.source);
     std::vector<std::vector<std::string_view>> calls;  // keys, args, keys, args, ...
+    calls.reserve(2 * ((leases.size() + batch - 1) / batch));
     for (std::size_t first = 0; first < leases.size(); first += batch) {
+      // Sized once: a lease adds at most two keys and two args.
+      const std::size_t count = std::min(batch, leases.size() - first);
       std::vector<std::string_view> keys;
       std::vector<std::string_view> args;
-      for (std::size_t i = first; i < std::min(first + batch, leases.size()); ++i) {
+      keys.reserve(2 * count);
+      args.reserve(2 * count);
+      for (std::size_t i = first; i < first + count; ++i) {
         add(*leases[i], keys, args);
       }
       connection->append_evalsha(script, keys, args);
