@@ -289,7 +289,12 @@ inline std::optional<SentinelMaster::Found> SentinelMaster::ask(const std::strin
                                                                 bool& answered) {
   Found found;
   try {
-    Connection sentinel(cut_to(options_.sentinel_connection(address), deadline));
+    const ConnectionOptions usual = options_.sentinel_connection(address);
+    Connection sentinel(cut_to(usual, deadline));
+    // Cut short, the question's timeout is kept by poll(), to the
+    // millisecond, as a pooled connection's is (client.hpp).
+    sentinel.set_usual_timeout(usual.command_timeout);
+    sentinel.set_timeout(sentinel.timeout());
     const Reply reply =
         sentinel.command("SENTINEL", "get-master-addr-by-name", options_.master_name);
     answered = true;
