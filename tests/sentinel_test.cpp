@@ -228,6 +228,98 @@ TEST_F(Sentinel, LeaseThePromotedReplicaNeverHadIsReportedLost) {
   EXPECT_TRUE(second.try_lock_for(seconds(5)));
 }
 
+// A lease of fixed ttl (no auto_renew) answers to a failover too: the one
+// both replicas had is kept, with its expiry as it was (not lengthened);
+// the one no replica had is reported lost. The hook hears of the switch
+// once.
+TEST_F(Sentinel, FixedTtlLeasesAreRevalidatedOnTheNewMaster) {
+  if (sanitized_build()) GTEST_SKIP() << "the smaller set under sanitizers";
+  EventCount events;
+  SentinelOptions options = sentinel_options(group());
+  options.on_event = events.hook();
+  SentinelClient sentinel(options);
+  const LockOptions fixed = LockOptions{}.ttl(seconds(60));
+  std::atomic<int> kept_lost{0};
+  std::atomic<int> taken{0};
+  SentinelMutex kept(
+      sentinel, "kept",
+      LockOptions(fixed).replicas(2, milliseconds(1000)).on_lost([&](const LeaseInfo&) {
+        ++kept_lost;
+      }));
+  ASSERT_TRUE(kept.try_lock());
+  // Neither replica gets the second grant: both stopped, their links cut.
+  group().replica(0).pause();
+  group().replica(1).pause();
+  group().master().command({"CLIENT", "KILL", "TYPE", "replica"});
+  SentinelMutex gone(sentinel, "gone", LockOptions(fixed).on_lost([&](const LeaseInfo& info) {
+    if (info.reason == LostReason::taken) ++taken;
+  }));
+  ASSERT_TRUE(gone.try_lock());
+  events.start();
+  const int old_port = group().master().port();
+  group().kill_master();
+  group().replica(0).resume();
+  group().replica(1).resume();
+  group().wait_for_switch(old_port);
+  EXPECT_TRUE(eventually([&] { return gone.lost(); }))
+      << "a fixed-ttl lease the new master never had was still believed";
+  EXPECT_EQ(taken.load(), 1);
+  EXPECT_EQ(gone.release(), Release::lost);
+  EXPECT_TRUE(eventually([&] { return events.of(LockEventType::master_switched) >= 1; }));
+  EXPECT_EQ(events.of(LockEventType::master_switched), static_cast<int>(sentinel.switches()));
+  EXPECT_FALSE(kept.lost());
+  EXPECT_EQ(kept_lost.load(), 0);
+  EXPECT_EQ(group().master().command({"GET", "kept"}), kept.token());
+  // Revalidation does not lengthen a fixed lease.
+  EXPECT_LE(kept.validity(), seconds(60));
+  EXPECT_LE(std::stoll(group().master().command({"PTTL", "kept"})), 60000);
+  EXPECT_EQ(events.of(LockEventType::renewed), 0);
+  EXPECT_EQ(kept.release(), Release::released);
+}
+
+// Destroying the last handle while the watch thread is asking a master
+// that does not answer (stopped) returns at once, not after the command
+// timeout (10 s here).
+TEST_F(Sentinel, DestructionDoesNotWaitForALookInProgress) {
+  SentinelOptions options = sentinel_options(group());
+  options.connect_timeout = seconds(10);
+  options.command_timeout = seconds(10);
+  auto sentinel = std::make_unique<SentinelClient>(options);
+  {
+    SentinelMutex mutex(*sentinel, "job", LockOptions{}.ttl(seconds(5)));
+    ASSERT_TRUE(mutex.try_lock());
+    mutex.unlock();
+  }
+  // No failover while the master is stopped: the Sentinels wait a minute.
+  for (std::size_t i = 0; i < 3; ++i) {
+    group().sentinel(i).command(
+        {"SENTINEL", "SET", SentinelGroup::master_name, "down-after-milliseconds", "60000"});
+  }
+  RedisServer& master = group().master();
+  master.pause();
+  // Sentinels accept no PUBLISH but their own hellos, so the watch is sent
+  // looking by a resubscription: its connection is killed, it connects
+  // again (one new connection), is woken, and asks the Sentinel (another),
+  // then asks the stopped master ROLE and waits for the reply.
+  RedisServer& watched = group().sentinel(0);
+  ASSERT_TRUE(eventually([&] {
+    return !watched.command({"CLIENT", "LIST", "TYPE", "pubsub"}).empty();
+  })) << "the watch is not subscribed";
+  const auto connections = [&] {
+    const std::string stats = watched.command({"INFO", "stats"});
+    const std::string field = "total_connections_received:";
+    return std::stoll(stats.substr(stats.find(field) + field.size()));
+  };
+  const long long before = connections();
+  watched.command({"CLIENT", "KILL", "TYPE", "pubsub"});
+  ASSERT_TRUE(eventually([&] { return connections() >= before + 2; })) << "the watch did not look";
+  const auto start = steady_clock::now();
+  sentinel.reset();
+  const auto took = std::chrono::duration_cast<milliseconds>(steady_clock::now() - start);
+  EXPECT_LT(took, seconds(1)) << "destruction waited " << took.count() << " ms for the look";
+  master.resume();
+}
+
 TEST_F(Sentinel, WaiterIsWokenByAReleaseOnTheNewMaster) {
   SentinelClient holder_side(sentinel_options(group()));
   SentinelClient waiter_side(sentinel_options(group()));
@@ -372,6 +464,74 @@ TEST(ClientRestart, LeasesAreRevalidatedOnANewServerProcess) {
   EXPECT_TRUE(eventually([&] { return held.lost(); }, seconds(5)))
       << "a lease granted by the old server process was still believed";
   EXPECT_EQ(taken.load(), 1);
+}
+
+// The same with a lease of fixed ttl, and the rest of a same-address
+// failover: the hook hears master_switched once (the new process's
+// endpoint), and a new lock works.
+TEST(ClientRestart, SameAddressNewServerReportsEveryLeaseLostAndTheSwitch) {
+  DISTLOCK_REQUIRE_REDIS_SERVER();
+  RedisServer server;
+  EventCount events;
+  ClientOptions options = client_options(server);
+  options.on_event = events.hook();
+  Client client(options);
+  std::atomic<int> taken{0};
+  const auto count_taken = [&](const LeaseInfo& info) {
+    if (info.reason == LostReason::taken) ++taken;
+  };
+  Mutex renewed(client, "renewed", long_lease().on_lost(count_taken));
+  Mutex fixed(client, "fixed", LockOptions{}.ttl(seconds(60)).on_lost(count_taken));
+  ASSERT_TRUE(renewed.try_lock());
+  ASSERT_TRUE(fixed.try_lock());
+  events.start();
+  server.restart();
+  Mutex other(client, "other", LockOptions{}.ttl(seconds(60)));
+  for (int i = 0; i < 3 && !other.owns_lock(); ++i) {
+    try {
+      static_cast<void>(other.try_lock());
+    } catch (const ConnectionError&) {
+      // The first step may meet the old, broken connection.
+    }
+  }
+  ASSERT_TRUE(other.owns_lock());
+  EXPECT_TRUE(eventually([&] { return renewed.lost() && fixed.lost(); }, seconds(5)))
+      << "a lease granted by the old server process was still believed";
+  EXPECT_EQ(taken.load(), 2);
+  EXPECT_EQ(events.of(LockEventType::master_switched), 1);
+  EXPECT_EQ(events.of(LockEventType::lost), 2);
+  EXPECT_EQ(fixed.release(), Release::lost);
+  Mutex again(client, "fixed", LockOptions{}.ttl(seconds(5)));
+  EXPECT_TRUE(again.try_lock());
+  EXPECT_EQ(other.release(), Release::released);
+}
+
+// A connection dropped by the same server process is no switch: the
+// leases are revalidated and kept, fixed ttl too, and no event is told.
+TEST(ClientRestart, DroppedConnectionToTheSameServerKeepsLeasesAndSwitchesNothing) {
+  DISTLOCK_REQUIRE_REDIS_SERVER();
+  RedisServer server;
+  EventCount events;
+  ClientOptions options = client_options(server);
+  options.on_event = events.hook();
+  Client client(options);
+  Mutex fixed(client, "fixed", LockOptions{}.ttl(seconds(60)));
+  ASSERT_TRUE(fixed.try_lock());
+  events.start();
+  server.command({"CLIENT", "KILL", "TYPE", "normal"});
+  Mutex other(client, "other", LockOptions{}.ttl(seconds(5)));
+  for (int i = 0; i < 3 && !other.owns_lock(); ++i) {
+    try {
+      static_cast<void>(other.try_lock());
+    } catch (const ConnectionError&) {
+    }
+  }
+  ASSERT_TRUE(other.owns_lock());
+  client.watchdog().renew_all_now();  // a round that revalidates the fixed lease too
+  EXPECT_FALSE(fixed.lost());
+  EXPECT_EQ(events.of(LockEventType::master_switched), 0);
+  EXPECT_LE(std::stoll(server.command({"PTTL", "fixed"})), 60000);
+  EXPECT_EQ(fixed.release(), Release::released);
 }
 
 }  // namespace

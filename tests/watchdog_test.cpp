@@ -306,6 +306,59 @@ TEST_F(WatchdogTest, RevalidateReReadsThePickedLeasesAtOnce) {
   EXPECT_FALSE(unpicked.lost());  // not picked: believed until its renewal
 }
 
+// A lease of fixed ttl is kept by the Watchdog for revalidation only: a
+// revalidation reports the one whose key is gone lost, keeps the other
+// without lengthening it (on the server or in validity()), and one that
+// simply runs out is not "lost".
+TEST_F(WatchdogTest, FixedTtlLeasesAreRevalidatedButNeverRenewed) {
+  LostLog log;
+  const LockOptions fixed = LockOptions{}.ttl(30s).on_lost(log.callback());
+  Mutex gone(client(), "fixed:gone", fixed);
+  Mutex kept(client(), "fixed:kept", fixed);
+  SimpleMutex simple(client(), "fixed:simple", fixed);
+  ReentrantMutex reentrant(client(), "fixed:reentrant", fixed);
+  Mutex brief(client(), "fixed:brief", LockOptions{}.ttl(200ms).on_lost(log.callback()));
+  ASSERT_TRUE(gone.try_lock());
+  ASSERT_TRUE(kept.try_lock());
+  ASSERT_TRUE(simple.try_lock());
+  ASSERT_TRUE(reentrant.try_lock());
+  ASSERT_TRUE(brief.try_lock());
+  EXPECT_EQ(client().watchdog().size(), 0u);  // none is renewed
+  client().command("DEL", "fixed:gone");
+  client().command("PEXPIRE", "fixed:kept", "20000");  // as a replica that lags a little
+  client().watchdog().revalidate();
+  ASSERT_TRUE(log.wait_for_one(2s));
+  EXPECT_EQ(log.lost[0].name(), "fixed:gone");
+  EXPECT_EQ(log.lost[0].reason, LostReason::taken);
+  EXPECT_TRUE(gone.lost());
+  EXPECT_EQ(gone.release(), Release::lost);
+  client().watchdog().renew_all_now();  // the revalidation round is over
+  EXPECT_FALSE(kept.lost());
+  EXPECT_FALSE(simple.lost());
+  EXPECT_FALSE(reentrant.lost());
+  EXPECT_LE(kept.validity(), 30s);
+  // "Renewed" to the time the holder still counts on: at most the 30 s it
+  // was granted, at least the 20 s the server had.
+  const long long pttl = client().command("PTTL", "fixed:kept").integer();
+  EXPECT_LE(pttl, 30000);
+  EXPECT_GT(pttl, 19000);
+  EXPECT_LE(client().command("PTTL", "fixed:simple").integer(), 30000);
+  EXPECT_LE(client().command("PTTL", "fixed:reentrant").integer(), 30000);
+  // Running out is what a fixed lease does: not reported lost.
+  const auto deadline = Clock::now() + 5s;
+  while (brief.validity() > 0ms && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  while (client().command("EXISTS", "fixed:brief").integer() == 1 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  client().watchdog().renew_all_now();
+  EXPECT_FALSE(brief.lost());
+  EXPECT_EQ(log.count(), 1u);
+  EXPECT_EQ(brief.release(), Release::expired);
+  EXPECT_EQ(kept.release(), Release::released);
+  EXPECT_EQ(simple.release(), Release::released);
+  EXPECT_EQ(reentrant.release(), Release::released);
+}
+
 TEST_F(WatchdogTest, ReleaseOfALostLeaseReportsLostAndDeletesNothing) {
   Mutex lock(client(), "k", LockOptions{}.ttl(300ms).auto_renew(true));
   ASSERT_TRUE(lock.try_lock());

@@ -12,11 +12,14 @@
 // A server that comes back may not be the one the leases were granted on
 // (restarted without persistence, or another process on the address), so
 // the first connection made after one broke has every lease the Watchdog
-// renews revalidated at once (Runtime::revalidate): kept, and renewed, if
-// its key still holds its token; reported lost otherwise. Asking the server
-// whether it changed (its run_id) would cost a round trip on the path of
-// the call that reconnects; a renewal round off that path answers the
-// question that matters, whether the leases are still there.
+// has revalidated at once (Runtime::revalidate): kept if its key still
+// holds its token (a renewed lease is renewed; one of fixed ttl keeps its
+// expiry), reported lost otherwise. That answers what matters, whether the
+// leases are still there, off the caller's path. With an event hook set,
+// that connection and the Client's very first also ask INFO server for the
+// server's run_id (a round trip on those calls only): a run_id other than
+// the last one seen is a new server process, told as master_switched
+// (events.hpp). A server that refuses INFO (an ACL) is not asked again.
 //
 // After fork() the child shares the parent's sockets, owner id and leases,
 // but not its threads. A Client made before the fork therefore refuses every
@@ -35,6 +38,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -138,6 +142,9 @@ class Endpoint {
 
   std::unique_ptr<Connection> take(SteadyClock::time_point deadline);
   void give_back(std::unique_ptr<Connection> connection) noexcept;
+  // Asks a new connection's server for its run_id: true if it is not the
+  // last one seen (another server process). Throws as the connection does.
+  bool new_process(Connection& connection);
 
   const ClientOptions& options() const noexcept { return options_; }
   const std::string& id() const noexcept { return id_; }
@@ -163,6 +170,8 @@ class Endpoint {
   std::condition_variable returned_;
   // A connection broke: the next one made has the leases revalidated.
   std::atomic<bool> reconnecting_{false};
+  std::atomic<bool> server_asked_{false};           // the first connection asked for the run_id
+  std::string run_id_ DISTLOCK_GUARDED_BY(mutex_);  // the server's, as last seen; "" unknown
   std::vector<std::unique_ptr<Connection>> idle_ DISTLOCK_GUARDED_BY(mutex_);
   std::size_t open_ DISTLOCK_GUARDED_BY(mutex_) = 0;  // idle plus lent out
 
@@ -317,7 +326,13 @@ inline std::unique_ptr<Connection> Endpoint::take(SteadyClock::time_point deadli
       connection = std::make_unique<Connection>(std::move(hurried));
       connection->set_usual_timeout(options_.command_timeout);
     }
-    if (reconnecting_.exchange(false, std::memory_order_relaxed)) runtime_.revalidate();
+    const bool reconnected = reconnecting_.exchange(false, std::memory_order_relaxed);
+    // Only a hook needs the run_id: revalidation does not.
+    const bool switched = events_ &&
+                          (reconnected || !server_asked_.load(std::memory_order_relaxed)) &&
+                          new_process(*connection);
+    if (reconnected || switched) runtime_.revalidate();
+    if (switched) emit_about(events_, LockEventType::master_switched, options_.endpoint());
     return connection;
   } catch (...) {
     lock.lock();
@@ -326,6 +341,22 @@ inline std::unique_ptr<Connection> Endpoint::take(SteadyClock::time_point deadli
     returned_.notify_one();
     throw;
   }
+}
+
+inline bool Endpoint::new_process(Connection& connection) {
+  std::optional<Reply> info;
+  try {
+    info.emplace(connection.command("INFO", "server"));
+  } catch (const ServerError&) {
+    // Refused (an ACL): unasked from now on; the connection stays usable.
+  }
+  server_asked_.store(true, std::memory_order_relaxed);
+  if (!info || info->type() != ReplyType::string) return false;
+  const std::string_view run_id = server_info_field(info->str(), "run_id");
+  MutexLock lock(mutex_);
+  const bool other = !run_id_.empty() && !run_id.empty() && run_id != run_id_;
+  if (!run_id.empty()) run_id_ = std::string(run_id);
+  return other;
 }
 
 inline void Endpoint::give_back(std::unique_ptr<Connection> connection) noexcept {

@@ -3,7 +3,9 @@
 //
 // The hook runs on the thread where the event happens: the caller's for
 // acquired, released and unlock_failed; the Watchdog's for renewed,
-// renewal_failed and lost; the Notifier's for notifier_reconnected. No
+// renewal_failed and lost; the Notifier's for notifier_reconnected; for
+// master_switched, the thread whose step found the new master (a
+// SentinelClient's watch thread, when a Sentinel announced it). No
 // internal lock of distlock is held while it runs, so it may use the lock
 // objects and the Client; it should return quickly (a renewal round or the
 // release notifications wait for it). An exception it throws is dropped.
@@ -32,6 +34,11 @@ enum class LockEventType {
   lost,            ///< a held lease was lost: reason (as on_lost is told)
   unlock_failed,  ///< unlock() (or a destructor) could not release and let the lease run out: error
   notifier_reconnected,  ///< the release notifier connected again after losing its connection
+  /// the backend now talks to another master: a SentinelClient followed a
+  /// failover, or a Client found another server process at its address
+  /// (key: the new master's endpoint). Once per switch; the leases held
+  /// through it are being revalidated there (each kept, or lost).
+  master_switched,
 };
 
 inline const char* to_string(LockEventType type) noexcept {
@@ -43,6 +50,7 @@ inline const char* to_string(LockEventType type) noexcept {
     case LockEventType::lost: return "lost";
     case LockEventType::unlock_failed: return "unlock_failed";
     case LockEventType::notifier_reconnected: return "notifier_reconnected";
+    case LockEventType::master_switched: return "master_switched";
   }
   return "unknown";
 }
@@ -51,6 +59,7 @@ inline const char* to_string(LockEventType type) noexcept {
 struct LockEvent {
   LockEventType type = LockEventType::acquired;
   std::string_view key;  ///< the lock's Redis key; the endpoint for notifier_reconnected
+                         ///< and master_switched
   /// acquired: from the first attempt of the call to the grant.
   std::chrono::nanoseconds waited{0};
   /// acquired: attempts sent to Redis by the call (1 when uncontended).

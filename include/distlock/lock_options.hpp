@@ -61,8 +61,10 @@ class LockOptions {
   }
   std::chrono::milliseconds max_hold() const noexcept { return max_hold_; }
 
-  /// Called once, on the watchdog's thread, when a renewed lease is lost:
-  /// the token is gone from the key, or the lease ran out unrenewed. Runs
+  /// Called once, on the watchdog's thread, when a held lease is lost: a
+  /// renewal, or the revalidation after a failover (any lease, fixed ttl
+  /// too), found the token gone from the key; or a renewed lease ran out
+  /// unrenewed (a lease of fixed ttl that runs out is not "lost"). Runs
   /// with no distlock lock held; exceptions from it are dropped. Also see
   /// the lock's lost().
   LockOptions& on_lost(LostCallback callback) {

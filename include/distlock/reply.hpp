@@ -76,6 +76,19 @@ class ReplyAccess {
   }
 };
 
+/// The value of `field` in an INFO reply ("" when absent).
+inline std::string_view server_info_field(std::string_view info, std::string_view field) {
+  for (std::size_t at = info.find(field); at != std::string_view::npos;
+       at = info.find(field, at + 1)) {
+    const std::size_t end = at + field.size();
+    if ((at == 0 || info[at - 1] == '\n') && end < info.size() && info[end] == ':') {
+      const std::size_t stop = info.find_first_of("\r\n", end + 1);
+      return info.substr(end + 1, stop == std::string_view::npos ? stop : stop - end - 1);
+    }
+  }
+  return {};
+}
+
 }  // namespace detail
 
 /// A borrowed view of one reply node; cheap to copy.

@@ -79,8 +79,9 @@ class Runtime {
   }
 
   /// The backend now talks to a server other than the one its leases were
-  /// granted on: every lease the Watchdog holds is revalidated there at
-  /// once (Watchdog::revalidate). Nothing to do before the Watchdog starts.
+  /// granted on: every lease the Watchdog holds (renewed, or of fixed ttl)
+  /// is revalidated there at once (Watchdog::revalidate). Nothing to do
+  /// before the Watchdog starts: no lease was taken.
   void revalidate() {
     if (Watchdog* watchdog = started_watchdog()) watchdog->revalidate();
   }

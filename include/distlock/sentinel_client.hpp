@@ -10,10 +10,13 @@
 // says ROLE master, and follows the master when it moves: after a
 // connection to it fails, after it answers READONLY, and when a Sentinel
 // announces +switch-master (detail/sentinel_master.hpp). Waiters for a
-// release are subscribed again at the new master. Every lease its
-// Watchdog renews is revalidated on the new master at once: a lease whose
-// key still holds its token is kept, with its validity counted afresh; any
-// other is reported lost (lost(), on_lost, the lost event), never believed.
+// release are subscribed again at the new master. Every lease held through
+// it is revalidated on the new master at once: a lease whose key still
+// holds its token is kept (a renewed one with its validity counted afresh,
+// one of fixed ttl with its expiry as it was); any other is reported lost
+// (lost(), on_lost, the lost event), never believed. The hook hears
+// master_switched once per switch (events.hpp). Destroying the last copy
+// does not wait for a look at the Sentinels in progress.
 //
 // A handle: copies share the pools (one per address the master has had),
 // the watch thread and the Runtime. Nothing connects until first use.

@@ -28,7 +28,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -36,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "distlock/detail/renewal_round.hpp"
 #include "distlock/detail/thread_annotations.hpp"
 #include "distlock/events.hpp"
 #include "distlock/lease.hpp"
@@ -77,8 +77,11 @@ class Watchdog {
   Watchdog& operator=(const Watchdog&) = delete;
 
   /// Starts renewing `lease` with its renewer until remove(); none after
-  /// `hold_until` (clock::time_point::max() for no cap).
-  void add(std::shared_ptr<detail::LeaseState> lease, clock::time_point hold_until);
+  /// `hold_until` (clock::time_point::max() for no cap). With `renew`
+  /// false (a lease of fixed ttl) it is only kept for revalidate(): never
+  /// renewed on a schedule, never reported lost for running out.
+  void add(std::shared_ptr<detail::LeaseState> lease, clock::time_point hold_until,
+           bool renew = true);
 
   /// Stops renewing `lease`; waits for a renewal of it that is in flight.
   /// No renewal of it is sent afterwards.
@@ -133,10 +136,13 @@ class Watchdog {
   template <class Through>
   void revalidate(Through&& through);
 
-  /// Leases being renewed.
+  /// Leases being renewed (those of fixed ttl, kept only for
+  /// revalidate(), do not count).
   std::size_t size() const {
     detail::MutexLock lock(state_->mutex);
-    return state_->entries.size();
+    return static_cast<std::size_t>(
+        std::count_if(state_->entries.begin(), state_->entries.end(),
+                      [](const auto& entry) { return !entry.second.fixed; }));
   }
 
  private:
@@ -145,6 +151,7 @@ class Watchdog {
     clock::time_point next_renewal;
     clock::time_point hold_until;
     bool in_flight = false;  // part of the round being sent
+    bool fixed = false;      // fixed ttl: re-read on revalidate() only, never lengthened
     unsigned held_off = 0;   // extends of it under way (threads may share a lock)
   };
 
@@ -183,25 +190,42 @@ class Watchdog {
   static clock::time_point renewal_after(clock::time_point sent, std::chrono::milliseconds ttl) {
     return sent + ttl / 3;
   }
+  // Readies a fixed-ttl lease for revalidation: "renewed" to the time it
+  // has left, so the server keeps the key no longer than its holder counts
+  // on (a little longer: the round trip), and renewal scripts lengthen
+  // only. False, and off the schedule, once it has run out.
+  // Called under the mutex.
+  static bool revalidating(Entry& entry, clock::time_point now) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(entry.lease->expires() - now);
+    if (left <= std::chrono::milliseconds(0)) {
+      entry.next_renewal = clock::time_point::max();
+      return false;
+    }
+    entry.lease->ttl = left;
+    entry.lease->ttl_text = std::to_string(left.count());
+    return true;
+  }
   using Told = std::vector<std::pair<std::shared_ptr<detail::LeaseState>, LockEventType>>;
   using Lost = std::vector<std::pair<std::shared_ptr<detail::LeaseState>, LostReason>>;
   static void run(State& state);
   // Sends the round's events and calls the lost leases' on_lost, then
   // drops both lists' lease records.
   static void tell(Told& told, Lost& lost) noexcept;
-  static void renew_round(std::vector<Entry*>& work, std::vector<detail::Renewed>& outcomes);
 
   std::shared_ptr<State> state_;
   std::thread thread_;
 };
 
-inline void Watchdog::add(std::shared_ptr<detail::LeaseState> lease, clock::time_point hold_until) {
+inline void Watchdog::add(std::shared_ptr<detail::LeaseState> lease, clock::time_point hold_until,
+                          bool renew) {
   bool sooner;
   {
     detail::MutexLock lock(state_->mutex);
     Entry entry;
-    entry.next_renewal = renewal_after(lease->acquired, lease->ttl);
+    entry.next_renewal =
+        renew ? renewal_after(lease->acquired, lease->ttl) : clock::time_point::max();
     entry.hold_until = hold_until;
+    entry.fixed = !renew;
     // Waking the thread costs a system call and a context switch, as much as
     // the rest of a lock's client-side work: only when it would otherwise
     // sleep past this lease's first renewal.
@@ -252,7 +276,7 @@ inline void Watchdog::HoldOff::extended(std::chrono::milliseconds ttl, clock::ti
     record.ttl = ttl;
     record.ttl_text = std::to_string(ttl.count());
     record.set_expires(record.expiry_after(sent));
-    it->second.next_renewal = renewal_after(sent, ttl);
+    if (!it->second.fixed) it->second.next_renewal = renewal_after(sent, ttl);
     ++state_->changes;
   }
   state_->changed.notify_all();
@@ -302,6 +326,7 @@ void Watchdog::revalidate(Through&& through) {
 inline void Watchdog::run(State& state) {
   detail::MutexLock lock(state.mutex);
   std::vector<Entry*> work;
+  std::vector<detail::LeaseState*> leases;
   std::vector<detail::Renewed> outcomes;
   // Renewal events for leases whose Client has a hook (events.hpp), told
   // with no lock held; stays empty, and allocates nothing, without hooks.
@@ -311,7 +336,8 @@ inline void Watchdog::run(State& state) {
     clock::time_point wake = clock::time_point::max();
     for (const auto& [key, entry] : state.entries) {
       if (entry.held_off) continue;
-      wake = std::min({wake, entry.next_renewal, entry.lease->expires()});
+      wake = std::min(wake, entry.next_renewal);
+      if (!entry.fixed) wake = std::min(wake, entry.lease->expires());
     }
     // With nothing due it still looks once a second, so a lease added with
     // a long TTL need not wake it (see add()).
@@ -333,14 +359,17 @@ inline void Watchdog::run(State& state) {
         continue;
       }
       if (!all && entry.next_renewal > now) continue;
+      if (entry.fixed && !revalidating(entry, now)) continue;
       entry.in_flight = true;
       work.push_back(&entry);
     }
 
     const clock::time_point sent = clock::now();
     if (!work.empty()) {
+      leases.clear();
+      for (const Entry* entry : work) leases.push_back(entry->lease.get());
       lock.unlock();
-      renew_round(work, outcomes);
+      detail::renew_by_kind(leases, outcomes);  // all in flight: none changes meanwhile
       lock.lock();
     }
 
@@ -350,13 +379,17 @@ inline void Watchdog::run(State& state) {
       Entry& entry = *work[i];
       entry.in_flight = false;
       detail::LeaseState& lease = *entry.lease;
-      if (lease.events && outcomes[i] != detail::Renewed::gone) {
+      if (lease.events && outcomes[i] != detail::Renewed::gone && !entry.fixed) {
         told.emplace_back(entry.lease, outcomes[i] == detail::Renewed::yes
                                            ? LockEventType::renewed
                                            : LockEventType::renewal_failed);
       }
       switch (outcomes[i]) {
         case detail::Renewed::yes:
+          if (entry.fixed) {
+            entry.next_renewal = clock::time_point::max();  // revalidated; its expiry stands
+            break;
+          }
           lease.set_expires(lease.expiry_after(sent));
           entry.next_renewal = renewal_after(sent, lease.ttl);
           break;
@@ -369,7 +402,7 @@ inline void Watchdog::run(State& state) {
       }
     }
     for (const auto& [key, entry] : state.entries) {
-      if (entry.held_off || entry.lease->expires() > after) continue;
+      if (entry.held_off || entry.fixed || entry.lease->expires() > after) continue;
       const auto& lease = entry.lease;
       if (std::none_of(lost.begin(), lost.end(), [&](const auto& l) { return l.first == lease; })) {
         lost.emplace_back(lease, LostReason::expired);
@@ -404,44 +437,6 @@ inline void Watchdog::tell(Told& told, Lost& lost) noexcept {
     }
   }
   lost.clear();
-}
-
-// Renews the leases of `work` (all in flight, so none is erased or changed
-// meanwhile), kind by kind: one renew() call per batch key.
-inline void Watchdog::renew_round(std::vector<Entry*>& work,
-                                  std::vector<detail::Renewed>& outcomes) {
-  outcomes.assign(work.size(), detail::Renewed::unknown);
-  std::map<detail::Renewer::BatchKey, std::vector<std::size_t>> kinds;
-  for (std::size_t i = 0; i < work.size(); ++i) {
-    kinds[work[i]->lease->renewer->batch_key()].push_back(i);
-  }
-  // The batch whose lease runs out first goes first: an endpoint that
-  // stalls then delays only leases that have longer left.
-  std::vector<std::pair<clock::time_point, const std::vector<std::size_t>*>> order;
-  for (const auto& [kind, positions] : kinds) {
-    clock::time_point first = clock::time_point::max();
-    for (const std::size_t i : positions) first = std::min(first, work[i]->lease->expires());
-    order.emplace_back(first, &positions);
-  }
-  std::sort(order.begin(), order.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<detail::LeaseState*> leases;
-  std::vector<detail::Renewed> found;
-  for (const auto& [first_expiry, batch] : order) {
-    const std::vector<std::size_t>& positions = *batch;
-    // A renewal that cannot be confirmed before a lease runs out is as good
-    // as none: give up on it then, so the loss is reported on time.
-    clock::time_point deadline = clock::time_point::max();
-    leases.clear();
-    for (const std::size_t i : positions) {
-      leases.push_back(work[i]->lease.get());
-      deadline = std::min(deadline, work[i]->lease->expires());
-    }
-    deadline = std::max(deadline, clock::now() + std::chrono::milliseconds(1));
-    found.assign(leases.size(), detail::Renewed::unknown);
-    leases.front()->renewer->renew(leases, found, deadline);
-    for (std::size_t j = 0; j < positions.size(); ++j) outcomes[positions[j]] = found[j];
-  }
 }
 
 }  // namespace distlock

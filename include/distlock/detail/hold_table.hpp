@@ -39,7 +39,7 @@ class HoldTable {
     clock::time_point acquired{};  // when the grant's attempt was sent
     int replicas = -1;             // that acknowledged the grant; -1 when not asked
     clock::time_point expires{};
-    std::shared_ptr<LeaseState> lease;  // set while the watchdog renews it
+    std::shared_ptr<LeaseState> lease;  // the record the Watchdog has
     bool lost() const noexcept { return lease && lease->lost; }
   };
 

@@ -6,7 +6,8 @@
 // under the deadline rules of detail/acquire.hpp (attempt; subscribe to the
 // release channel; sleep until a release, the policy's pause, the holder's
 // lease or the deadline; try again), decides re-entry and "held by this
-// object", registers renewed leases with the Watchdog, and extends them.
+// object", registers leases with the Watchdog (renewed, or of fixed ttl and
+// kept for revalidation only), and extends them.
 // A Protocol supplies the server steps:
 //
 //   using Kind;                        the kinds of hold (read/write, or one)
@@ -266,20 +267,19 @@ class Lifecycle : public HoldKeeper<Protocol> {
     hold.fence = fence;
     hold.acquired = sent;
     hold.expires = expiry(sent, options_.ttl());
-    if (options_.auto_renew()) {
-      hold.lease = protocol_.watched(kind, id, sent, options_);
-      hold.lease->events = protocol_.events();
-    }
+    // Every lease goes to the Watchdog: one of fixed ttl too, not to be
+    // renewed but to be revalidated when the backend finds a new master
+    // (or a new server process), like the others, and never believed then.
+    hold.lease = protocol_.watched(kind, id, sent, options_);
+    hold.lease->events = protocol_.events();
     {
       MutexLock guard(mutex_);
       if (Protocol::per_thread || holds_.empty()) {
         // Registered under our mutex, so that no unlock from another thread
         // can come between the record and the registration.
-        if (hold.lease) {
-          const clock::time_point cap = options_.max_hold().count() > 0 ? sent + options_.max_hold()
-                                                                        : clock::time_point::max();
-          protocol_.watchdog().add(hold.lease, cap);
-        }
+        const clock::time_point cap =
+            options_.max_hold().count() > 0 ? sent + options_.max_hold() : clock::time_point::max();
+        protocol_.watchdog().add(hold.lease, cap, /*renew=*/options_.auto_renew());
         hold.id = std::move(id);  // the caller returns at once
         holds_.add(std::move(hold));
         protocol_.held(kind, +1);

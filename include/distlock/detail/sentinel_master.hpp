@@ -15,8 +15,12 @@
 //
 // A new master (another address, or the same address answering with
 // another run_id) moves the release Notifier there (every waiter is
-// subscribed again and looks again) and has every lease the Watchdog
-// holds revalidated on it (Runtime::revalidate): still ours, or lost.
+// subscribed again and looks again), has every lease the Watchdog holds
+// (renewed or of fixed ttl) revalidated on it (Runtime::revalidate): still
+// ours, or lost; and is told to the hook once (master_switched), after the
+// look, with no lock held. The watch thread (detail/sentinel_watch.hpp)
+// holds this object only while it looks, so destroying the last handle
+// never waits for a look in progress.
 //
 // route() retries only what did not run: a connection that could not be
 // borrowed, or a READONLY reply; it asks the Sentinels again between tries,
@@ -42,6 +46,7 @@
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
 #include "distlock/detail/acquire.hpp"
+#include "distlock/detail/sentinel_watch.hpp"
 #include "distlock/detail/thread_annotations.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
@@ -52,20 +57,7 @@
 
 namespace distlock::detail {
 
-/// The value of `field` in an INFO reply ("" when absent).
-inline std::string_view server_info_field(std::string_view info, std::string_view field) {
-  for (std::size_t at = info.find(field); at != std::string_view::npos;
-       at = info.find(field, at + 1)) {
-    const std::size_t end = at + field.size();
-    if ((at == 0 || info[at - 1] == '\n') && end < info.size() && info[end] == ':') {
-      const std::size_t stop = info.find_first_of("\r\n", end + 1);
-      return info.substr(end + 1, stop == std::string_view::npos ? stop : stop - end - 1);
-    }
-  }
-  return {};
-}
-
-class SentinelMaster {
+class SentinelMaster : public std::enable_shared_from_this<SentinelMaster> {
  public:
   explicit SentinelMaster(SentinelOptions options)
       : options_(checked(std::move(options))),
@@ -80,14 +72,7 @@ class SentinelMaster {
       if (runtime_) left_behind_in_child().push_back(runtime_.release());
       return;
     }
-    if (watch_) {
-      {
-        std::lock_guard<std::mutex> guard(watch_->mutex);
-        watch_->stopping = true;
-      }
-      if (watch_->notifier) watch_->notifier->wake(switch_channel);
-      watch_->thread.join();
-    }
+    watch_.reset();  // prompt: see detail/sentinel_watch.hpp
   }
 
   SentinelMaster(const SentinelMaster&) = delete;
@@ -107,12 +92,16 @@ class SentinelMaster {
       MutexLock lock(mutex_);
       if (master_ && !stale_.load(std::memory_order_acquire)) return *master_;
     }
-    std::lock_guard<std::mutex> one(finding_);
     {
-      MutexLock lock(mutex_);
-      if (master_ && !stale_.load(std::memory_order_acquire)) return *master_;  // found meanwhile
+      std::lock_guard<std::mutex> one(finding_);
+      bool found_meanwhile;
+      {
+        MutexLock lock(mutex_);
+        found_meanwhile = master_ && !stale_.load(std::memory_order_acquire);
+      }
+      if (!found_meanwhile) find(deadline);
     }
-    find(deadline);
+    tell_switches();  // with no lock held: the hook may use the client
     MutexLock lock(mutex_);
     return *master_;
   }
@@ -189,21 +178,10 @@ class SentinelMaster {
   }
 
  private:
-  static constexpr const char* switch_channel = "+switch-master";
-
   struct Found {
     std::string host;
     int port = 0;
     std::string run_id;
-  };
-
-  // The +switch-master watch: a Notifier at one Sentinel and the thread that
-  // waits on it.
-  struct Watch {
-    std::mutex mutex;
-    bool stopping = false;
-    std::unique_ptr<Notifier> notifier;
-    std::thread thread;
   };
 
   static SentinelOptions checked(SentinelOptions options) {
@@ -249,7 +227,18 @@ class SentinelMaster {
   void adopt(const Found& found);
   Client client_at(const std::string& host, int port) DISTLOCK_REQUIRES(mutex_);
   void start_watch();
-  void watch_loop();
+  // Tells the hook of each switch not told yet (master_switched), with no
+  // lock held: the hook may use the client.
+  void tell_switches() noexcept {
+    const unsigned now = switches_.load(std::memory_order_acquire);
+    for (unsigned told = told_switches_.exchange(now); told < now; ++told) {
+      try {
+        emit_about(events_, LockEventType::master_switched, address());
+      } catch (...) {
+        // No memory for the address: this one goes untold.
+      }
+    }
+  }
 
   const SentinelOptions options_;
   const std::string id_;
@@ -262,8 +251,9 @@ class SentinelMaster {
   std::vector<Client> pools_ DISTLOCK_GUARDED_BY(mutex_);  // one per address seen
   std::atomic<bool> stale_{false};
   std::atomic<unsigned> switches_{0};
+  std::atomic<unsigned> told_switches_{0};  // switches the hook heard of
   std::once_flag watch_started_;
-  std::unique_ptr<Watch> watch_;
+  std::unique_ptr<SentinelWatch> watch_;
   std::once_flag runtime_made_;
   std::atomic<bool> runtime_ready_{false};
   // Declared last so it stops first: its threads use the pools above.
@@ -299,7 +289,12 @@ inline std::optional<SentinelMaster::Found> SentinelMaster::ask(const std::strin
                                                                 bool& answered) {
   Found found;
   try {
-    Connection sentinel(cut_to(options_.sentinel_connection(address), deadline));
+    const ConnectionOptions usual = options_.sentinel_connection(address);
+    Connection sentinel(cut_to(usual, deadline));
+    // Cut short, the question's timeout is kept by poll(), to the
+    // millisecond, as a pooled connection's is (client.hpp).
+    sentinel.set_usual_timeout(usual.command_timeout);
+    sentinel.set_timeout(sentinel.timeout());
     const Reply reply =
         sentinel.command("SENTINEL", "get-master-addr-by-name", options_.master_name);
     answered = true;
@@ -381,49 +376,22 @@ inline void SentinelMaster::adopt(const Found& found) {
 
 inline void SentinelMaster::start_watch() {
   std::call_once(watch_started_, [this] {
-    watch_ = std::make_unique<Watch>();
-    watch_->notifier =
-        std::make_unique<Notifier>(options_.sentinel_connection(options_.sentinels.front()), 1);
-    watch_->thread = std::thread([this] { watch_loop(); });
-  });
-}
-
-inline void SentinelMaster::watch_loop() {
-  Notifier& notifier = *watch_->notifier;
-  std::size_t at = 0;  // the Sentinel subscribed at
-  std::optional<Notifier::Subscription> subscription;
-  try {
-    subscription.emplace(notifier.subscribe(switch_channel, SteadyClock::now()));
-  } catch (const Error&) {
-    return;  // the bound of one waiter cannot be reached; nothing else throws
-  }
-  std::uint64_t seen = subscription->generation();
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> guard(watch_->mutex);
-      if (watch_->stopping) return;
-    }
-    // An announcement, a resubscription (one may have been missed) or,
-    // every few seconds, a look at whether the Sentinel is still there.
-    const bool woken = subscription->wait(seen, SteadyClock::now() + std::chrono::seconds(2));
-    {
-      std::lock_guard<std::mutex> guard(watch_->mutex);
-      if (watch_->stopping) return;
-    }
-    if (woken) {
-      seen = subscription->generation();
-      stale();
+    watch_ = std::make_unique<SentinelWatch>(options_, [master = weak_from_this()] {
+      // Held only while looking (detail/sentinel_watch.hpp).
+      const std::shared_ptr<SentinelMaster> held = master.lock();
+      if (!held) return false;
+      held->stale();
       try {
-        std::lock_guard<std::mutex> one(finding_);
-        find(SteadyClock::now() + options_.connect_timeout + options_.command_timeout);
+        std::lock_guard<std::mutex> one(held->finding_);
+        const SteadyClock::time_point now = SteadyClock::now();
+        held->find(now + held->options_.connect_timeout + held->options_.command_timeout);
       } catch (const Error&) {
         // Still switching: the next step, or the next announcement, looks again.
       }
-    } else if (!subscription->active() && options_.sentinels.size() > 1) {
-      at = (at + 1) % options_.sentinels.size();
-      notifier.retarget(options_.sentinel_connection(options_.sentinels[at]));
-    }
-  }
+      held->tell_switches();
+      return true;
+    });
+  });
 }
 
 }  // namespace distlock::detail
