@@ -274,16 +274,15 @@ class Lifecycle : public HoldKeeper<Protocol> {
       if (subscription.arm(armed)) use.armed = true;
       subscription.wait(seen, until);
       if (use.disarm() != ArmedAttempt::State::sent) return true;
-      use.owed = true;
       const clock::time_point cut =
           armed.sent_at >= deadline ? std::max(deadline, armed.sent_at + last_step) : deadline;
       connection->set_timeout(reply_timeout(protocol_.command_timeout(), cut));
       connection->expect_reply("SET");
       try {
         presented.answer = Protocol::armed_reply(connection->read_reply());
-        use.owed = false;
+        use.settled = true;
       } catch (const Error& error) {
-        use.owed = false;
+        use.settled = true;  // read (a refusal by the server), or undone below
         const std::error_code code = error.code();
         if (code == Errc::timed_out || code == Errc::io_error || code == Errc::protocol_error) {
           protocol_.undo(kind, *connection, id);  // as attempt_or_undo() does
@@ -306,14 +305,18 @@ class Lifecycle : public HoldKeeper<Protocol> {
     ArmedAttempt& attempt;
     std::unique_ptr<Connection>& connection;
     bool armed = false;
-    bool owed = false;  // sent, its reply not read (nor undone)
+    ArmedAttempt::State state = ArmedAttempt::State::unsent;  // as disarmed
+    bool settled = false;  // a sent attempt's reply read, or the attempt undone
     ArmedAttempt::State disarm() {
-      if (!std::exchange(armed, false)) return ArmedAttempt::State::unsent;
-      return subscription.disarm(attempt);
+      if (std::exchange(armed, false)) state = subscription.disarm(attempt);
+      return state;
     }
     ~SpareUse() {
-      const ArmedAttempt::State state = disarm();
-      if (owed || state == ArmedAttempt::State::sent || state == ArmedAttempt::State::torn) {
+      disarm();
+      // Torn: part of a command is on the wire, and whatever is written
+      // next would complete it. Sent and never read (only if the sleep
+      // threw): its grant, if any, lives out its lease.
+      if (state == ArmedAttempt::State::torn || (state == ArmedAttempt::State::sent && !settled)) {
         connection.reset();
       }
       notifier.give_back_spare(std::move(connection));
