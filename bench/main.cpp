@@ -31,7 +31,7 @@ const std::vector<Ratio> ratios = {
     {"BM_SimpleMutex_LockUnlock", "BM_Raw_SetNxPx_Del", 1.8},
     {"BM_Mutex_LockUnlock_Replicas1", "BM_Raw_SetNxPx_Wait1_EvalshaDel", 1.1},
     {"BM_Mutex_Handoff", "BM_Raw_Handoff_PubSub", 1.3},
-    {"BM_Mutex_Handoff", "BM_Raw_Handoff_PubSub_Idle2ms", 1.3},
+    {"BM_Mutex_Handoff_Idle2ms", "BM_Raw_Handoff_PubSub_Idle2ms", 1.3},
     {"BM_Mutex_Handoff", "BM_Mutex_Handoff_Polling50ms", 0.02},
     {"BM_Watchdog_Renew1000", "BM_Raw_Pexpire1000_Pipelined", 2.5},
     {"BM_Watchdog_Renew1000_Simple", "BM_Raw_Pexpire1000_Pipelined", 3.0},

@@ -9,12 +9,14 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <iostream>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "distlock/mutex.hpp"
 #include "distlock/simple_mutex.hpp"
+#include "support/fault_proxy.hpp"
 #include "support/faults.hpp"
 #include "support/fixture.hpp"
 #include "support/lock_helpers.hpp"
@@ -265,6 +267,101 @@ TEST_F(NotifierTest, SimpleMutexReleasesAreAnnouncedToo) {
   wait_for_a_subscriber();
   holder.unlock();
   EXPECT_TRUE(waiting.get());
+}
+
+// ---- attempts the notifier thread sends for a sleeping waiter ---------------
+
+// Waits (boundedly) until `notifier` holds an armed attempt.
+bool eventually_armed(Notifier& notifier) {
+  const auto deadline = Clock::now() + 5s;
+  while (notifier.armed_count() == 0 && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  return notifier.armed_count() > 0;
+}
+
+TEST_F(NotifierTest, TheNotifierSendsTheSleepingWaitersAttemptOnRelease) {
+  SleepyMutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  SleepyMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  ASSERT_TRUE(holder.try_lock());
+  auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
+  ASSERT_TRUE(eventually_armed(client().notifier()));
+  const std::uint64_t sent_before = client().notifier().attempts_sent();
+  holder.unlock();
+  ASSERT_TRUE(waiting.get());
+  EXPECT_EQ(client().notifier().attempts_sent(), sent_before + 1);
+  EXPECT_EQ(get("k"), waiter.token());
+  EXPECT_GT(client().command("PTTL", "k").integer(), 25000);
+  EXPECT_TRUE(waiter.extend(30s));
+  waiter.unlock();
+  EXPECT_EQ(get("k"), "(nil)");
+}
+
+TEST_F(NotifierTest, FencedAndReplicatedAttemptsAreNotArmed) {
+  SleepyMutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  SleepyMutex waiter(client(), "k", LockOptions{}.ttl(30s).fencing(true), an_hour);
+  ASSERT_TRUE(holder.try_lock());
+  auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
+  wait_for_a_subscriber();
+  holder.unlock();
+  ASSERT_TRUE(waiting.get());
+  EXPECT_EQ(client().notifier().attempts_sent(), 0u);
+  EXPECT_EQ(client().notifier().armed_count(), 0u);
+}
+
+// cancel_waits() and a release at once: the waiter either holds the lock
+// (its attempt was on the wire first) or gave up holding nothing.
+TEST_F(NotifierTest, CancelWaitsRacingAPreSentAttemptLeavesNoLockBehind) {
+  SleepyMutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  SleepyMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  int taken = 0;
+  for (int round = 0; round < 30; ++round) {
+    ASSERT_TRUE(holder.try_lock());
+    auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
+    ASSERT_TRUE(eventually_armed(client().notifier()));
+    if (round % 2 == 0) {
+      std::thread releasing([&] { holder.unlock(); });
+      waiter.cancel_waits();
+      releasing.join();
+    } else {
+      holder.unlock();
+      waiter.cancel_waits();
+    }
+    if (waiting.get()) {
+      ++taken;
+      EXPECT_EQ(get("k"), waiter.token());
+      waiter.unlock();
+    }
+    EXPECT_EQ(get("k"), "(nil)") << "round " << round;
+  }
+  EXPECT_EQ(client().notifier().armed_count(), 0u);
+  std::cout << taken << " of 30 rounds took the lock\n";
+}
+
+// The release is announced late and the sent attempt's reply later still
+// (server-to-client latency): the waiter's deadline ends the read, the
+// attempt (granted on the server) is undone, and the call returns false.
+TEST_F(NotifierTest, APreSentAttemptAnsweredPastTheDeadlineIsUndone) {
+  testing::FaultProxy proxy(server().host(), server().port());
+  ClientOptions through = testing::client_options(server());
+  through.host = proxy.host();
+  through.port = proxy.port();
+  through.command_timeout = 5000ms;
+  Client waiting_client(through);
+  SleepyMutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  SleepyMutex waiter(waiting_client, "k", LockOptions{}.ttl(30s), an_hour);
+  ASSERT_TRUE(holder.try_lock());
+  const auto deadline = Clock::now() + 2250ms;
+  auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_until(deadline); });
+  ASSERT_TRUE(eventually_armed(waiting_client.notifier()));
+  proxy.set_latency(testing::FaultProxy::Direction::to_client, 1500ms);
+  proxy.sync();
+  holder.unlock();
+  EXPECT_FALSE(waiting.get());
+  EXPECT_LT(Clock::now(), deadline + 1000ms);
+  EXPECT_EQ(waiting_client.notifier().attempts_sent(), 1u);
+  proxy.heal();
+  const auto until = Clock::now() + 5s;
+  while (get("k") != "(nil)" && Clock::now() < until) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(get("k"), "(nil)") << "the granted attempt was never undone";
 }
 
 }  // namespace

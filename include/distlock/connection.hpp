@@ -96,6 +96,12 @@ class Connection {
   void read_available();
   std::optional<Reply> next_buffered_reply();
 
+  /// Owes the reply of `verb`, written on fd() by another thread (the
+  /// notifier's sent attempt, detail/armed_attempt.hpp): read_reply() reads it.
+  void expect_reply(std::string_view verb) noexcept {
+    if (pending_++ == 0) remember_verb(verb);
+  }
+
   /// Moves the reply read last out of the connection.
   Reply take_last() noexcept { return std::move(last_); }
 

@@ -23,6 +23,10 @@
 // that dropped) only delays a waiter until its timer, which the lock never
 // sets beyond the holder's remaining lease; after a reconnect every waiter is
 // woken to look again, since releases may have been missed meanwhile.
+//
+// A waiter may also leave its next attempt armed on its subscription
+// (detail/armed_attempt.hpp): the notifier thread writes it the moment the
+// channel's release is announced, then wakes the waiter, who reads the reply.
 #pragma once
 
 #include <poll.h>
@@ -44,6 +48,7 @@
 #include <vector>
 
 #include "distlock/connection.hpp"
+#include "distlock/detail/armed_attempt.hpp"
 #include "distlock/detail/thread_annotations.hpp"
 #include "distlock/error.hpp"
 #include "distlock/events.hpp"
@@ -87,6 +92,14 @@ class Notifier {
     /// channel's slot is served elsewhere now; subscribe again there.
     bool moved() const { return notifier_->is_moved(*channel_); }
 
+    /// Leaves `attempt` for the notifier thread to write on this channel's
+    /// next release message; false if another waiter's is armed there.
+    bool arm(detail::ArmedAttempt& attempt) { return notifier_->arm_on(*channel_, attempt); }
+    /// Takes it back (the notifier writes it no more); its state then.
+    detail::ArmedAttempt::State disarm(detail::ArmedAttempt& attempt) {
+      return notifier_->disarm_on(*channel_, attempt);
+    }
+
    private:
     friend class Notifier;
     Subscription(Notifier* notifier, Channel* channel) noexcept
@@ -123,16 +136,29 @@ class Notifier {
   std::size_t channel_count() const;
   /// Subscriber connections made so far (the first, plus reconnects).
   std::uint64_t connects() const;
+  /// Armed attempts the notifier thread has written so far, and channels
+  /// with one armed now (for tests and diagnostics).
+  std::uint64_t attempts_sent() const;
+  std::size_t armed_count() const;
+
+  /// The connection to arm an attempt on (Subscription::arm), lent to one
+  /// waiter at a time: null if another has it or it cannot be made before
+  /// `deadline`. Give it back with give_back_spare().
+  std::unique_ptr<Connection> lend_spare(clock::time_point deadline);
+  void give_back_spare(std::unique_ptr<Connection> connection) noexcept {
+    spare_.give_back(std::move(connection));
+  }
 
  private:
   struct Channel {
     std::string name;
     std::size_t waiters = 0;
     std::uint64_t generation = 0;
-    bool confirmed = false;         // the server said "subscribe" on the current connection
-    bool sent = false;              // SUBSCRIBE written on the current connection
-    bool moved = false;             // sharded: the node dropped it (slot served elsewhere)
-    clock::time_point abandoned{};  // when waiters last dropped to zero
+    bool confirmed = false;                 // the server said "subscribe" on the current connection
+    bool sent = false;                      // SUBSCRIBE written on the current connection
+    bool moved = false;                     // sharded: the node dropped it (slot served elsewhere)
+    clock::time_point abandoned{};          // when waiters last dropped to zero
+    detail::ArmedAttempt* armed = nullptr;  // a waiter's, written on the next message
     std::condition_variable changed;
   };
 
@@ -149,6 +175,8 @@ class Notifier {
   bool wait_on(Channel& channel, std::uint64_t seen, clock::time_point until);
   bool is_active(Channel& channel);
   bool is_moved(Channel& channel);
+  bool arm_on(Channel& channel, detail::ArmedAttempt& attempt);
+  detail::ArmedAttempt::State disarm_on(Channel& channel, detail::ArmedAttempt& attempt);
   void mark_moved(Channel& channel) DISTLOCK_REQUIRES(mutex_);
   void poke() noexcept;
 
@@ -167,6 +195,8 @@ class Notifier {
   bool stopping_ DISTLOCK_GUARDED_BY(mutex_) = false;
   bool retarget_ DISTLOCK_GUARDED_BY(mutex_) = false;  // retarget(): drop the connection
   std::uint64_t connects_ DISTLOCK_GUARDED_BY(mutex_) = 0;
+  std::uint64_t attempts_sent_ DISTLOCK_GUARDED_BY(mutex_) = 0;
+  detail::SpareConnection spare_;
 
   // Touched by the notifier thread only.
   std::unique_ptr<Connection> connection_;
@@ -252,6 +282,42 @@ inline bool Notifier::is_moved(Channel& channel) {
   return channel.moved;
 }
 
+inline bool Notifier::arm_on(Channel& channel, detail::ArmedAttempt& attempt) {
+  detail::MutexLock lock(mutex_);
+  if (channel.armed != nullptr) return false;
+  attempt.state = detail::ArmedAttempt::State::armed;
+  channel.armed = &attempt;
+  return true;
+}
+
+inline detail::ArmedAttempt::State Notifier::disarm_on(Channel& channel,
+                                                       detail::ArmedAttempt& attempt) {
+  detail::MutexLock lock(mutex_);
+  if (channel.armed == &attempt) channel.armed = nullptr;
+  return attempt.state;
+}
+
+inline std::unique_ptr<Connection> Notifier::lend_spare(clock::time_point deadline) {
+  ConnectionOptions where;
+  {
+    detail::MutexLock lock(mutex_);
+    where = options_;
+  }
+  return spare_.lend(where, deadline);
+}
+
+inline std::uint64_t Notifier::attempts_sent() const {
+  detail::MutexLock lock(mutex_);
+  return attempts_sent_;
+}
+
+inline std::size_t Notifier::armed_count() const {
+  detail::MutexLock lock(mutex_);
+  return static_cast<std::size_t>(
+      std::count_if(channels_.begin(), channels_.end(),
+                    [](const auto& entry) { return entry.second->armed != nullptr; }));
+}
+
 inline void Notifier::mark_moved(Channel& channel) {
   // Left "sent", so this connection does not ask again; a reconnect does.
   channel.moved = true;
@@ -292,158 +358,7 @@ inline void Notifier::poke() noexcept {
   static_cast<void>(::write(wake_fd_, &one, sizeof one));
 }
 
-inline void Notifier::run() {
-  auto retry_pause = std::chrono::milliseconds(10);
-  for (;;) {
-    bool moved = false;
-    {
-      detail::MutexLock lock(mutex_);
-      if (stopping_) return;
-      moved = std::exchange(retarget_, false);
-    }
-    if (moved && connection_) drop_connection();
-    if (!connection_ && !connect_once()) {
-      // Back off before reconnecting, but wake at once to stop.
-      pollfd wake{wake_fd_, POLLIN, 0};
-      ::poll(&wake, 1, static_cast<int>(retry_pause.count()));
-      std::uint64_t drained;
-      static_cast<void>(::read(wake_fd_, &drained, sizeof drained));
-      retry_pause = std::min(retry_pause * 2, std::chrono::milliseconds(1000));
-      continue;
-    }
-    retry_pause = std::chrono::milliseconds(10);
-    try {
-      const int timeout_ms = sync_subscriptions();
-      pollfd fds[2] = {{connection_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-      if (::poll(fds, 2, timeout_ms) < 0) continue;
-      if (fds[1].revents != 0) {
-        std::uint64_t drained;
-        static_cast<void>(::read(wake_fd_, &drained, sizeof drained));
-      }
-      if (fds[0].revents != 0) {
-        connection_->read_available();
-        while (std::optional<Reply> reply = connection_->next_buffered_reply()) handle(*reply);
-      }
-    } catch (const Error&) {
-      drop_connection();
-    }
-  }
-}
-
-inline bool Notifier::connect_once() {
-  ConnectionOptions where;
-  {
-    detail::MutexLock lock(mutex_);
-    where = options_;
-  }
-  try {
-    connection_ = std::make_unique<Connection>(where);
-  } catch (const Error&) {
-    return false;
-  }
-  bool again = false;
-  {
-    detail::MutexLock lock(mutex_);
-    up_ = true;
-    again = ++connects_ > 1;
-    // Releases may have gone unannounced while we were away: everyone looks again.
-    for (auto& [name, channel] : channels_) {
-      channel->sent = false;
-      channel->confirmed = false;
-      channel->moved = false;
-      ++channel->generation;
-      channel->changed.notify_all();
-    }
-  }
-  if (again && events_) {
-    const std::string endpoint = where.endpoint();
-    detail::emit_about(events_, LockEventType::notifier_reconnected, endpoint);
-  }
-  return true;
-}
-
-// Sends SUBSCRIBE for new channels and UNSUBSCRIBE for channels abandoned
-// longer than `linger`, which it then forgets. Returns the poll timeout (ms)
-// until the next look, or -1 when there are no channels at all.
-inline int Notifier::sync_subscriptions() {
-  std::vector<std::string> subscribe;
-  std::vector<std::string> unsubscribe;
-  clock::time_point next_due = clock::time_point::max();
-  {
-    detail::MutexLock lock(mutex_);
-    const clock::time_point now = clock::now();
-    // leave() does not wake this thread, so while any channel is known the
-    // thread looks again at least every `linger`.
-    if (!channels_.empty()) next_due = now + linger;
-    for (auto it = channels_.begin(); it != channels_.end();) {
-      Channel& channel = *it->second;
-      if (channel.waiters > 0) {
-        if (!channel.sent) subscribe.push_back(it->first);
-        channel.sent = true;
-      } else if (now - channel.abandoned < linger) {
-        next_due = std::min(next_due, channel.abandoned + linger);
-      } else {
-        // Nobody holds a Subscription to it, so nothing points at it.
-        if (channel.sent) unsubscribe.push_back(it->first);
-        it = channels_.erase(it);
-        continue;
-      }
-      ++it;
-    }
-  }
-  auto send = [&](std::string_view verb, const std::vector<std::string>& names) {
-    if (names.empty()) return;
-    std::vector<std::string_view> argv{verb};
-    argv.insert(argv.end(), names.begin(), names.end());
-    connection_->append_argv(argv);
-  };
-  send(sharded_ ? "SSUBSCRIBE" : "SUBSCRIBE", subscribe);
-  send(sharded_ ? "SUNSUBSCRIBE" : "UNSUBSCRIBE", unsubscribe);
-  if (!subscribe.empty() || !unsubscribe.empty()) connection_->flush();
-  if (next_due == clock::time_point::max()) return -1;
-  const auto wait = std::chrono::ceil<std::chrono::milliseconds>(next_due - clock::now());
-  return static_cast<int>(std::max<std::chrono::milliseconds::rep>(wait.count(), 0));
-}
-
-inline void Notifier::handle(const Reply& reply) {
-  if (sharded_ && reply.is_error()) {
-    // SSUBSCRIBE refused (MOVED: the slot is served elsewhere, or
-    // CROSSSLOT): the channels still waiting for their confirmation.
-    detail::MutexLock lock(mutex_);
-    for (auto& [name, channel] : channels_) {
-      if (channel->sent && !channel->confirmed && !channel->moved) mark_moved(*channel);
-    }
-    return;
-  }
-  if (!reply.is_array() || reply.size() < 3) return;
-  const std::string_view kind = reply[0].str();
-  const std::string name(reply[1].str());
-  detail::MutexLock lock(mutex_);
-  const auto it = channels_.find(name);
-  if (it == channels_.end()) return;
-  Channel& channel = *it->second;
-  if (kind == "message" || kind == "smessage") {
-    ++channel.generation;
-  } else if (kind == "subscribe" || kind == "ssubscribe") {
-    channel.confirmed = true;
-  } else if (kind == "sunsubscribe" && channel.confirmed) {
-    // Unasked (ours are only for channels already forgotten): the slot left.
-    mark_moved(channel);
-    return;
-  } else {
-    return;  // "unsubscribe" of an abandoned name that came back before the reply
-  }
-  channel.changed.notify_all();
-}
-
-inline void Notifier::drop_connection() {
-  connection_.reset();
-  detail::MutexLock lock(mutex_);
-  up_ = false;
-  for (auto& [name, channel] : channels_) {
-    channel->sent = false;
-    channel->confirmed = false;
-  }
-}
-
 }  // namespace distlock
+
+// The notifier thread's side: its loop, the connection and the messages.
+#include "distlock/detail/notifier_thread.hpp"  // IWYU pragma: export

@@ -13,12 +13,15 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "distlock/acquire_policy.hpp"
+#include "distlock/client.hpp"
 #include "distlock/connection.hpp"
 #include "distlock/detail/acquire.hpp"
 #include "distlock/detail/args.hpp"
+#include "distlock/detail/armed_attempt.hpp"
 #include "distlock/detail/exclusive_lock.hpp"
 #include "distlock/detail/key_type.hpp"
 #include "distlock/detail/single_server.hpp"
@@ -75,6 +78,36 @@ class LeaseProtocol : public SingleServer<Backend> {
         },
         [&](Connection& connection) { Wire::undo(connection, keys(), token); },
         this->replicas_.get(), this->key_);
+  }
+
+  /// The attempt as the notifier thread may write it for a sleeping waiter
+  /// (detail/armed_attempt.hpp); empty where it may not: a fenced attempt
+  /// (a script or a transaction), one with WAIT behind it, or a Backend
+  /// other than Client (a cluster routes each step; a sentinel's master
+  /// may move while the waiter sleeps).
+  std::string armed_command(Kind, const std::string& token) const {
+    if constexpr (std::is_same_v<Backend, Client>) {
+      if (!fencing_ && !this->replicas_) {
+        return format_command({"SET", this->key_, token, "NX", "PX", this->ttl_});
+      }
+    }
+    static_cast<void>(token);
+    return {};
+  }
+  /// An armed attempt's reply, as set_if_absent() reads it.
+  static Attempt armed_reply(const Reply& reply) {
+    reply.throw_if_error();
+    Attempt attempt;
+    attempt.acquired = reply.is_ok();
+    return attempt;
+  }
+  /// Behind an armed attempt whose reply never came, as attempt() undoes.
+  void undo(Kind, Connection& connection, const std::string& token) {
+    Wire::undo(connection, keys(), token);
+  }
+  Notifier& notifier() { return this->backend_.notifier(); }
+  std::chrono::milliseconds command_timeout() const {
+    return this->backend_.options().command_timeout;
   }
 
   /// The holder's PTTL, and (in the same round trip) a check that the key

@@ -41,10 +41,13 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "distlock/connection.hpp"
 #include "distlock/detail/acquire.hpp"
+#include "distlock/detail/armed_attempt.hpp"
 #include "distlock/detail/hold_keeper.hpp"
 #include "distlock/detail/thread_annotations.hpp"
 #include "distlock/detail/time.hpp"
@@ -56,6 +59,16 @@
 #include "distlock/watchdog.hpp"
 
 namespace distlock::detail {
+
+/// Whether `Protocol` can leave an attempt armed for the notifier thread
+/// to send (LeaseProtocol: Mutex, SimpleMutex).
+template <class Protocol, class = void>
+inline constexpr bool armable = false;
+template <class Protocol>
+inline constexpr bool armable<
+    Protocol, std::void_t<decltype(std::declval<Protocol&>().armed_command(
+                  std::declval<typename Protocol::Kind>(), std::declval<const std::string&>()))>> =
+    true;
 
 template <class Protocol, class Policy>
 class Lifecycle : public HoldKeeper<Protocol> {
@@ -78,11 +91,14 @@ class Lifecycle : public HoldKeeper<Protocol> {
     std::optional<Notifier::Subscription> subscription;
     bool subscribed = false;
     clock::time_point first_sent{};
+    Presented presented;  // an attempt the notifier thread sent while we slept
     for (unsigned attempt = 1;; ++attempt) {
       // Read before the attempt, so a release announced between a failed
       // attempt and the sleep ends that sleep at once.
-      const std::uint64_t seen = subscription ? subscription->generation() : 0;
-      const clock::time_point sent = clock::now();
+      const std::uint64_t seen = presented.answer ? presented.seen
+                                 : subscription   ? subscription->generation()
+                                                  : 0;
+      const clock::time_point sent = presented.answer ? presented.sent : clock::now();
       if (attempt == 1) first_sent = sent;
       const bool last_chance = !wait || sent >= deadline;
       // A first attempt past the deadline is a try_lock(); after waiting, a last
@@ -93,12 +109,19 @@ class Lifecycle : public HoldKeeper<Protocol> {
       }
       Attempt result;
       bool local_holder = attempt == 1 ? busy_at_start : busy_here();
-      if (local_holder) {
+      if (presented.answer) {
+        // Settled as one we sent ourselves at `sent` (adopt() still defers
+        // to a holder of this object that got there first).
+        result = *std::exchange(presented.answer, std::nullopt);
+        local_holder = false;
+      } else if (local_holder) {
         result.holder_pttl = -1;  // our own holder: wait for its unlock, not for Redis
       } else {
         const std::optional<Attempt> answered = protocol_.attempt(kind, id, step_deadline);
         if (!answered) return Outcome::timed_out;  // the deadline cut the step short
         result = *answered;
+      }
+      if (!local_holder) {
         if (result.not_replicated) {
           // Granted, but fewer replicas have it than asked: never held.
           give_back(kind, result.id.empty() ? id : result.id);
@@ -155,11 +178,14 @@ class Lifecycle : public HoldKeeper<Protocol> {
       const clock::time_point until =
           next_attempt_at(policy_, attempt, holder_pttl, deadline, announced);
       if (subscription && !local_holder) {
-        subscription->wait(seen, until);
+        if (!sleep_armed(*subscription, kind, id, seen, until, deadline, presented)) {
+          return Outcome::timed_out;  // the deadline cut short the sent attempt's reply
+        }
       } else {
         cancellation_.sleep_until(cancel_seen, until);
       }
-      if (cancellation_.since(cancel_seen)) return Outcome::cancelled;
+      // A sent attempt is settled first: it may have taken the lock.
+      if (!presented.answer && cancellation_.since(cancel_seen)) return Outcome::cancelled;
     }
   }
 
@@ -218,6 +244,91 @@ class Lifecycle : public HoldKeeper<Protocol> {
   // The time a last attempt after waiting may take past the deadline: a
   // round trip to a few servers, and no more.
   static constexpr std::chrono::milliseconds last_step{5};
+
+  // The answer to an attempt the notifier thread sent for us, when it was
+  // sent, and the channel's generation then.
+  struct Presented {
+    std::optional<Attempt> answer;
+    clock::time_point sent{};
+    std::uint64_t seen = 0;
+  };
+
+  // Sleeps on `subscription` until `until` or a wake-up (as
+  // Subscription::wait), with the next attempt armed on it where the
+  // protocol allows (detail/armed_attempt.hpp). An attempt the notifier
+  // sent is read here, by the deadline rules of one of our own (undone if
+  // its reply never comes), into `presented`. False if the deadline cut
+  // that read short.
+  bool sleep_armed(Notifier::Subscription& subscription, Kind kind, const std::string& id,
+                   std::uint64_t seen, clock::time_point until, clock::time_point deadline,
+                   Presented& presented) {
+    std::string command;
+    if constexpr (armable<Protocol>) command = protocol_.armed_command(kind, id);
+    if (command.empty()) {
+      subscription.wait(seen, until);
+      return true;
+    }
+    if constexpr (armable<Protocol>) {
+      Notifier& notifier = protocol_.notifier();
+      std::unique_ptr<Connection> connection = notifier.lend_spare(deadline);
+      if (!connection) {
+        subscription.wait(seen, until);
+        return true;
+      }
+      ArmedAttempt armed(connection->fd(), std::move(command));
+      // Disarmed, read if sent, and given back however the sleep ends.
+      SpareUse use{notifier, subscription, armed, connection};
+      if (subscription.arm(armed)) use.armed = true;
+      subscription.wait(seen, until);
+      if (use.disarm() != ArmedAttempt::State::sent) return true;
+      const clock::time_point cut =
+          armed.sent_at >= deadline ? std::max(deadline, armed.sent_at + last_step) : deadline;
+      connection->set_timeout(reply_timeout(protocol_.command_timeout(), cut));
+      connection->expect_reply("SET");
+      try {
+        presented.answer = Protocol::armed_reply(connection->read_reply());
+        use.settled = true;
+      } catch (const Error& error) {
+        use.settled = true;  // read (a refusal by the server), or undone below
+        const std::error_code code = error.code();
+        if (code == Errc::timed_out || code == Errc::io_error || code == Errc::protocol_error) {
+          protocol_.undo(kind, *connection, id);  // as attempt_or_undo() does
+          if (code == Errc::timed_out && deadline_reached(cut)) return false;
+        }
+        throw;
+      }
+      presented.sent = armed.sent_at;
+      presented.seen = armed.seen;
+    }
+    return true;
+  }
+
+  // Ends the use of the spare connection an attempt was armed on, however
+  // the sleep ends: disarmed, the connection given back (dropped if it is
+  // left broken or owing the reply of a sent attempt nobody read).
+  struct SpareUse {
+    Notifier& notifier;
+    Notifier::Subscription& subscription;
+    ArmedAttempt& attempt;
+    std::unique_ptr<Connection>& connection;
+    bool armed = false;
+    ArmedAttempt::State state = ArmedAttempt::State::unsent;  // as disarmed
+    bool settled = false;  // a sent attempt's reply read, or the attempt undone
+    ArmedAttempt::State disarm() {
+      if (std::exchange(armed, false)) state = subscription.disarm(attempt);
+      return state;
+    }
+    ~SpareUse() {
+      disarm();
+      // Torn: part of a command is on the wire, and whatever is written
+      // next would complete it. Sent and never read (only if the sleep
+      // threw): its grant, if any, lives out its lease.
+      if (state == ArmedAttempt::State::torn || (state == ArmedAttempt::State::sent && !settled)) {
+        connection.reset();
+      }
+      notifier.give_back_spare(std::move(connection));
+    }
+  };
 
   // Counts one more hold if the calling thread has one of `kind` (re-
   // entrant protocols), or refuses the lock (the others; or a protocol rule).
