@@ -10,7 +10,6 @@
 
 #include <hiredis/hiredis.h>
 #include <poll.h>
-#include <sys/socket.h>
 #include <sys/time.h>
 
 #include <algorithm>
@@ -28,6 +27,7 @@
 
 #include "distlock/connection_options.hpp"
 #include "distlock/detail/args.hpp"
+#include "distlock/detail/command_format.hpp"
 #include "distlock/detail/sharded_scripts.hpp"
 #include "distlock/error.hpp"
 #include "distlock/reply.hpp"
@@ -185,13 +185,6 @@ class Connection {
     trailed_ = true;
   }
 
-  // Commands are short (the longest is a script call): argv of up to this
-  // many arguments is laid out on the stack, longer on the heap.
-  static constexpr std::size_t stack_args = 16;
-  // Calls use(ptrs, lens) with argv as hiredis takes it.
-  template <class Use>
-  static auto with_pointers(detail::Args argv, Use&& use);
-
   ConnectionOptions options_;
   std::unique_ptr<redisContext, FreeContext> context_;
   std::chrono::milliseconds timeout_{};
@@ -238,32 +231,9 @@ inline Connection::Connection(ConnectionOptions options) : options_(std::move(op
   if (options_.db != 0) command("SELECT", detail::Decimal(options_.db));
 }
 
-template <class Use>
-auto Connection::with_pointers(detail::Args argv, Use&& use) {
-  const char* stack_ptrs[stack_args];
-  std::size_t stack_lens[stack_args];
-  std::vector<const char*> heap_ptrs;
-  std::vector<std::size_t> heap_lens;
-  const char** ptrs = stack_ptrs;
-  std::size_t* lens = stack_lens;
-  if (argv.size() > stack_args) {
-    heap_ptrs.resize(argv.size());
-    heap_lens.resize(argv.size());
-    ptrs = heap_ptrs.data();
-    lens = heap_lens.data();
-  }
-  std::size_t i = 0;
-  for (const std::string_view arg : argv) {
-    ptrs[i] = arg.data();
-    lens[i] = arg.size();
-    ++i;
-  }
-  return use(ptrs, lens);
-}
-
 inline void Connection::append_argv(detail::Args argv) {
   if (pending_ == 0) remember_verb(argv.size() == 0 ? std::string_view() : *argv.begin());
-  const int appended = with_pointers(argv, [&](const char** ptrs, const std::size_t* lens) {
+  const int appended = detail::with_pointers(argv, [&](const char** ptrs, const std::size_t* lens) {
     return redisAppendCommandArgv(context_.get(), static_cast<int>(argv.size()), ptrs, lens);
   });
   if (appended != REDIS_OK) fail("append");
@@ -315,8 +285,8 @@ inline std::optional<Reply> Connection::next_buffered_reply() {
 
 inline void Connection::append_script(std::string_view verb, std::string_view body,
                                       detail::Args keys, detail::Args args) {
-  detail::with_script_argv<stack_args>(verb, body, keys, args,
-                                       [&](detail::Args argv) { append_argv(argv); });
+  detail::with_script_argv<detail::stack_args>(verb, body, keys, args,
+                                               [&](detail::Args argv) { append_argv(argv); });
 }
 
 inline void Connection::append_evalsha(const Script& script, detail::Args keys, detail::Args args) {
@@ -389,52 +359,14 @@ inline void Connection::fail(const char* during, bool timed_out) {
 }
 
 inline void Connection::send_behind(detail::Args argv) noexcept {
-  // hiredis refuses to write once its context has an error, so the command
-  // is formatted here and written straight to the socket, after whatever
-  // the broken context still had queued (nothing: it flushes before reading).
-  if (argv.size() > stack_args) return;  // so that nothing below allocates or throws
-  char* raw = nullptr;
-  const long long size = with_pointers(argv, [&](const char** ptrs, const std::size_t* lens) {
-    return static_cast<long long>(
-        redisFormatCommandArgv(&raw, static_cast<int>(argv.size()), ptrs, lens));
-  });
-  struct FreeCommand {
-    void operator()(char* command) const noexcept { redisFreeCommand(command); }
-  };
-  const std::unique_ptr<char, FreeCommand> formatted(raw);
-  if (size <= 0 || !formatted) return;
-  std::size_t written = 0;
-  const auto total = static_cast<std::size_t>(size);
-  while (written < total) {
-    const ssize_t n = ::send(context_->fd, formatted.get() + written, total - written,
-                             MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n <= 0) break;  // a full socket buffer: the lease expires instead
-    written += static_cast<std::size_t>(n);
-  }
-  // A reply already waiting here would make close() reset the connection,
-  // and a reset can discard what the server has not read yet: our undo.
-  char sink[4096];
-  while (::recv(context_->fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {
-  }
-  broken_ = true;
+  // Formatted and written past hiredis, which refuses to write on a
+  // context that has failed (detail/command_format.hpp).
+  if (detail::send_unread(context_->fd, argv)) broken_ = true;
 }
 
 inline void Connection::send_eval_behind(const Script& given, detail::Args keys,
                                          detail::Args args) noexcept {
-  if (3 + keys.size() + args.size() > stack_args) return;  // nothing below allocates
-  // The twin was made by the attempt this undoes, so this only looks it up.
-  const Script* twin = &given;
-  if (sharded_publish_) {
-    try {
-      twin = &detail::with_sharded_publish(given);
-    } catch (...) {
-      return;  // best effort, as the rest of it
-    }
-  }
-  const Script& script = *twin;
-  // EVAL, not EVALSHA: nobody will read a NOSCRIPT.
-  detail::with_script_argv<stack_args>("EVAL", script.source, keys, args,
-                                       [&](detail::Args argv) { send_behind(argv); });
+  if (detail::send_eval_unread(context_->fd, given, sharded_publish_, keys, args)) broken_ = true;
 }
 
 }  // namespace distlock

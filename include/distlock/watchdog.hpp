@@ -31,11 +31,11 @@
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "distlock/detail/renewal_round.hpp"
+#include "distlock/detail/renewal_schedule.hpp"
 #include "distlock/detail/thread_annotations.hpp"
 #include "distlock/events.hpp"
 #include "distlock/lease.hpp"
@@ -140,20 +140,12 @@ class Watchdog {
   /// revalidate(), do not count).
   std::size_t size() const {
     detail::MutexLock lock(state_->mutex);
-    return static_cast<std::size_t>(
-        std::count_if(state_->entries.begin(), state_->entries.end(),
-                      [](const auto& entry) { return !entry.second.fixed; }));
+    return detail::renewing(state_->entries);
   }
 
  private:
-  struct Entry {
-    std::shared_ptr<detail::LeaseState> lease;
-    clock::time_point next_renewal;
-    clock::time_point hold_until;
-    bool in_flight = false;  // part of the round being sent
-    bool fixed = false;      // fixed ttl: re-read on revalidate() only, never lengthened
-    unsigned held_off = 0;   // extends of it under way (threads may share a lock)
-  };
+  // When each lease falls due, and why: detail/renewal_schedule.hpp.
+  using Entry = detail::RenewalEntry;
 
  public:
   /// Shared by the Watchdog and its thread (see the top of this file).
@@ -161,7 +153,7 @@ class Watchdog {
     detail::Mutex mutex;
     std::condition_variable changed;     // wakes the thread
     std::condition_variable round_done;  // wakes remove(), hold_off(), renew_all_now()
-    using Entries = std::unordered_map<const detail::LeaseState*, Entry>;
+    using Entries = detail::RenewalEntries;
     Entries entries DISTLOCK_GUARDED_BY(mutex);
     // Nodes of leases removed lately, for add() to reuse: a lock that is
     // taken and given back over and over allocates no node per cycle.
@@ -187,24 +179,6 @@ class Watchdog {
   };
 
  private:
-  static clock::time_point renewal_after(clock::time_point sent, std::chrono::milliseconds ttl) {
-    return sent + ttl / 3;
-  }
-  // Readies a fixed-ttl lease for revalidation: "renewed" to the time it
-  // has left, so the server keeps the key no longer than its holder counts
-  // on (a little longer: the round trip), and renewal scripts lengthen
-  // only. False, and off the schedule, once it has run out.
-  // Called under the mutex.
-  static bool revalidating(Entry& entry, clock::time_point now) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(entry.lease->expires() - now);
-    if (left <= std::chrono::milliseconds(0)) {
-      entry.next_renewal = clock::time_point::max();
-      return false;
-    }
-    entry.lease->ttl = left;
-    entry.lease->ttl_text = std::to_string(left.count());
-    return true;
-  }
   using Told = std::vector<std::pair<std::shared_ptr<detail::LeaseState>, LockEventType>>;
   using Lost = std::vector<std::pair<std::shared_ptr<detail::LeaseState>, LostReason>>;
   static void run(State& state);
@@ -221,11 +195,7 @@ inline void Watchdog::add(std::shared_ptr<detail::LeaseState> lease, clock::time
   bool sooner;
   {
     detail::MutexLock lock(state_->mutex);
-    Entry entry;
-    entry.next_renewal =
-        renew ? renewal_after(lease->acquired, lease->ttl) : clock::time_point::max();
-    entry.hold_until = hold_until;
-    entry.fixed = !renew;
+    Entry entry = detail::first_entry(*lease, hold_until, renew);
     // Waking the thread costs a system call and a context switch, as much as
     // the rest of a lock's client-side work: only when it would otherwise
     // sleep past this lease's first renewal.
@@ -272,11 +242,7 @@ inline void Watchdog::HoldOff::extended(std::chrono::milliseconds ttl, clock::ti
     detail::MutexLock lock(state_->mutex);
     const auto it = state_->entries.find(lease_);
     if (it == state_->entries.end()) return;
-    detail::LeaseState& record = *it->second.lease;
-    record.ttl = ttl;
-    record.ttl_text = std::to_string(ttl.count());
-    record.set_expires(record.expiry_after(sent));
-    if (!it->second.fixed) it->second.next_renewal = renewal_after(sent, ttl);
+    detail::extended(it->second, ttl, sent);
     ++state_->changes;
   }
   state_->changed.notify_all();
@@ -332,16 +298,10 @@ inline void Watchdog::run(State& state) {
   // with no lock held; stays empty, and allocates nothing, without hooks.
   Told told;
   while (!state.stopping) {
-    // Sleep until the next renewal or expiry falls due.
-    clock::time_point wake = clock::time_point::max();
-    for (const auto& [key, entry] : state.entries) {
-      if (entry.held_off) continue;
-      wake = std::min(wake, entry.next_renewal);
-      if (!entry.fixed) wake = std::min(wake, entry.lease->expires());
-    }
-    // With nothing due it still looks once a second, so a lease added with
-    // a long TTL need not wake it (see add()).
-    wake = std::min(wake, clock::now() + idle_look);
+    // Sleep until the next renewal or expiry falls due. With nothing due it
+    // still looks once a second, so a lease added with a long TTL need not
+    // wake it (see add()).
+    const clock::time_point wake = detail::next_wake(state.entries, clock::now() + idle_look);
     state.planned_wake = wake;
     const std::uint64_t seen = state.changes;
     lock.wait_until(state.changed, wake, [&]() DISTLOCK_REQUIRES(state.mutex) {
@@ -351,18 +311,7 @@ inline void Watchdog::run(State& state) {
 
     const clock::time_point now = clock::now();
     const bool all = std::exchange(state.force_round, false);
-    work.clear();
-    for (auto& [key, entry] : state.entries) {
-      if (entry.held_off || entry.lease->lost) continue;
-      if (entry.hold_until <= now) {
-        entry.next_renewal = clock::time_point::max();  // capped: only its expiry is left
-        continue;
-      }
-      if (!all && entry.next_renewal > now) continue;
-      if (entry.fixed && !revalidating(entry, now)) continue;
-      entry.in_flight = true;
-      work.push_back(&entry);
-    }
+    detail::take_due(state.entries, now, all, work);
 
     const clock::time_point sent = clock::now();
     if (!work.empty()) {
@@ -378,28 +327,16 @@ inline void Watchdog::run(State& state) {
     for (std::size_t i = 0; i < work.size(); ++i) {
       Entry& entry = *work[i];
       entry.in_flight = false;
-      detail::LeaseState& lease = *entry.lease;
-      if (lease.events && outcomes[i] != detail::Renewed::gone && !entry.fixed) {
-        told.emplace_back(entry.lease, outcomes[i] == detail::Renewed::yes
-                                           ? LockEventType::renewed
-                                           : LockEventType::renewal_failed);
+      if (outcomes[i] == detail::Renewed::gone) {
+        lost.emplace_back(entry.lease, LostReason::taken);
+        continue;
       }
-      switch (outcomes[i]) {
-        case detail::Renewed::yes:
-          if (entry.fixed) {
-            entry.next_renewal = clock::time_point::max();  // revalidated; its expiry stands
-            break;
-          }
-          lease.set_expires(lease.expiry_after(sent));
-          entry.next_renewal = renewal_after(sent, lease.ttl);
-          break;
-        case detail::Renewed::gone: lost.emplace_back(entry.lease, LostReason::taken); break;
-        case detail::Renewed::unknown:
-          // Unconfirmed: try again soon, well before the lease runs out.
-          entry.next_renewal =
-              after + std::min<clock::duration>(lease.ttl / 10, std::chrono::milliseconds(100));
-          break;
+      const bool renewed = outcomes[i] == detail::Renewed::yes;
+      if (entry.lease->events && !entry.fixed) {
+        told.emplace_back(entry.lease,
+                          renewed ? LockEventType::renewed : LockEventType::renewal_failed);
       }
+      detail::reschedule(entry, renewed, sent, after);
     }
     for (const auto& [key, entry] : state.entries) {
       if (entry.held_off || entry.fixed || entry.lease->expires() > after) continue;

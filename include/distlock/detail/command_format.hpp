@@ -1,0 +1,113 @@
+// Commands in the forms Connection (connection.hpp) hands them on: an argv
+// laid out as the pointer and length arrays hiredis's argv calls take, and
+// a command formatted and written straight to a socket, past hiredis.
+//
+// The second is for a connection whose hiredis context has failed (a reply
+// not in time): hiredis refuses to write on such a context, yet an undo
+// written behind the late command must still reach the server. It runs in
+// noexcept paths, so send_unread() and send_eval_unread() throw nothing
+// and allocate nothing beyond hiredis's own formatting buffer.
+#pragma once
+
+#include <hiredis/hiredis.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <cstddef>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "distlock/connection_options.hpp"
+#include "distlock/detail/args.hpp"
+#include "distlock/detail/sharded_scripts.hpp"
+
+namespace distlock::detail {
+
+/// Commands are short (the longest is a script call): argv of up to this
+/// many arguments is laid out on the stack, longer on the heap.
+inline constexpr std::size_t stack_args = 16;
+
+/// Calls use(ptrs, lens) with argv as hiredis takes it, and returns what
+/// it returns.
+template <class Use>
+auto with_pointers(Args argv, Use&& use) {
+  const char* stack_ptrs[stack_args];
+  std::size_t stack_lens[stack_args];
+  std::vector<const char*> heap_ptrs;
+  std::vector<std::size_t> heap_lens;
+  const char** ptrs = stack_ptrs;
+  std::size_t* lens = stack_lens;
+  if (argv.size() > stack_args) {
+    heap_ptrs.resize(argv.size());
+    heap_lens.resize(argv.size());
+    ptrs = heap_ptrs.data();
+    lens = heap_lens.data();
+  }
+  std::size_t i = 0;
+  for (const std::string_view arg : argv) {
+    ptrs[i] = arg.data();
+    lens[i] = arg.size();
+    ++i;
+  }
+  return use(ptrs, lens);
+}
+
+/// Formats argv and writes it to `fd` without blocking, reading no reply
+/// (Connection::send_behind). False if nothing was tried: argv too long to
+/// lay out on the stack, or formatting failed. Best effort otherwise: a
+/// full socket buffer drops the rest.
+inline bool send_unread(int fd, Args argv) noexcept {
+  // hiredis refuses to write once its context has an error, so the command
+  // is formatted here and written straight to the socket, after whatever
+  // the broken context still had queued (nothing: it flushes before reading).
+  if (argv.size() > stack_args) return false;  // so that nothing below allocates or throws
+  char* raw = nullptr;
+  const long long size = with_pointers(argv, [&](const char** ptrs, const std::size_t* lens) {
+    return static_cast<long long>(
+        redisFormatCommandArgv(&raw, static_cast<int>(argv.size()), ptrs, lens));
+  });
+  struct FreeCommand {
+    void operator()(char* command) const noexcept { redisFreeCommand(command); }
+  };
+  const std::unique_ptr<char, FreeCommand> formatted(raw);
+  if (size <= 0 || !formatted) return false;
+  std::size_t written = 0;
+  const auto total = static_cast<std::size_t>(size);
+  while (written < total) {
+    const ssize_t n =
+        ::send(fd, formatted.get() + written, total - written, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n <= 0) break;  // a full socket buffer: the lease expires instead
+    written += static_cast<std::size_t>(n);
+  }
+  // A reply already waiting here would make close() reset the connection,
+  // and a reset can discard what the server has not read yet: our undo.
+  char sink[4096];
+  while (::recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {
+  }
+  return true;
+}
+
+/// send_unread() of a script, by EVAL (no NOSCRIPT can be answered), in
+/// its SPUBLISH twin when `sharded` (detail/sharded_scripts.hpp).
+inline bool send_eval_unread(int fd, const Script& given, bool sharded, Args keys,
+                             Args args) noexcept {
+  if (3 + keys.size() + args.size() > stack_args) return false;  // nothing below allocates
+  // The twin was made by the attempt this undoes, so this only looks it up.
+  const Script* twin = &given;
+  if (sharded) {
+    try {
+      twin = &with_sharded_publish(given);
+    } catch (...) {
+      return false;  // best effort, as the rest of it
+    }
+  }
+  const Script& script = *twin;
+  bool sent = false;
+  // EVAL, not EVALSHA: nobody will read a NOSCRIPT.
+  with_script_argv<stack_args>("EVAL", script.source, keys, args,
+                               [&](Args argv) { sent = send_unread(fd, argv); });
+  return sent;
+}
+
+}  // namespace distlock::detail
