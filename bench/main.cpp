@@ -45,6 +45,7 @@ const std::vector<Ratio> ratios = {
     {"BM_Watchdog_Renew10000_Permits", "BM_Raw_Pexpire10000_Pipelined", 3.0},
     {"BM_Watchdog_Renew10000_SharedRead", "BM_Raw_ReadLayoutRenew10000_Pipelined", 1.5},
     {"BM_Watchdog_Renew10000_Permits", "BM_Raw_PermitLayoutRenew10000_Pipelined", 1.5},
+    {"BM_Watchdog_Renew10000_Simple", "BM_Raw_WatchLayoutRenew10000_Pipelined", 1.5},
     {"BM_ReentrantMutex_LockUnlock", "BM_Raw_SetNxPx_EvalshaDel", 1.35},
     {"BM_ReentrantMutex_Reenter", "BM_ReentrantMutex_LockUnlock", 0.05},
     {"BM_SharedMutex_LockUnlockShared", "BM_Raw_SetNxPx_EvalshaDel", 1.6},

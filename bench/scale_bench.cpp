@@ -6,7 +6,9 @@
 //   one lock type, against BM_Raw_Pexpire10000_Pipelined (10,000 plain
 //   PEXPIREs in one pipeline). A read hold and a permit need more than
 //   one command per lease in their layout: BM_Raw_ReadLayoutRenew10000_-
-//   and BM_Raw_PermitLayoutRenew10000_Pipelined are their own floors.
+//   and BM_Raw_PermitLayoutRenew10000_Pipelined are their own floors, and
+//   SimpleMutex, which renews with WATCH and MULTI/EXEC for want of Lua,
+//   has BM_Raw_WatchLayoutRenew10000_Pipelined.
 // - BM_Wake1000: 1,000 threads of one Client each wait in lock() on a name
 //   of its own; the names are released one at a time and each release's
 //   waiter is timed from the release call to its lock() returning. Median
@@ -228,6 +230,66 @@ void BM_Raw_PermitLayoutRenew10000_Pipelined(benchmark::State& state) {
   counters.report(state);
 }
 BENCHMARK(BM_Raw_PermitLayoutRenew10000_Pipelined)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The floor of SimpleMutex's renewal, which keeps its promise of no Lua:
+// per chunk of 100 leases (its watch_size), WATCH the keys, MGET them,
+// then MULTI, PEXPIRE <ttl> GT each, EXEC. 10,000 leases are 100 such
+// chunks, 10,400 commands, all sent as one pipeline: the server's work
+// for the layout, without the round trip per chunk the renewer needs to
+// see the values before it lengthens.
+void BM_Raw_WatchLayoutRenew10000_Pipelined(benchmark::State& state) {
+  constexpr int chunk = 100;
+  const RawConnection redis = raw_connect(server_options());
+  std::vector<std::string> keys;
+  std::vector<RawCommand> pexpires;
+  keys.reserve(many_leases);
+  pexpires.reserve(many_leases);
+  for (int i = 0; i < many_leases; ++i) {
+    keys.push_back(numbered("bench:scale:raw-watch:", i));
+    RawCommand{"SET", keys.back(), "tok", "PX", "30000"}.append(redis.get());
+    pexpires.push_back(RawCommand{"PEXPIRE", keys.back(), "30000", "GT"});
+  }
+  if (!read_replies(redis.get(), many_leases, REDIS_REPLY_STATUS, state)) return;
+  // Each chunk's keys as argv, behind a slot for the command's name.
+  std::vector<std::vector<const char*>> chunk_argv;
+  std::vector<std::vector<std::size_t>> chunk_lengths;
+  for (int first = 0; first < many_leases; first += chunk) {
+    chunk_argv.push_back({nullptr});
+    chunk_lengths.push_back({0});
+    for (int i = first; i < first + chunk; ++i) {
+      chunk_argv.back().push_back(keys[static_cast<std::size_t>(i)].c_str());
+      chunk_lengths.back().push_back(keys[static_cast<std::size_t>(i)].size());
+    }
+  }
+  const auto append_keyed = [&](const char* command, std::size_t n) {
+    chunk_argv[n][0] = command;
+    chunk_lengths[n][0] = std::strlen(command);
+    redisAppendCommandArgv(redis.get(), static_cast<int>(chunk_argv[n].size()),
+                           chunk_argv[n].data(), chunk_lengths[n].data());
+  };
+  const RawCommand multi{"MULTI"};
+  const RawCommand exec{"EXEC"};
+  const CycleCounters counters;
+  for (auto _ : state) {
+    for (std::size_t n = 0; n < chunk_argv.size(); ++n) {
+      append_keyed("WATCH", n);
+      append_keyed("MGET", n);
+      multi.append(redis.get());
+      for (std::size_t i = n * chunk; i < (n + 1) * chunk; ++i) pexpires[i].append(redis.get());
+      exec.append(redis.get());
+    }
+    bool ok = true;
+    for (std::size_t n = 0; n < chunk_argv.size() && ok; ++n) {
+      ok = read_replies(redis.get(), 1, REDIS_REPLY_STATUS, state) &&          // WATCH
+           read_replies(redis.get(), 1, REDIS_REPLY_ARRAY, state) &&           // MGET
+           read_replies(redis.get(), chunk + 1, REDIS_REPLY_STATUS, state) &&  // MULTI, QUEUED
+           read_replies(redis.get(), 1, REDIS_REPLY_ARRAY, state);             // EXEC
+    }
+    if (!ok) break;
+  }
+  counters.report(state);
+}
+BENCHMARK(BM_Raw_WatchLayoutRenew10000_Pipelined)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // Resident memory of the process, in bytes (VmRSS).
 double resident_bytes() {
