@@ -82,7 +82,6 @@ template <class L>
 struct ExclusiveKind {
   using Lock = L;
   static constexpr bool shared = false;
-  static constexpr bool fences = true;
   static constexpr std::size_t masters = 1;
   static std::unique_ptr<Lock> make(std::vector<Client>& clients, const std::string& name,
                                     const LockOptions& options) {
@@ -108,7 +107,6 @@ struct ReentrantKind : ExclusiveKind<ReentrantMutex> {
 struct SharedKind : ExclusiveKind<SharedMutex> {
   static constexpr const char* name = "SharedMutex";
   static constexpr bool shared = true;
-  static constexpr bool fences = false;
   static bool acquire(SharedMutex& lock, bool write, milliseconds timeout) {
     return write ? lock.try_lock_for(timeout) : lock.try_lock_shared_for(timeout);
   }
@@ -123,13 +121,12 @@ struct SharedKind : ExclusiveKind<SharedMutex> {
 };
 struct RedlockKind : ExclusiveKind<Redlock> {
   static constexpr const char* name = "Redlock";
-  static constexpr bool fences = false;
   static constexpr std::size_t masters = 3;
-  static std::unique_ptr<Redlock> make(std::vector<Client>& clients, const std::string& name,
+  static std::unique_ptr<Redlock> make(std::vector<Client>& clients, const std::string& lock_name,
                                        const LockOptions& options) {
     std::vector<Client*> pointers;
     for (Client& client : clients) pointers.push_back(&client);
-    return std::make_unique<Redlock>(pointers, name, RedlockOptions(options));
+    return std::make_unique<Redlock>(pointers, lock_name, RedlockOptions(options));
   }
   static long long fence(Redlock&) { return 0; }
 };
@@ -781,7 +778,6 @@ struct FleetKind {
     std::tuple<std::unique_ptr<Roles>...> members;  // only the role's is made
   };
   static constexpr bool shared = Shared;
-  static constexpr bool fences = false;
   static constexpr std::size_t masters = 1;
   static std::unique_ptr<Lock> make(std::vector<Client>& clients, const std::string& name,
                                     const LockOptions& options) {

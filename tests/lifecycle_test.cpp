@@ -119,9 +119,9 @@ struct RedlockKind : ExclusiveKind<Redlock> {
   static constexpr const char* acquire_verb = "SET";
   using NoDeadlineError = NoQuorumError;  // every master stopped: no quorum
 
-  static std::unique_ptr<Redlock> make(const std::vector<Client*>& clients, const std::string& name,
-                                       LockOptions options) {
-    return std::make_unique<Redlock>(clients, name, RedlockOptions(std::move(options)));
+  static std::unique_ptr<Redlock> make(const std::vector<Client*>& clients,
+                                       const std::string& lock_name, LockOptions options) {
+    return std::make_unique<Redlock>(clients, lock_name, RedlockOptions(std::move(options)));
   }
 };
 

@@ -66,7 +66,8 @@ TEST(Token, ThreadsNeverShareTokens) {
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&made, t] {
-      for (int i = 0; i < per_thread; ++i) made[t].push_back(make_token());
+      for (int i = 0; i < per_thread; ++i)
+        made[static_cast<std::size_t>(t)].push_back(make_token());
     });
   }
   for (auto& worker : workers) worker.join();

@@ -548,9 +548,9 @@ TEST_F(WatchdogTest, UnlockRacingRenewalsThatFindLeasesGoneThousandsOfTimes) {
         if (!lock->try_lock()) ++unexpected;
       }
       deleter.borrow()->command_argv(del);
-      for (int i = 0; i < locks_per_thread; ++i) {
+      for (std::size_t i = 0; i < locks.size(); ++i) {
         if (!locks[i]->owns_lock()) continue;
-        if ((cycle + i) % 2 == 0) {
+        if ((static_cast<std::size_t>(cycle) + i) % 2 == 0) {
           locks[i]->unlock();
         } else {
           try {
