@@ -2,10 +2,11 @@
 // names (channels, companion keys), the Protocol parts every hash-field
 // lock has (the backend, waiting, renewal of a field's hold in batches),
 // and the use of the per-thread owner ids and counts (thread_owners.hpp)
-// that keep an ambiguous acquire's undo from taking another lock object's
-// hold. Each lock keeps only its scripts, its names and its rules.
+// that keep an ambiguous acquire's undo or a late release from taking
+// another hold. Each lock keeps only its scripts, its names and its rules.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -87,11 +88,28 @@ class HashFieldCore : public SingleServer<Backend> {
       ThreadFieldHolds::remove(key_id());
     }
   }
+  /// The hold `id` of another thread was given back by this one: its
+  /// owner settles its count (see GivenBackElsewhere). If that fails, the
+  /// owner counts the hold as still held, which only makes it more
+  /// cautious.
+  void held_elsewhere(Kind kind, const std::string& id) noexcept {
+    try {
+      GivenBackElsewhere::ended(where(owner_in(id)), hold_id(kind));
+    } catch (...) {
+    }
+  }
+
   /// Whether another lock object of this thread holds a field of the key.
-  bool held_here() const { return ThreadFieldHolds::any(key_id()); }
+  bool held_here() const {
+    settle();
+    return ThreadFieldHolds::any(key_id());
+  }
 
   /// The calling thread's owner id for this lock's key.
-  std::string owner() const { return owner_id(this->backend_.id(), this->key_); }
+  std::string owner() const {
+    settle();
+    return owner_id(this->backend_.id(), this->key_);
+  }
 
  protected:
   // Both ids are fixed for the object (its Client and key do not change),
@@ -112,16 +130,24 @@ class HashFieldCore : public SingleServer<Backend> {
     }
   }
 
-  /// A release by checked(); one whose reply never came may land late, so
-  /// the owner id it names is retired for the key (see retire_owner()).
+  /// A release of the hold `id` by checked(); one whose reply never came
+  /// may land late, so the owner id it names is retired for the key: by
+  /// this thread if the hold is its own (see retire_owner()), else by the
+  /// owner thread when it settles (a destructor gives back every thread's
+  /// holds).
   template <class Send>
-  TokenCheck released(Send&& send) {
+  TokenCheck released(const std::string& id, Send&& send) {
     try {
       return this->checked(std::forward<Send>(send));
     } catch (const Error& error) {
       const std::error_code code = error.code();
       if (code == Errc::timed_out || code == Errc::io_error || code == Errc::protocol_error) {
-        retire_owner();
+        const std::string holder = owner_in(id);
+        if (holder == owner()) {
+          retire_owner();
+        } else {
+          GivenBackElsewhere::retire(where(holder));
+        }
       }
       throw;
     }
@@ -155,6 +181,35 @@ class HashFieldCore : public SingleServer<Backend> {
   }
 
  private:
+  // The owner id in a hold id: "<client id>:<number>", which a write
+  // hold's id follows with ":write".
+  std::string owner_in(const std::string& id) const {
+    std::size_t end = std::min(this->backend_.id().size() + 1, id.size());
+    while (end < id.size() && id[end] >= '0' && id[end] <= '9') ++end;
+    return id.substr(0, end);
+  }
+  std::string where(const std::string& owner) const { return owner + '\n' + this->key_; }
+
+  // Takes what another thread left for this thread's holds of the key
+  // (GivenBackElsewhere): their counts, and a retirement of the owner id
+  // if a release of one may land late (only while the thread holds nothing
+  // on the key, as retire_owner()). Before every use of the counts or the
+  // owner id; the owner id cannot change before, as the counts left here
+  // say the key is held.
+  void settle() const {
+    if (!GivenBackElsewhere::any()) return;
+    const std::optional<GivenBackElsewhere::Due> due =
+        GivenBackElsewhere::take(where(owner_id(this->backend_.id(), this->key_)));
+    if (!due) return;
+    for (const std::size_t ended : due->ended) {
+      ThreadFieldHolds::remove(ended);
+      ThreadFieldHolds::remove(key_id_);
+    }
+    if (due->retire && !ThreadFieldHolds::any(key_id_)) {
+      ThreadNumbers::retire(this->backend_.id(), this->key_, ThreadFieldHolds::none());
+    }
+  }
+
   std::size_t key_id_;  // of (Client, key, any kind): see ThreadFieldHolds
 };
 

@@ -12,15 +12,22 @@
 // could take a hold the same owner is granted later over another
 // connection: two connections are not ordered. So after one, the thread
 // holds that key by a new number (ThreadNumbers::retire): the late write
-// finds no field of its owner.
+// finds no field of its owner. A hold given back by another thread (a lock
+// object's destructor gives back every thread's holds) is settled by its
+// owner thread, whose numbers and counts these are (GivenBackElsewhere).
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "distlock/detail/thread_annotations.hpp"
 
 namespace distlock::detail {
 
@@ -118,6 +125,59 @@ class ThreadFieldHolds {
   static std::unordered_map<std::size_t, unsigned>& holds() {
     thread_local std::unordered_map<std::size_t, unsigned> by_id;
     return by_id;
+  }
+};
+
+/// What a thread other than the owner did to the owner's holds: the
+/// owner's counts (ThreadFieldHolds) and numbers (ThreadNumbers) are its
+/// thread's own, so the giver leaves them here, under the owner id and key
+/// the holds were by, and the owner settles them the next time it asks
+/// about the key (HashFieldCore::settle). Owner ids are never used twice,
+/// so no other thread takes what is left here; what an ended thread never
+/// took stays (a few bytes per hold given back across threads).
+class GivenBackElsewhere {
+ public:
+  struct Due {
+    std::vector<std::size_t> ended;  // the hold ids (ThreadFieldHolds) given back
+    bool retire = false;             // a release of one may land late
+  };
+
+  static void ended(const std::string& where, std::size_t hold_id) {
+    post(where, [&](Due& due) { due.ended.push_back(hold_id); });
+  }
+  static void retire(const std::string& where) {
+    post(where, [](Due& due) { due.retire = true; });
+  }
+  /// Whether anything waits for any owner: one load, on every acquire.
+  static bool any() { return state().size.load(std::memory_order_relaxed) != 0; }
+  static std::optional<Due> take(const std::string& where) {
+    State& state = GivenBackElsewhere::state();
+    MutexLock guard(state.mutex);
+    const auto it = state.due.find(where);
+    if (it == state.due.end()) return std::nullopt;
+    Due due = std::move(it->second);
+    state.due.erase(it);
+    state.size.store(state.due.size(), std::memory_order_relaxed);
+    return due;
+  }
+
+ private:
+  struct State {
+    Mutex mutex;
+    std::unordered_map<std::string, Due> due DISTLOCK_GUARDED_BY(mutex);  // by owner id and key
+    std::atomic<std::size_t> size{0};
+  };
+  // Never freed: a thread may give back a hold while the process exits.
+  static State& state() {
+    static State* const all = new State();
+    return *all;
+  }
+  template <class Change>
+  static void post(const std::string& where, Change change) {
+    State& state = GivenBackElsewhere::state();
+    MutexLock guard(state.mutex);
+    change(state.due[where]);
+    state.size.store(state.due.size(), std::memory_order_relaxed);
   }
 };
 
