@@ -19,7 +19,8 @@
 //     and nothing left in Redis;
 //   - ReentrantMutex and SharedMutex, whose releases name the owner: an
 //     undo or a release that reaches Redis after the owner's next grant,
-//     on another connection, takes nothing from it;
+//     on another connection, takes nothing from it, whichever thread sent
+//     it (a destructor gives back every thread's holds);
 // and under every fault: every try_lock_for returns by its deadline + 50 ms,
 // every contender exits, and no lock key outlives its lease.
 //
@@ -37,6 +38,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <random>
@@ -1150,6 +1152,76 @@ TEST_F(LateUndoTest, ALateReleaseLeavesTheNextHoldAlone) {
   ReentrantMutex rival(elsewhere, "late");
   EXPECT_FALSE(rival.try_lock()) << "another owner got in beside the holder";
   lock.unlock();
+}
+
+// The same for a release that a thread other than the owner sends: a lock
+// object's destructor gives back every thread's holds. The late release
+// names the owner thread's id, so that thread's next hold must be by
+// another.
+template <class Lock, class Field>
+void expect_kept_after_release_elsewhere(RedisServer& server, FaultProxy& proxy, Field field) {
+  const ClientOptions direct = testing::client_options(server);
+  ClientOptions quick;
+  quick.host = proxy.host();
+  quick.port = proxy.port();
+  quick.command_timeout = 300ms;
+  Client client(quick);
+  auto first = std::make_unique<Lock>(client, "late", LockOptions{}.ttl(30s));
+  std::promise<void> taken, go_on, taken_again, done;
+  std::future<void> taken_seen = taken.get_future();
+  std::future<void> go_on_seen = go_on.get_future();
+  std::future<void> taken_again_seen = taken_again.get_future();
+  std::future<void> done_seen = done.get_future();
+  std::string mine;
+  std::thread owner([&] {
+    bool ok = first->try_lock_for(2000ms);
+    first->unlock();  // and Redis has the release script, for the late one
+    ok = ok && first->try_lock_for(2000ms);
+    EXPECT_TRUE(ok);
+    taken.set_value();
+    go_on_seen.wait();
+    // The lease ran out; the owner takes the lock again, on a new connection.
+    Lock second(client, "late", LockOptions{}.ttl(30s));
+    EXPECT_TRUE(second.try_lock_for(2000ms));
+    mine = field(second);
+    taken_again.set_value();
+    done_seen.wait();
+    second.unlock();
+  });
+  taken_seen.wait();
+
+  // This thread destroys the lock object: its release of the owner's hold
+  // is held on the wire, and the destructor gives up.
+  proxy.hold_open(FaultProxy::Direction::both);
+  proxy.sync();
+  first.reset();
+  server.command({"DEL", "late"});
+  go_on.set_value();
+  taken_again_seen.wait();
+
+  // Then the old release lands.
+  server.command({"CONFIG", "RESETSTAT"});
+  proxy.release(FaultProxy::Direction::to_server);
+  EXPECT_TRUE(testing::server_ran(direct, "evalsha", 1)) << "the release never ran";
+  proxy.heal();
+
+  EXPECT_EQ(server.command({"HEXISTS", "late", mine}), "1")
+      << "the late release took the hold granted after it";
+  Client elsewhere(direct);
+  Lock rival(elsewhere, "late");
+  EXPECT_FALSE(rival.try_lock()) << "another owner got in beside the holder";
+  done.set_value();
+  owner.join();
+}
+
+TEST_F(LateUndoTest, ReentrantMutexKeepsTheHoldAfterALateReleaseFromAnotherThread) {
+  expect_kept_after_release_elsewhere<ReentrantMutex>(
+      *server_, *proxy_, [](const ReentrantMutex& lock) { return lock.owner_id(); });
+}
+
+TEST_F(LateUndoTest, SharedMutexWriterKeepsTheHoldAfterALateReleaseFromAnotherThread) {
+  expect_kept_after_release_elsewhere<SharedMutex>(
+      *server_, *proxy_, [](const SharedMutex& lock) { return lock.owner_id() + ":write"; });
 }
 
 TEST_F(LateUndoTest, ReentrantMutexKeepsTheHoldGrantedAfterIt) {

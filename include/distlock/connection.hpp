@@ -138,6 +138,7 @@ class Connection {
   /// The usual reply timeout, when it is not the options' (a connection
   /// made in a hurry, its options cut to a caller's deadline).
   void set_usual_timeout(std::chrono::milliseconds usual) noexcept { usual_timeout_ = usual; }
+  std::chrono::milliseconds usual_timeout() const noexcept { return usual_timeout_; }
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
 
   /// Replies still owed by the server for appended commands.

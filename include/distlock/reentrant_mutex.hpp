@@ -77,7 +77,7 @@ class ReentrantProtocol : public HashFieldCore<Backend, ReentrantKind> {
   }
 
   TokenCheck release(Kind, const std::string& owner) {
-    return this->released([&](Connection& connection) {
+    return this->released(owner, [&](Connection& connection) {
       return field_check(
           connection.eval(scripts::reentrant_release, {this->key_, this->channel_}, {owner}));
     });

@@ -114,7 +114,7 @@ class SharedProtocol : public HashFieldCore<Backend, SharedKind> {
   }
 
   TokenCheck release(Kind kind, const std::string& field) {
-    return this->released([&](Connection& connection) {
+    return this->released(field, [&](Connection& connection) {
       if (kind == Kind::read) {
         return field_check(connection.eval(
             scripts::read_release, {this->key_, this->channel_, timeout_stem(field), timeout_stem_},

@@ -68,13 +68,17 @@ struct TransactionalLease {
   }
 
   // See the top of this file: read, then delete, on a connection of its own.
+  // The whole undo (connect, read, delete) has one budget, and each wait
+  // is what is left of it, kept by poll() to the millisecond as a step cut
+  // to a caller's deadline is (connection.hpp): a step given undo_budget
+  // each, on the socket's timeout rounded up to the kernel's tick, would
+  // keep the caller several times that past its deadline.
   static void undo(Connection& broken, const LeaseKeys& keys, const std::string& token) noexcept {
     try {
-      ConnectionOptions quick = broken.options();
-      quick.connect_timeout = std::min(quick.connect_timeout, undo_budget);
-      quick.command_timeout = std::min(quick.command_timeout, undo_budget);
-      Connection fresh(std::move(quick));
-      static_cast<void>(release(fresh, keys, token));
+      const SteadyClock::time_point deadline = SteadyClock::now() + undo_budget;
+      Connection fresh(cut_to(broken.options(), deadline));
+      fresh.set_usual_timeout(broken.usual_timeout());
+      static_cast<void>(release_by(fresh, keys, token, deadline));
     } catch (...) {
       // The lease expires by itself.
     }
@@ -82,32 +86,49 @@ struct TransactionalLease {
 
   static TokenCheck release(Connection& connection, const LeaseKeys& keys,
                             const std::string& token) {
-    return check_and_change(connection, keys, token, [&] {
+    return release_by(connection, keys, token, no_deadline);
+  }
+
+  static TokenCheck extend(Connection& connection, const LeaseKeys& keys, const std::string& token,
+                           const Decimal& ttl) {
+    return check_and_change(connection, keys, token, no_deadline,
+                            [&] { connection.append("PEXPIRE", keys.key, ttl); });
+  }
+
+  static TokenCheck release_by(Connection& connection, const LeaseKeys& keys,
+                               const std::string& token, SteadyClock::time_point deadline) {
+    return check_and_change(connection, keys, token, deadline, [&] {
       connection.append("DEL", keys.key);
       connection.append(connection.publish_verb(), keys.channel, "0");
     });
   }
 
-  static TokenCheck extend(Connection& connection, const LeaseKeys& keys, const std::string& token,
-                           const Decimal& ttl) {
-    return check_and_change(connection, keys, token,
-                            [&] { connection.append("PEXPIRE", keys.key, ttl); });
-  }
-
   // WATCH + GET; if the key holds our token, MULTI + change + EXEC. An
-  // aborted EXEC means the key changed under us: look again.
+  // aborted EXEC means the key changed under us: look again. With a
+  // `deadline`, every reply waits only for what is left until it.
   template <class QueueChange>
   static TokenCheck check_and_change(Connection& connection, const LeaseKeys& keys,
-                                     const std::string& token, QueueChange queue_change) {
+                                     const std::string& token, SteadyClock::time_point deadline,
+                                     QueueChange queue_change) {
+    const auto read = [&]() -> const Reply& {
+      if (deadline != no_deadline) {
+        if (SteadyClock::now() >= deadline) {
+          throw TimeoutError(Errc::timed_out, connection.options().endpoint() + ": no time left");
+        }
+        connection.set_timeout(reply_timeout(connection.options().command_timeout, deadline));
+      }
+      return connection.read_reply();
+    };
     for (;;) {
       connection.append("WATCH", keys.key);
       connection.append("GET", keys.key);
-      connection.read_reply().throw_if_error();
-      const Reply& value = connection.read_reply();
+      read().throw_if_error();
+      const Reply& value = read();
       if (value.is_error() || value.is_nil() || value.str() != token) {
         const TokenCheck found = value.is_nil() ? TokenCheck::no_key : TokenCheck::other_token;
         const std::string error = value.is_error() ? std::string(value.str()) : std::string();
-        connection.command("UNWATCH");
+        connection.append("UNWATCH");
+        read().throw_if_error();
         if (!error.empty()) throw ServerError(error);
         return found;
       }
@@ -116,9 +137,9 @@ struct TransactionalLease {
       queue_change();
       const std::size_t changes = connection.pending() - queued_before;
       connection.append("EXEC");
-      connection.read_reply().throw_if_error();  // MULTI
-      for (std::size_t i = 0; i < changes; ++i) connection.read_reply().throw_if_error();
-      const Reply& exec = connection.read_reply().throw_if_error();
+      read().throw_if_error();  // MULTI
+      for (std::size_t i = 0; i < changes; ++i) read().throw_if_error();
+      const Reply& exec = read().throw_if_error();
       if (exec.is_nil()) continue;  // the key changed after WATCH
       exec[0].throw_if_error();
       return TokenCheck::done;

@@ -1,34 +1,19 @@
 // The hash-field core ReentrantMutex and SharedMutex share: Redisson's
-// names (owner ids, channels, companion keys), the Protocol parts every
-// hash-field lock has (the backend, waiting, renewal of a field's hold in
-// batches), and the per-thread count that keeps an ambiguous acquire's
-// undo from taking another lock object's hold. Each lock keeps only its
-// scripts, its names and its rules.
-//
-// Redisson names an owner "<client id>:<thread id>" and counts that owner's
-// holds in a hash field of that name; every lock object of one thread on
-// one Client is the same owner to Redis. distlock keeps re-entry through
-// one lock object local (no round trip), so the Redis count is the number
-// of lock objects of the thread that hold the lock.
-//
-// A write that names the owner and may land unseen, late (the undo written
-// behind an attempt whose reply never came, a release that timed out),
-// could take a hold the same owner is granted later over another
-// connection: two connections are not ordered. So after one, the thread
-// holds that key by a new number (ThreadNumbers::retire): the late write
-// finds no field of its owner.
+// names (channels, companion keys), the Protocol parts every hash-field
+// lock has (the backend, waiting, renewal of a field's hold in batches),
+// and the use of the per-thread owner ids and counts (thread_owners.hpp)
+// that keep an ambiguous acquire's undo or a late release from taking
+// another hold. Each lock keeps only its scripts, its names and its rules.
 #pragma once
 
-#include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -38,6 +23,7 @@
 #include "distlock/detail/batch_renewal.hpp"
 #include "distlock/detail/key_type.hpp"
 #include "distlock/detail/single_server.hpp"
+#include "distlock/detail/thread_owners.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lease.hpp"
@@ -48,65 +34,6 @@
 #include "distlock/watchdog.hpp"
 
 namespace distlock::detail {
-
-/// The calling thread's numbers, in decimal: the thread part of its owner
-/// ids (std::thread::id has no portable numeric value). One number for
-/// every lock key, except keys whose number was retired; no number is
-/// handed out twice in this process.
-class ThreadNumbers {
- public:
-  /// The thread's number for `key` on the Client `client_id`.
-  static const std::string& of(std::string_view client_id, std::string_view key) {
-    const State& state = mine();
-    if (state.retired.empty()) return state.number;
-    const auto it = state.retired.find(where(client_id, key));
-    return it == state.retired.end() ? state.number : it->second;
-  }
-
-  /// From now on the thread holds `key` by a number not used before, so a
-  /// write naming its old owner id that lands late takes no later hold.
-  /// Only while the thread holds nothing on the key (its holds there keep
-  /// their number: re-entry and a downgrade name one owner); when it holds
-  /// nothing at all (`holds_none`), the thread is renumbered outright.
-  static void retire(std::string_view client_id, std::string_view key, bool holds_none) {
-    State& state = mine();
-    if (holds_none) {
-      state.number = fresh();
-      state.retired.clear();
-    } else {
-      state.retired[where(client_id, key)] = fresh();
-    }
-  }
-
- private:
-  struct State {
-    std::string number = fresh();
-    std::unordered_map<std::string, std::string> retired;  // by where()
-  };
-  static State& mine() {
-    thread_local State state;
-    return state;
-  }
-  static std::string fresh() {
-    static std::atomic<unsigned long long> next{1};
-    return std::to_string(next.fetch_add(1));
-  }
-  static std::string where(std::string_view client_id, std::string_view key) {
-    std::string text(client_id);
-    text += '\n';
-    text += key;
-    return text;
-  }
-};
-
-/// The calling thread's owner id for `key` on a Client: "<client
-/// id>:<thread number>".
-inline std::string owner_id(std::string_view client_id, std::string_view key) {
-  std::string owner(client_id);
-  owner += ':';
-  owner += ThreadNumbers::of(client_id, key);
-  return owner;
-}
 
 /// The name as Redisson puts it in a companion name: as it is if it contains
 /// a '{' anywhere, else wrapped in braces. (Redisson does not check that the
@@ -138,44 +65,6 @@ inline TokenCheck field_check(const Reply& reply) noexcept {
   return answer == 0 ? TokenCheck::no_key : TokenCheck::other_token;
 }
 
-/// The hash-field holds that lock objects on the calling thread have, by an
-/// id for (client, key, kind of field), and of any kind by one for (client,
-/// key, "*"). The undo of an acquire whose reply
-/// never came is a release of the owner's field, and the owner is the
-/// thread, not the object: if another object of this thread holds a field
-/// of the key, the undo could take that object's hold instead of ours (or
-/// the owner id could not be retired). Then no
-/// undo is sent and an extra hold, if the attempt landed, runs out with its
-/// lease. Equal ids for different fields only make that more cautious.
-class ThreadFieldHolds {
- public:
-  static std::size_t id(std::string_view client_id, std::string_view key, std::string_view kind) {
-    std::string text;
-    text.reserve(client_id.size() + key.size() + kind.size() + 2);
-    text += client_id;
-    text += '\n';
-    text += key;
-    text += '\n';
-    text += kind;
-    return std::hash<std::string>{}(text);
-  }
-  static void add(std::size_t id) { ++holds()[id]; }
-  static void remove(std::size_t id) noexcept {
-    auto& all = holds();
-    const auto it = all.find(id);
-    if (it != all.end() && --it->second == 0) all.erase(it);
-  }
-  static bool any(std::size_t id) { return holds().count(id) != 0; }
-  /// Whether the thread holds no field at all.
-  static bool none() { return holds().empty(); }
-
- private:
-  static std::unordered_map<std::size_t, unsigned>& holds() {
-    thread_local std::unordered_map<std::size_t, unsigned> by_id;
-    return by_id;
-  }
-};
-
 /// What every hash-field lock's Protocol has beyond SingleServer: the owner
 /// id, and the count of this thread's holds of each kind of field (see
 /// ThreadFieldHolds). `Kind` is the lock's kinds of hold, numbered from 0.
@@ -199,11 +88,28 @@ class HashFieldCore : public SingleServer<Backend> {
       ThreadFieldHolds::remove(key_id());
     }
   }
+  /// The hold `id` of another thread was given back by this one: its
+  /// owner settles its count (see GivenBackElsewhere). If that fails, the
+  /// owner counts the hold as still held, which only makes it more
+  /// cautious.
+  void held_elsewhere(Kind kind, const std::string& id) noexcept {
+    try {
+      GivenBackElsewhere::ended(where(owner_in(id)), hold_id(kind));
+    } catch (...) {
+    }
+  }
+
   /// Whether another lock object of this thread holds a field of the key.
-  bool held_here() const { return ThreadFieldHolds::any(key_id()); }
+  bool held_here() const {
+    settle();
+    return ThreadFieldHolds::any(key_id());
+  }
 
   /// The calling thread's owner id for this lock's key.
-  std::string owner() const { return owner_id(this->backend_.id(), this->key_); }
+  std::string owner() const {
+    settle();
+    return owner_id(this->backend_.id(), this->key_);
+  }
 
  protected:
   // Both ids are fixed for the object (its Client and key do not change),
@@ -224,16 +130,24 @@ class HashFieldCore : public SingleServer<Backend> {
     }
   }
 
-  /// A release by checked(); one whose reply never came may land late, so
-  /// the owner id it names is retired for the key (see retire_owner()).
+  /// A release of the hold `id` by checked(); one whose reply never came
+  /// may land late, so the owner id it names is retired for the key: by
+  /// this thread if the hold is its own (see retire_owner()), else by the
+  /// owner thread when it settles (a destructor gives back every thread's
+  /// holds).
   template <class Send>
-  TokenCheck released(Send&& send) {
+  TokenCheck released(const std::string& id, Send&& send) {
     try {
       return this->checked(std::forward<Send>(send));
     } catch (const Error& error) {
       const std::error_code code = error.code();
       if (code == Errc::timed_out || code == Errc::io_error || code == Errc::protocol_error) {
-        retire_owner();
+        const std::string holder = owner_in(id);
+        if (holder == owner()) {
+          retire_owner();
+        } else {
+          GivenBackElsewhere::retire(where(holder));
+        }
       }
       throw;
     }
@@ -267,6 +181,35 @@ class HashFieldCore : public SingleServer<Backend> {
   }
 
  private:
+  // The owner id in a hold id: "<client id>:<number>", which a write
+  // hold's id follows with ":write".
+  std::string owner_in(const std::string& id) const {
+    std::size_t end = std::min(this->backend_.id().size() + 1, id.size());
+    while (end < id.size() && id[end] >= '0' && id[end] <= '9') ++end;
+    return id.substr(0, end);
+  }
+  std::string where(const std::string& owner) const { return owner + '\n' + this->key_; }
+
+  // Takes what another thread left for this thread's holds of the key
+  // (GivenBackElsewhere): their counts, and a retirement of the owner id
+  // if a release of one may land late (only while the thread holds nothing
+  // on the key, as retire_owner()). Before every use of the counts or the
+  // owner id; the owner id cannot change before, as the counts left here
+  // say the key is held.
+  void settle() const {
+    if (!GivenBackElsewhere::any()) return;
+    const std::optional<GivenBackElsewhere::Due> due =
+        GivenBackElsewhere::take(where(owner_id(this->backend_.id(), this->key_)));
+    if (!due) return;
+    for (const std::size_t ended : due->ended) {
+      ThreadFieldHolds::remove(ended);
+      ThreadFieldHolds::remove(key_id_);
+    }
+    if (due->retire && !ThreadFieldHolds::any(key_id_)) {
+      ThreadNumbers::retire(this->backend_.id(), this->key_, ThreadFieldHolds::none());
+    }
+  }
+
   std::size_t key_id_;  // of (Client, key, any kind): see ThreadFieldHolds
 };
 

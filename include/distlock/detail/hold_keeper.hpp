@@ -209,7 +209,11 @@ class HoldKeeper {
     std::stable_partition(holds.begin(), holds.end(),
                           [](const Hold& hold) { return Protocol::given_back_first(hold.kind); });
     for (const Hold& hold : holds) {
-      if (hold.thread == std::this_thread::get_id()) protocol_.held(hold.kind, -1);
+      if (hold.thread == std::this_thread::get_id()) {
+        protocol_.held(hold.kind, -1);
+      } else if constexpr (Protocol::per_thread) {
+        protocol_.held_elsewhere(hold.kind, hold.id);  // the owner thread's counts are its own
+      }
       reporting_unlock_failure(protocol_.events(), protocol_.key(), [&] {
         if (hold.lease) {
           protocol_.watchdog().remove(*hold.lease);

@@ -190,16 +190,6 @@ class SentinelMaster : public std::enable_shared_from_this<SentinelMaster> {
     return options;
   }
 
-  static ConnectionOptions cut_to(ConnectionOptions options, SteadyClock::time_point deadline) {
-    if (deadline == no_deadline) return options;
-    const auto left =
-        std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - SteadyClock::now()),
-                 std::chrono::milliseconds(1));
-    options.connect_timeout = std::min(options.connect_timeout, left);
-    options.command_timeout = std::min(options.command_timeout, left);
-    return options;
-  }
-
   void pause_or_throw(SteadyClock::time_point deadline, SteadyClock::time_point give_up,
                       std::chrono::milliseconds& pause, const Error& error) {
     const SteadyClock::time_point now = SteadyClock::now();
