@@ -137,6 +137,20 @@ class ClusterClient {
   /// An error reply to a step this copy pipelined (a batch of renewals, a
   /// Redlock step): a MOVED updates the slot map, and is answered true.
   bool saw_error(std::string_view reply) { return nodes_->saw_error(reply); }
+  /// For an ASK error reply to a step this copy pipelined (its slot is
+  /// being migrated, and the key is not at the old owner): a connection to
+  /// the importing node it names, where the step may go once after ASKING
+  /// on that same connection. Throws ServerError (the reply) for another
+  /// reply, and as borrow().
+  Client::Borrowed borrow_asked(std::string_view reply,
+                                std::chrono::steady_clock::time_point deadline =
+                                    std::chrono::steady_clock::time_point::max()) {
+    detail::ClusterNodes::Node* importing = nodes_->asked_node(reply);
+    if (importing == nullptr) throw ServerError(reply);
+    Client::Borrowed connection = importing->client.borrow(deadline);
+    connection->set_sharded_publish(true);
+    return connection;
+  }
 
   /// The release notifier of the node that owns this copy's slot (slot 0
   /// when unbound) now: sharded pub/sub, started (one thread, one

@@ -227,6 +227,13 @@ class ClusterNodes {
     return true;
   }
 
+  /// The importing node an ASK reply names; null for any other reply.
+  Node* asked_node(std::string_view reply) {
+    const Redirect redirect = parse_redirect(reply);
+    if (redirect.kind != Redirect::Kind::ask || redirect.host.empty()) return nullptr;
+    return &node_at(redirect.host, redirect.port);
+  }
+
   /// The node at host:port, its pool made on first sight.
   Node& node_at(const std::string& host, int port) {
     MutexLock lock(mutex_);
