@@ -199,6 +199,33 @@ TEST_F(ClusterRedlock, AnAcquireAfterASlotMoveKeepsThatClustersVote) {
   EXPECT_EQ(clusters_[0]->node(0).command({"EXISTS", name}), "0");
 }
 
+TEST_F(ClusterRedlock, AStepDuringASlotMigrationFollowsAskWithinTheStep) {
+  const std::string name = name_on(*clusters_[0], "redlock-asked-", 0);
+  const int slot = detail::key_slot(name);
+  RedlockOnClusters lock(masters(), name, RedlockOptions{}.ttl(10s));
+  ASSERT_TRUE(lock.try_lock());  // the first cluster's map names master 0
+  lock.unlock();
+  RedisCluster& first = *clusters_[0];
+  const std::string slot_text = std::to_string(slot);
+  first.begin_migration(slot, 0, 1);
+  // Master 0 still owns the slot but has no key of it: it answers ASK, and
+  // only ASKING on the same connection lets master 1 take the key.
+  ASSERT_TRUE(lock.try_lock());
+  EXPECT_EQ(lock.last_attempt().ok(), 3u) << lock.last_attempt().nodes.at(0).message;
+  EXPECT_EQ(first.node(1).command({"CLUSTER", "COUNTKEYSINSLOT", slot_text}), "1");
+  EXPECT_EQ(first.node(0).command({"CLUSTER", "COUNTKEYSINSLOT", slot_text}), "0");
+  // An extend (a script) is asked on too, and NOSCRIPT there is met by EVAL.
+  first.node(1).command({"SCRIPT", "FLUSH"});
+  EXPECT_TRUE(lock.extend(20s));
+  EXPECT_EQ(lock.last_attempt().ok(), 3u) << lock.last_attempt().nodes.at(0).message;
+  first.finish_migration(slot, 1);
+  EXPECT_EQ(first.node(1).command({"GET", name}), lock.token());
+  EXPECT_GT(std::stoll(first.node(1).command({"PTTL", name})), 10000);
+  lock.unlock();
+  EXPECT_EQ(lock.last_attempt().ok(), 3u) << lock.last_attempt().nodes.at(0).message;
+  EXPECT_EQ(first.node(1).command({"EXISTS", name}), "0");
+}
+
 TEST_F(ClusterRedlock, AClusterMastersErrorNamesTheClusterAndTheNode) {
   const std::string name = name_on(*clusters_[0], "redlock-error-", 1);
   RedlockOnClusters lock(masters(), name, RedlockOptions{}.ttl(10s));

@@ -11,7 +11,7 @@
 // checked then, InvalidArgument if they do not share a slot), and every
 // step it sends, from any thread and the Watchdog's renewals too, goes to
 // the node that owns the slot now, following MOVED and ASK
-// (detail/cluster_routing.hpp). The Watchdog renews the leases of one slot
+// (detail/cluster_route.hpp). The Watchdog renews the leases of one slot
 // in one batch (a cluster runs a script only over keys of one slot).
 //
 // A handle: copies share the pools (one per node), the slot map and the
@@ -38,6 +38,7 @@
 #include "distlock/cluster_options.hpp"
 #include "distlock/connection.hpp"
 #include "distlock/detail/args.hpp"
+#include "distlock/detail/cluster_route.hpp"
 #include "distlock/detail/cluster_routing.hpp"
 #include "distlock/detail/cluster_slots.hpp"
 #include "distlock/error.hpp"
@@ -88,7 +89,7 @@ class ClusterClient {
   /// max_redirects; returns what send returns.
   template <class Send>
   auto route(std::chrono::steady_clock::time_point deadline, Send&& send) {
-    return nodes_->route(bound_slot(), deadline, std::forward<Send>(send));
+    return detail::route_to_owner(*nodes_, bound_slot(), deadline, std::forward<Send>(send));
   }
 
   /// One command, sent to the owner of the slot of its first argument after
@@ -99,8 +100,9 @@ class ClusterClient {
     const std::string_view argv[] = {std::string_view(args)...};
     const detail::Args list(argv, sizeof...(Arg));
     const int slot = slot_ >= 0 ? slot_ : detail::key_slot(sizeof...(Arg) > 1 ? argv[1] : "");
-    return nodes_->route(slot, detail::no_deadline,
-                         [&](Connection& connection) { return connection.command_argv(list); });
+    return detail::route_to_owner(*nodes_, slot, detail::no_deadline, [&](Connection& connection) {
+      return connection.command_argv(list);
+    });
   }
 
   /// Runs a script at the owner of its first key's slot (EVALSHA, EVAL on
@@ -110,7 +112,7 @@ class ClusterClient {
     const std::string_view first = *keys.begin();
     const int slot = detail::key_slot(first);
     for (const std::string_view key : keys) detail::check_one_slot("eval", {first, key});
-    return nodes_->route(slot, detail::no_deadline, [&](Connection& connection) {
+    return detail::route_to_owner(*nodes_, slot, detail::no_deadline, [&](Connection& connection) {
       return connection.eval(script, keys, args);
     });
   }
@@ -137,6 +139,20 @@ class ClusterClient {
   /// An error reply to a step this copy pipelined (a batch of renewals, a
   /// Redlock step): a MOVED updates the slot map, and is answered true.
   bool saw_error(std::string_view reply) { return nodes_->saw_error(reply); }
+  /// For an ASK error reply to a step this copy pipelined (its slot is
+  /// being migrated, and the key is not at the old owner): a connection to
+  /// the importing node it names, where the step may go once after ASKING
+  /// on that same connection. Throws ServerError (the reply) for another
+  /// reply, and as borrow().
+  Client::Borrowed borrow_asked(std::string_view reply,
+                                std::chrono::steady_clock::time_point deadline =
+                                    std::chrono::steady_clock::time_point::max()) {
+    detail::ClusterNodes::Node* importing = nodes_->asked_node(reply);
+    if (importing == nullptr) throw ServerError(reply);
+    Client::Borrowed connection = importing->client.borrow(deadline);
+    connection->set_sharded_publish(true);
+    return connection;
+  }
 
   /// The release notifier of the node that owns this copy's slot (slot 0
   /// when unbound) now: sharded pub/sub, started (one thread, one

@@ -136,8 +136,8 @@ class BasicRateLimiter {
   /// Validates name and options (InvalidArgument, also when no algorithm
   /// was chosen); contacts no server.
   BasicRateLimiter(const Backend& backend, std::string_view name, RateOptions options)
-      : backend_(backend),
-        key_(detail::lock_key(LockOptions{}.key_prefix(options.key_prefix()), name)),
+      : key_(detail::lock_key(LockOptions{}.key_prefix(options.key_prefix()), name)),
+        backend_(detail::for_lock_key(backend, key_)),
         options_(std::move(options)),
         first_(options_.algorithm() == RateOptions::Algorithm::smooth
                    ? static_cast<long long>(options_.interval().count())
@@ -187,7 +187,10 @@ class BasicRateLimiter {
 
   /// Forgets what was taken: the next call starts a fresh window (or a full
   /// bucket) for every caller of this name.
-  void reset() { backend_.borrow()->command("DEL", key_); }
+  void reset() {
+    detail::on_connection(backend_, detail::no_deadline,
+                          [&](Connection& connection) { return connection.command("DEL", key_); });
+  }
 
   const std::string& key() const noexcept { return key_; }
   const RateOptions& options() const noexcept { return options_; }
@@ -207,9 +210,10 @@ class BasicRateLimiter {
                                : scripts::rate_fixed_window;
     const detail::Decimal amount(static_cast<long long>(cost));
     try {
-      auto connection = backend_.borrow(deadline);
-      connection->set_timeout(detail::reply_timeout(backend_.options().command_timeout, deadline));
-      const Reply reply = connection->eval(script, {key_}, {first_, second_, amount});
+      // On a cluster, at the owner of the key's slot (backend_ is bound to it).
+      const Reply reply = detail::on_connection(backend_, deadline, [&](Connection& connection) {
+        return connection.eval(script, {key_}, {first_, second_, amount});
+      });
       if (reply.size() != 3) throw ConnectionError(Errc::protocol_error, "bad rate limiter reply");
       RateDecision decision;
       decision.allowed = reply[0].integer() == 1;
@@ -222,8 +226,8 @@ class BasicRateLimiter {
     }
   }
 
-  Backend backend_;
   const std::string key_;
+  Backend backend_;  // on a cluster, bound to the slot of key_
   const RateOptions options_;
   // The script's first two arguments: limit and window (ms), or interval
   // (us) and burst.

@@ -28,9 +28,13 @@
 
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
+#include "distlock/connection.hpp"
 #include "distlock/counting_scripts.hpp"
+#include "distlock/detail/acquire.hpp"
 #include "distlock/detail/exclusive_lock.hpp"
 #include "distlock/detail/semaphore_protocol.hpp"
+#include "distlock/detail/single_server.hpp"
+#include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
@@ -126,13 +130,7 @@ class BasicSemaphore {
   /// Validates (InvalidArgument); contacts no server.
   BasicSemaphore(const Backend& backend, std::string_view name, std::size_t permits,
                  LockOptions options = {}, Policy policy = {})
-      : core_{backend,
-              detail::lock_key(options, name),
-              checked_count(permits, 1),
-              std::move(options),
-              std::move(policy),
-              std::make_shared<detail::PermitRenewer<Backend>>(backend),
-              {}} {
+      : core_(core_for(backend, name, permits, std::move(options), std::move(policy))) {
     if (core_.options.fencing()) {
       throw InvalidArgument("semaphore " + core_.key + ": permits have no fencing token");
     }
@@ -178,8 +176,12 @@ class BasicSemaphore {
   /// start later are unaffected.
   void cancel_waits() {
     core_.cancellation.cancel();
-    if (core_.options.wake_on_release()) {
-      core_.backend.notifier().wake(detail::companion_key(core_.key, "released"));
+    if (!core_.options.wake_on_release()) return;
+    const std::string channel = detail::companion_key(core_.key, "released");
+    if constexpr (detail::wakes_everywhere<Backend>) {
+      core_.backend.wake_waiters(channel);  // a cluster: wherever the waiters sleep
+    } else {
+      core_.backend.notifier().wake(channel);
     }
   }
 
@@ -203,10 +205,12 @@ class BasicSemaphore {
   /// count each object was made with.
   void resize(std::size_t permits) {
     const detail::Decimal count(static_cast<long long>(checked_count(permits, 0)));
-    core_.backend.borrow()->eval(
-        scripts::semaphore_resize,
-        {detail::companion_key(core_.key, "permits"), detail::companion_key(core_.key, "released")},
-        {count});
+    detail::on_connection(core_.backend, detail::no_deadline, [&](Connection& connection) {
+      return connection.eval(scripts::semaphore_resize,
+                             {detail::companion_key(core_.key, "permits"),
+                              detail::companion_key(core_.key, "released")},
+                             {count});
+    });
   }
 
   /// The Redis key of the permits' sorted set (prefix and name).
@@ -215,6 +219,23 @@ class BasicSemaphore {
 
  private:
   friend class BasicPermitLock<Backend, Policy>;
+
+  // The copy of `backend` kept (and the permits' renewer's) is bound to the
+  // key's slot on a cluster, where the counts, resize() and renewals go.
+  static detail::SemaphoreCore<Backend, Policy> core_for(const Backend& backend,
+                                                         std::string_view name, std::size_t permits,
+                                                         LockOptions options, Policy policy) {
+    std::string key = detail::lock_key(options, name);
+    Backend bound = detail::for_lock_key(backend, key);
+    auto renewer = std::make_shared<detail::PermitRenewer<Backend>>(bound);
+    return {std::move(bound),
+            std::move(key),
+            checked_count(permits, 1),
+            std::move(options),
+            std::move(policy),
+            std::move(renewer),
+            {}};
+  }
 
   static std::size_t checked_count(std::size_t count, std::size_t least) {
     if (count < least || count > detail::max_permits) {
@@ -226,9 +247,12 @@ class BasicSemaphore {
 
   std::pair<std::size_t, std::size_t> read_count() {
     const detail::Decimal fallback(static_cast<long long>(core_.permits));
-    const Reply reply = core_.backend.borrow()->eval(
-        scripts::semaphore_count, {core_.key, detail::companion_key(core_.key, "permits")},
-        {fallback});
+    const Reply reply =
+        detail::on_connection(core_.backend, detail::no_deadline, [&](Connection& connection) {
+          return connection.eval(scripts::semaphore_count,
+                                 {core_.key, detail::companion_key(core_.key, "permits")},
+                                 {fallback});
+        });
     if (reply.size() != 2) throw ConnectionError(Errc::protocol_error, "bad semaphore reply");
     const auto count = static_cast<std::size_t>(std::max(reply[0].integer(), 0LL));
     const auto live = static_cast<std::size_t>(std::max(reply[1].integer(), 0LL));

@@ -38,6 +38,7 @@
 
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
+#include "distlock/detail/acquire.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
@@ -176,10 +177,13 @@ class BasicStripedMutex {
       if (among.empty() || now >= until) return Taken{};
       if (!subscription && stripes_.front()->options().wake_on_release()) {
         // Confirmed before the next pass: no release after it goes unseen.
-        const Stripe& watched = stripe(among[random_below(among.size())]);
-        subscription.emplace(
-            backend_.notifier().subscribe(detail::companion_key(watched.key(), "released"), until));
-        continue;
+        Notifier::Subscription made = subscribe(stripe(among[random_below(among.size())]), until);
+        if (!made.moved()) {
+          subscription.emplace(std::move(made));
+          continue;
+        }
+        // Refused at once (a cluster node that no longer serves the slot):
+        // this pass waits by its pause, the next subscribes again.
       }
       const clock::time_point wake = until - now < pause ? until : now + pause;
       if (subscription) {
@@ -188,6 +192,9 @@ class BasicStripedMutex {
         std::this_thread::sleep_until(wake);
       }
       pause = std::min(pause * 2, std::chrono::milliseconds(50));
+      // A cluster node dropped it (the stripe's slot moved): again, where
+      // the slot is now, on the next pass.
+      if (subscription && subscription->moved()) subscription.reset();
     }
   }
 
@@ -196,6 +203,18 @@ class BasicStripedMutex {
     std::vector<std::size_t> every(stripes_.size());
     for (std::size_t i = 0; i < every.size(); ++i) every[i] = i;
     return every;
+  }
+
+  // Subscribes to the release channel of `watched`. On a cluster, at the
+  // node that owns the stripe's slot (the stripes of one name spread over
+  // the slots), reading the slot map again there if that node refuses.
+  Notifier::Subscription subscribe(const Stripe& watched, clock::time_point until) {
+    const std::string channel = detail::companion_key(watched.key(), "released");
+    if constexpr (detail::is_cluster<Backend>) {
+      return backend_.for_key(watched.key()).subscribe(channel, until);
+    } else {
+      return backend_.notifier().subscribe(channel, until);
+    }
   }
 
   // One attempt at stripe i; remembered as home when taken.

@@ -1,7 +1,7 @@
 // ClusterNodes: what every copy of a ClusterClient shares: one Client (a
-// connection pool) per node, the map from hash slot to the node that owns
-// it, and route(), which sends one step to the owner of a slot and follows
-// the cluster's answers.
+// connection pool) per node, and the map from hash slot to the node that
+// owns it. Steps are sent to a slot's owner, following the cluster's
+// answers, by route_to_owner() (detail/cluster_route.hpp).
 //
 // The slot map is read from any node that answers, known nodes first, then
 // the seeds: with CLUSTER SHARDS (Redis 7.0 and later), or with CLUSTER
@@ -10,20 +10,6 @@
 // (detail/cluster_topology.hpp parses both). It is read on first use, and
 // again after a MOVED, after a node could not be reached, and when it is
 // older than refresh_interval; a read that fails leaves the old map.
-//
-// route() follows, all within the caller's deadline and max_redirects:
-// - MOVED <slot> <node>: the slot moved for good; note the new owner and
-//   send the step there;
-// - ASK <slot> <node>: the slot is being migrated and this key is already
-//   at the importing node; send ASKING and the step on one connection there
-//   (the map is not changed);
-// - TRYAGAIN, CLUSTERDOWN: pause (doubling from retry_pause) and send again.
-// A redirect or refusal means the node did not run the step, so sending it
-// again elsewhere is safe. So is a node that could not be connected to (a
-// master that died): the map is read again and the step sent to the slot's
-// owner then (a promoted replica), until the caller's deadline, or
-// max_redirects times without one. Other connection errors are not retried
-// here (the step may have run); the map is read again before the next step.
 //
 // A map read that finds a slot with a new owner has the Watchdog re-read
 // that slot's leases at once (Watchdog::revalidate): after a failover the
@@ -38,9 +24,8 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <optional>
+#include <mutex>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -84,9 +69,6 @@ class ClusterNodes {
       return options;
     }
   };
-
-  /// The longest pause between two looks for a failed node's successor.
-  static constexpr std::chrono::milliseconds max_failover_pause{200};
 
   explicit ClusterNodes(ClusterOptions options)
       : options_(checked(std::move(options))),
@@ -135,77 +117,8 @@ class ClusterNodes {
     return &slot_tags_[static_cast<std::size_t>(slot)];
   }
 
-  /// Sends `send(connection)` to the owner of `slot`, following redirects
-  /// as the top of this file says; returns what send returns.
-  template <class Send>
-  auto route(int slot, SteadyClock::time_point deadline, Send&& send) {
-    Node* target = &owner(slot, deadline);
-    bool asking = false;
-    std::chrono::milliseconds pause = options_.retry_pause;
-    for (unsigned redirects = 0;; ++redirects) {
-      std::optional<Client::Borrowed> connection;
-      try {
-        connection.emplace(target->client.borrow(deadline));
-        (*connection)->set_timeout(reply_timeout(options_.command_timeout, deadline));
-        (*connection)->set_sharded_publish(true);
-        if (!asking) return send(**connection);
-        (*connection)->command("ASKING");
-        struct AskingOff {
-          Connection& connection;
-          ~AskingOff() { connection.set_asking(false); }
-        } off{**connection};
-        (*connection)->set_asking(true);
-        return send(**connection);
-      } catch (const ServerError& error) {
-        const Redirect redirect = parse_redirect(error.what());
-        if (redirect.kind == Redirect::Kind::none || redirects >= options_.max_redirects) throw;
-        connection.reset();
-        if (redirect.kind == Redirect::Kind::try_again) {
-          if (deadline != no_deadline && SteadyClock::now() + pause >= deadline) {
-            // The caller's time runs out first: its wait ends at its deadline.
-            std::this_thread::sleep_until(deadline);
-            throw TimeoutError(Errc::timed_out,
-                               std::string("cluster busy until the deadline: ") + error.what());
-          }
-          std::this_thread::sleep_for(pause);
-          pause *= 2;
-          continue;
-        }
-        Node& to = node_at(redirect.host.empty() ? target->host() : redirect.host, redirect.port);
-        if (redirect.kind == Redirect::Kind::moved) {
-          moved(redirect.slot, to);
-          asking = false;
-        } else {
-          asking = true;
-        }
-        target = &to;
-      } catch (const ConnectionError& error) {
-        stale_ = true;  // the node may be gone: read the map before the next step
-        // Not even connected, so nothing was sent: after a failover the
-        // slot has a new owner to send it to. A caller with a deadline
-        // looks for one until then; one without, max_redirects times.
-        if (error.code() != Errc::connect_failed) throw;
-        connection.reset();
-        const auto now = SteadyClock::now();
-        if (deadline == no_deadline ? redirects >= options_.max_redirects
-                                    : now + pause >= deadline) {
-          throw;
-        }
-        std::this_thread::sleep_for(pause);
-        pause = std::min(pause * 2, max_failover_pause);
-        try {
-          refresh(deadline);
-        } catch (const Error&) {
-          // No node told the map yet: the next try finds out again.
-        }
-        target = &owner(slot, deadline);
-        asking = false;
-      } catch (const TimeoutError&) {
-        stale_ = true;
-        throw;
-      }
-    }
-  }
+  /// Has the map read again before the next step (a node may be gone).
+  void mark_stale() noexcept { stale_ = true; }
 
   /// Notes that `slot` is now served by `node` (a MOVED), and that the rest
   /// of the map is to be read again soon.
@@ -225,6 +138,13 @@ class ClusterNodes {
     }
     moved(redirect.slot, node_at(redirect.host, redirect.port));
     return true;
+  }
+
+  /// The importing node an ASK reply names; null for any other reply.
+  Node* asked_node(std::string_view reply) {
+    const Redirect redirect = parse_redirect(reply);
+    if (redirect.kind != Redirect::Kind::ask || redirect.host.empty()) return nullptr;
+    return &node_at(redirect.host, redirect.port);
   }
 
   /// The node at host:port, its pool made on first sight.

@@ -25,6 +25,10 @@
 // step sent once more, to the slot's new owner, within the same deadline: a
 // redirect means the old owner ran nothing, and without it a slot move would
 // cost that cluster its vote in every step until its map was read again.
+// One that answers ASK (its slot is being migrated and the key is not there)
+// has the step sent once more to the importing node it names, after ASKING
+// on the same connection (ASKING admits only the command right after it),
+// within the same deadline too; the ASKING's own reply is read and dropped.
 #pragma once
 
 #include <poll.h>
@@ -44,6 +48,7 @@
 #include "distlock/connection.hpp"
 #include "distlock/detail/acquire.hpp"
 #include "distlock/detail/args.hpp"
+#include "distlock/detail/cluster_slots.hpp"
 #include "distlock/error.hpp"
 #include "distlock/reply.hpp"
 
@@ -78,11 +83,13 @@ class FanOut {
     std::optional<Borrowed> connection;
     State state = State::idle;
     Reply reply{nullptr};
-    std::error_code error;    ///< for unreachable, timed_out and broken
-    std::string message;      ///< the error's text, naming the server
-    bool queued = false;      ///< appended in this round, not yet flushed
-    bool sent_eval = false;   ///< answered NOSCRIPT in this round and was sent EVAL
-    bool redirected = false;  ///< answered MOVED in this round and was sent again
+    std::error_code error;     ///< for unreachable, timed_out and broken
+    std::string message;       ///< the error's text, naming the server
+    bool queued = false;       ///< appended in this round, not yet flushed
+    bool sent_eval = false;    ///< answered NOSCRIPT in this round and was sent EVAL
+    bool redirected = false;   ///< answered MOVED or ASK in this round and was sent again
+    bool asked = false;        ///< `connection` is to an importing node, reached by ASK
+    unsigned asking_owed = 0;  ///< replies to ASKING still to be read before the step's
   };
 
   explicit FanOut(const std::vector<Backend*>& backends) {
@@ -154,6 +161,7 @@ class FanOut {
   void round(How how, Append append) {
     for (Node& node : nodes_) {
       const Send send = how(static_cast<const Node&>(node));
+      const bool was_asked = node.asked;
       node.state = State::idle;
       node.reply = Reply(nullptr);
       node.error.clear();
@@ -161,13 +169,24 @@ class FanOut {
       node.queued = false;
       node.sent_eval = false;
       node.redirected = false;
+      node.asked = false;
+      node.asking_owed = 0;
       if (send == Send::skip) continue;
       try {
         // A reply still owed on this connection would be read as this
-        // round's answer, so a round that waits needs a clean connection.
-        if (node.connection && ((*node.connection)->broken() ||
-                                (send == Send::and_wait && (*node.connection)->pending() != 0))) {
+        // round's answer, so a round that waits needs a clean connection;
+        // it also goes to the slot's owner again, not to where an ASK
+        // sent the last round (a new ASK is followed as that one was).
+        if (node.connection &&
+            ((*node.connection)->broken() ||
+             (send == Send::and_wait && ((*node.connection)->pending() != 0 || was_asked)))) {
           node.connection.reset();
+        }
+        if (node.connection && was_asked) {
+          // Queued behind a step an ASK sent to the importing node: that
+          // node serves the slot's keys only after ASKING.
+          (*node.connection)->append_argv(Args(asking_argv, 1));
+          node.asked = true;
         }
         if (!node.connection) node.connection.emplace(node.backend->borrow(borrow_deadline_));
         append(**node.connection, send);
@@ -248,23 +267,28 @@ class FanOut {
     try {
       connection.read_available();
       std::optional<Reply> reply = connection.next_buffered_reply();
+      // The replies to ASKING come first, maybe in the same read as the
+      // step's: dropped, unless one is an error, which answers the step.
+      while (reply && node.asking_owed > 0 && !reply->is_error()) {
+        --node.asking_owed;
+        reply = connection.next_buffered_reply();
+      }
       if (!reply) return;
       if (script_ != nullptr && !node.sent_eval && reply->is_error() &&
           classify_server_error(reply->str()) == ServerErrorKind::noscript) {
         // The server lost its script cache (restart, failover, SCRIPT
         // FLUSH): EVAL runs the script and caches it for next time.
         node.sent_eval = true;
+        if (node.asked) ask_first(node);
         append_eval(connection);
         connection.flush();
         return;
       }
       if constexpr (is_cluster<Backend>) {
-        // A MOVED notes the slot's new owner, where the step goes once more
-        // (see the top of this file); a second one is this master's answer.
-        if (reply->is_error() && node.backend->saw_error(reply->str()) && !node.redirected) {
-          send_again(node);
-          return;
-        }
+        // A MOVED notes the slot's new owner, where the step goes once more,
+        // and an ASK names the importing node it goes to once (see the top
+        // of this file); a second redirect is this master's answer.
+        if (reply->is_error() && redirect(node, reply->str())) return;
       } else if constexpr (routes_by_slot<Backend>) {
         if (reply->is_error()) node.backend->saw_error(reply->str());  // READONLY: look again
       }
@@ -275,24 +299,46 @@ class FanOut {
     }
   }
 
-  // The step once more, on a connection to where the backend routes it now
-  // (the new owner a MOVED named), by the same deadline.
-  void send_again(Node& node) {
-    node.redirected = true;
-    node.sent_eval = false;
+  // After a MOVED, the step once more on a connection to where the backend
+  // routes it now (the new owner); after an ASK, on one to the importing
+  // node it names, behind ASKING. By the same deadline, once per round.
+  // False for any other reply.
+  bool redirect(Node& node, std::string_view reply) {
+    const bool moved = node.backend->saw_error(reply);  // a MOVED is noted in the map
+    if (node.redirected || (!moved && parse_redirect(reply).kind != Redirect::Kind::ask)) {
+      return false;
+    }
     node.connection.reset();  // its one reply read: clean, back to its pool
+    node.redirected = true;
+    node.asked = !moved;
+    node.sent_eval = false;
     try {
-      node.connection.emplace(node.backend->borrow(std::min(borrow_deadline_, collect_deadline_)));
-      Connection& connection = **node.connection;
-      if (script_ != nullptr) {
-        connection.append_evalsha(*script_, keys_, args_);
-      } else {
-        connection.append_argv(argv_);
-      }
-      connection.flush();
+      const clock::time_point by = std::min(borrow_deadline_, collect_deadline_);
+      node.connection.emplace(moved ? node.backend->borrow(by)
+                                    : node.backend->borrow_asked(reply, by));
+      if (node.asked) ask_first(node);
+      append_step(node);
     } catch (const Error& error) {
       fail(node, State::unreachable, error);
     }
+    return true;
+  }
+
+  // ASKING, whose reply is to be read and dropped before the next one's.
+  static void ask_first(Node& node) {
+    (*node.connection)->append_argv(Args(asking_argv, 1));
+    ++node.asking_owed;
+  }
+
+  // The round's step, appended again and flushed.
+  void append_step(Node& node) {
+    Connection& connection = **node.connection;
+    if (script_ != nullptr) {
+      connection.append_evalsha(*script_, keys_, args_);
+    } else {
+      connection.append_argv(argv_);
+    }
+    connection.flush();
   }
 
   std::string where(const Node& node) const {
@@ -334,6 +380,8 @@ class FanOut {
       node.message = cluster_of(*node.backend) + ": " + node.message;
     }
   }
+
+  static constexpr std::string_view asking_argv[] = {"ASKING"};
 
   std::vector<Node> nodes_;
   const Script* script_ = nullptr;
