@@ -33,7 +33,9 @@ class ClusterRedlockTest : public ::testing::Test {
   static void SetUpTestSuite() {
     if (!RedisServer::available()) return;
     try {
-      for (const std::size_t masters : {2, 1, 1}) clusters_.push_back(new RedisCluster(masters));
+      for (const std::size_t masters : {std::size_t{2}, std::size_t{1}, std::size_t{1}}) {
+        clusters_.push_back(new RedisCluster(masters));
+      }
     } catch (const std::exception& error) {
       start_error_ = new std::string(error.what());
     }
