@@ -190,7 +190,7 @@ class Notifier {
   void mark_moved(Channel& channel) DISTLOCK_REQUIRES(mutex_);
   void poke() noexcept;
   // Lending the subscriber connection to a lone waiter (notifier_lent.hpp).
-  bool can_lend(const Channel& channel) const DISTLOCK_REQUIRES(mutex_);
+  bool can_lend(const Channel& channel, bool busy_or_not = false) const DISTLOCK_REQUIRES(mutex_);
   std::optional<bool> wait_lent(Channel& channel, std::uint64_t seen, clock::time_point until,
                                 Connection& connection);
   void call_back() DISTLOCK_REQUIRES(mutex_);
@@ -208,6 +208,7 @@ class Notifier {
 
   mutable detail::Mutex mutex_;
   std::condition_variable connected_;
+  std::condition_variable parked_;  // the thread stopped touching the connection
   // Channel objects are guarded by mutex_ too.
   std::unordered_map<std::string, std::unique_ptr<Channel>> channels_ DISTLOCK_GUARDED_BY(mutex_);
   std::size_t waiters_ DISTLOCK_GUARDED_BY(mutex_) = 0;
@@ -254,6 +255,7 @@ inline Notifier::~Notifier() {
     detail::MutexLock lock(mutex_);
     stopping_ = true;
     call_back();
+    parked_.notify_all();
   }
   poke();
   thread_.join();
@@ -378,6 +380,7 @@ inline void Notifier::wake(const std::string& channel) {
   if (const auto it = channels_.find(channel); it != channels_.end()) {
     ++it->second->generation;
     it->second->changed.notify_all();
+    parked_.notify_all();  // a waiter may wait there for the thread to park
     // A waiter reading the connection looks at the generation when woken.
     if (lent_) {
       const std::uint64_t one = 1;

@@ -34,6 +34,11 @@ namespace distlock {
 
 inline bool Notifier::wait_on(Channel& channel, std::uint64_t seen, clock::time_point until) {
   detail::MutexLock lock(mutex_);
+  // The thread busy for a moment (a reply to read, a subscription to send)
+  // is no reason to leave the connection to it for the whole sleep.
+  lock.wait_until(parked_, until, [&]() DISTLOCK_REQUIRES(mutex_) {
+    return channel.generation != seen || !busy_ || !can_lend(channel, /*busy_or_not=*/true);
+  });
   if (channel.generation == seen && can_lend(channel)) {
     lent_ = true;
     ++lends_;
@@ -69,9 +74,10 @@ inline int Notifier::poll_timeout(clock::time_point until) {
 
 // Only one waiter, on a confirmed channel of a live connection that the
 // thread is not reading or writing now, and nothing the thread must send.
-inline bool Notifier::can_lend(const Channel& channel) const {
-  return !busy_ && !lent_ && up_ && !stopping_ && !retarget_ && !lent_failed_ && waiters_ == 1 &&
-         channel.waiters == 1 && channel.confirmed && !channel.moved && connection_ != nullptr;
+inline bool Notifier::can_lend(const Channel& channel, bool busy_or_not) const {
+  return (busy_or_not || !busy_) && !lent_ && up_ && !stopping_ && !retarget_ && !lent_failed_ &&
+         waiters_ == 1 && channel.waiters == 1 && channel.confirmed && !channel.moved &&
+         connection_ != nullptr;
 }
 
 inline void Notifier::call_back() {

@@ -37,6 +37,7 @@ inline void Notifier::run() {
       lent = lent_;
       busy_ = !lent;
       watching_ = !lent;
+      if (lent) parked_.notify_all();
       if (!lent) {
         moved = std::exchange(retarget_, false);
         broken = std::exchange(lent_failed_, false);
@@ -64,6 +65,7 @@ inline void Notifier::run() {
         // Parked in poll(): a lone waiter may take the connection meanwhile.
         detail::MutexLock lock(mutex_);
         busy_ = false;
+        parked_.notify_all();
       }
       const int ready = ::poll(fds, 2, timeout_ms);
       {
