@@ -11,7 +11,9 @@
 #include <future>
 #include <iostream>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "distlock/mutex.hpp"
@@ -362,6 +364,105 @@ TEST_F(NotifierTest, APreSentAttemptAnsweredPastTheDeadlineIsUndone) {
   const auto until = Clock::now() + 5s;
   while (get("k") != "(nil)" && Clock::now() < until) std::this_thread::sleep_for(5ms);
   EXPECT_EQ(get("k"), "(nil)") << "the granted attempt was never undone";
+}
+
+// ---- a lone waiter reading the subscriber connection itself ----------------
+
+// A waiter of `notifier` on `channel`, sleeping in its own thread for up to
+// 20 s; it notes whether it was woken and the generation it then saw.
+struct LoneWait {
+  LoneWait(Notifier& notifier, const std::string& channel)
+      : subscription(notifier.subscribe(channel, Clock::now() + 5s)),
+        seen(subscription.generation()),
+        result(std::async(std::launch::async, [this] {
+          const bool woken = subscription.wait(seen, Clock::now() + 20s);
+          return std::make_pair(woken, subscription.generation());
+        })) {}
+  Notifier::Subscription subscription;
+  std::uint64_t seen;
+  std::future<std::pair<bool, std::uint64_t>> result;
+};
+
+// Waits (boundedly) until `notifier` has lent its connection `lends` times.
+bool eventually_lent(Notifier& notifier, std::uint64_t lends) {
+  return testing::eventually([&] { return notifier.lends() >= lends; });
+}
+
+TEST_F(NotifierTest, ALoneSleepingMutexWaiterReadsTheReleaseItself) {
+  SleepyMutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  SleepyMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  ASSERT_TRUE(holder.try_lock());
+  auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
+  ASSERT_TRUE(eventually_lent(client().notifier(), 1)) << "the waiter never read it itself";
+  const std::uint64_t sent_before = client().notifier().attempts_sent();
+  holder.unlock();
+  ASSERT_TRUE(waiting.get());
+  // The armed attempt went out from the waiter's own thread, and was settled.
+  EXPECT_EQ(client().notifier().attempts_sent(), sent_before + 1);
+  EXPECT_EQ(get("k"), waiter.token());
+  waiter.unlock();
+}
+
+TEST_F(NotifierTest, ASecondWaiterArrivingCallsTheConnectionBack) {
+  Notifier& notifier = client().notifier();
+  LoneWait first(notifier, "a");
+  ASSERT_TRUE(eventually_lent(notifier, 1));
+  // A new channel: only the notifier thread may subscribe it.
+  LoneWait second(notifier, "b");
+  EXPECT_TRUE(second.subscription.active()) << "never subscribed while lent";
+  // And the same channel: a third waiter of "a".
+  LoneWait third(notifier, "a");
+  EXPECT_TRUE(third.subscription.active());
+  client().command("PUBLISH", "b", "released");
+  EXPECT_TRUE(second.result.get().first);
+  client().command("PUBLISH", "a", "released");
+  EXPECT_TRUE(first.result.get().first);
+  EXPECT_TRUE(third.result.get().first);
+}
+
+TEST_F(NotifierTest, AMessageOfAnotherChannelDoesNotWakeTheLoneWaiter) {
+  Notifier& notifier = client().notifier();
+  // "b" stays subscribed a while after its last waiter leaves.
+  notifier.subscribe("b", Clock::now() + 5s);
+  LoneWait waiter(notifier, "a");
+  ASSERT_TRUE(eventually_lent(notifier, 1));
+  const std::uint64_t messages = notifier.messages();
+  // Not subscribed any more only if the machine stalled past the linger
+  // before the waiter took the connection (from then on nothing unsubscribes).
+  if (client().command("PUBLISH", "b", "released").integer() == 0) {
+    notifier.wake("a");
+    GTEST_SKIP() << "\"b\" was unsubscribed before the waiter slept";
+  }
+  ASSERT_TRUE(testing::eventually([&] { return notifier.messages() > messages; }));
+  client().command("PUBLISH", "a", "released");
+  const auto [woken, generation] = waiter.result.get();
+  EXPECT_TRUE(woken);
+  EXPECT_EQ(generation, waiter.seen + 1) << "woken before its own release";
+}
+
+TEST_F(NotifierTest, TheSubscriberConnectionDroppingWhileLentWakesTheWaiter) {
+  Notifier& notifier = client().notifier();
+  LoneWait waiter(notifier, "a");
+  ASSERT_TRUE(eventually_lent(notifier, 1));
+  client().command("CLIENT", "KILL", "TYPE", "pubsub");
+  // Releases may be lost with the connection: the reconnect wakes it.
+  EXPECT_TRUE(waiter.result.get().first);
+  EXPECT_GE(notifier.connects(), 2u);
+  // And the connection made again serves the next lone waiter.
+  LoneWait next(notifier, "a");
+  ASSERT_TRUE(next.subscription.active());
+  client().command("PUBLISH", "a", "released");
+  EXPECT_TRUE(next.result.get().first);
+}
+
+TEST_F(NotifierTest, WakeReachesAWaiterReadingTheConnection) {
+  Notifier& notifier = client().notifier();
+  LoneWait waiter(notifier, "a");
+  ASSERT_TRUE(eventually_lent(notifier, 1));
+  const auto start = Clock::now();
+  notifier.wake("a");
+  EXPECT_TRUE(waiter.result.get().first);
+  EXPECT_LT(Clock::now() - start, 10s);  // not at the end of its 20 s sleep
 }
 
 }  // namespace

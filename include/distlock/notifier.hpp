@@ -27,6 +27,12 @@
 // A waiter may also leave its next attempt armed on its subscription
 // (detail/armed_attempt.hpp): the notifier thread writes it the moment the
 // channel's release is announced, then wakes the waiter, who reads the reply.
+//
+// A waiter that is the only one of its Notifier reads the subscriber
+// connection itself while it sleeps (detail/notifier_lent.hpp): the release
+// message then wakes the thread that acts on it, with no hop through the
+// notifier thread. The connection goes back the moment a second waiter, a
+// new channel, a reconnect or a retarget needs the notifier thread.
 #pragma once
 
 #include <poll.h>
@@ -140,6 +146,10 @@ class Notifier {
   /// with one armed now (for tests and diagnostics).
   std::uint64_t attempts_sent() const;
   std::size_t armed_count() const;
+  /// Messages read so far (by either side), and sleeps in which a lone
+  /// waiter read the subscriber connection itself (for tests and diagnostics).
+  std::uint64_t messages() const;
+  std::uint64_t lends() const;
 
   /// The connection to arm an attempt on (Subscription::arm), lent to one
   /// waiter at a time: null if another has it or it cannot be made before
@@ -179,15 +189,26 @@ class Notifier {
   detail::ArmedAttempt::State disarm_on(Channel& channel, detail::ArmedAttempt& attempt);
   void mark_moved(Channel& channel) DISTLOCK_REQUIRES(mutex_);
   void poke() noexcept;
+  // Lending the subscriber connection to a lone waiter (notifier_lent.hpp).
+  bool can_lend(const Channel& channel, bool busy_or_not = false) const DISTLOCK_REQUIRES(mutex_);
+  std::optional<bool> wait_lent(Channel& channel, std::uint64_t seen, clock::time_point until,
+                                Connection& connection);
+  void call_back() DISTLOCK_REQUIRES(mutex_);
+  void wait_unlent(clock::time_point due);
+  static int poll_timeout(clock::time_point until);
+  bool read_lent(Connection& connection);
+  void catch_up(detail::MutexLock& lock);
 
   ConnectionOptions options_ DISTLOCK_GUARDED_BY(mutex_);
   const std::size_t max_waiters_;
   const detail::SharedEventHook events_;  // told of reconnects
   const int wake_fd_;
+  const int lent_wake_fd_;  // wakes the waiter reading the connection
   const bool sharded_;
 
   mutable detail::Mutex mutex_;
   std::condition_variable connected_;
+  std::condition_variable parked_;  // the thread stopped touching the connection
   // Channel objects are guarded by mutex_ too.
   std::unordered_map<std::string, std::unique_ptr<Channel>> channels_ DISTLOCK_GUARDED_BY(mutex_);
   std::size_t waiters_ DISTLOCK_GUARDED_BY(mutex_) = 0;
@@ -196,9 +217,19 @@ class Notifier {
   bool retarget_ DISTLOCK_GUARDED_BY(mutex_) = false;  // retarget(): drop the connection
   std::uint64_t connects_ DISTLOCK_GUARDED_BY(mutex_) = 0;
   std::uint64_t attempts_sent_ DISTLOCK_GUARDED_BY(mutex_) = 0;
+  std::uint64_t messages_ DISTLOCK_GUARDED_BY(mutex_) = 0;
+  std::uint64_t lends_ DISTLOCK_GUARDED_BY(mutex_) = 0;
+  // Who may touch connection_: the notifier thread while busy_ (and while
+  // it has not lent it), a lone waiter while lent_, nobody else.
+  bool busy_ DISTLOCK_GUARDED_BY(mutex_) = true;
+  bool lent_ DISTLOCK_GUARDED_BY(mutex_) = false;
+  bool called_back_ DISTLOCK_GUARDED_BY(mutex_) = false;  // the notifier wants it back
+  bool lent_failed_ DISTLOCK_GUARDED_BY(mutex_) = false;  // the waiter saw it break
+  bool watching_ DISTLOCK_GUARDED_BY(mutex_) = false;     // the thread polls the connection
   detail::SpareConnection spare_;
 
-  // Touched by the notifier thread only.
+  // Made, dropped and written by the notifier thread only; read by a lone
+  // waiter while lent to it (see busy_ and lent_).
   std::unique_ptr<Connection> connection_;
   std::thread thread_;
 };
@@ -209,8 +240,13 @@ inline Notifier::Notifier(ConnectionOptions options, std::size_t max_waiters,
       max_waiters_(max_waiters),
       events_(std::move(events)),
       wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      lent_wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       sharded_(sharded) {
-  if (wake_fd_ < 0) throw Error(Errc::io_error, "eventfd failed for the notifier");
+  if (wake_fd_ < 0 || lent_wake_fd_ < 0) {
+    if (wake_fd_ >= 0) ::close(wake_fd_);
+    if (lent_wake_fd_ >= 0) ::close(lent_wake_fd_);
+    throw Error(Errc::io_error, "eventfd failed for the notifier");
+  }
   thread_ = std::thread([this] { run(); });
 }
 
@@ -218,10 +254,13 @@ inline Notifier::~Notifier() {
   {
     detail::MutexLock lock(mutex_);
     stopping_ = true;
+    call_back();
+    parked_.notify_all();
   }
   poke();
   thread_.join();
   ::close(wake_fd_);
+  ::close(lent_wake_fd_);
 }
 
 inline Notifier::Subscription Notifier::subscribe(const std::string& channel,
@@ -240,7 +279,11 @@ inline Notifier::Subscription Notifier::subscribe(const std::string& channel,
   ++entry.waiters;
   ++waiters_;
   Subscription subscription(this, &entry);
-  if (!entry.sent) {
+  // Several waiters (or a new channel) are the notifier thread's to serve.
+  call_back();
+  // The thread subscribes, or reads a confirmation still on its way (it may
+  // have stopped polling the connection while it was lent).
+  if (!entry.sent || (!entry.confirmed && !watching_)) {
     lock.unlock();
     poke();
     lock.lock();
@@ -264,12 +307,8 @@ inline void Notifier::leave(Channel& channel) {
 
 inline std::uint64_t Notifier::generation_of(Channel& channel) {
   detail::MutexLock lock(mutex_);
+  catch_up(lock);
   return channel.generation;
-}
-
-inline bool Notifier::wait_on(Channel& channel, std::uint64_t seen, clock::time_point until) {
-  detail::MutexLock lock(mutex_);
-  return lock.wait_until(channel.changed, until, [&] { return channel.generation != seen; });
 }
 
 inline bool Notifier::is_active(Channel& channel) {
@@ -311,6 +350,16 @@ inline std::uint64_t Notifier::attempts_sent() const {
   return attempts_sent_;
 }
 
+inline std::uint64_t Notifier::messages() const {
+  detail::MutexLock lock(mutex_);
+  return messages_;
+}
+
+inline std::uint64_t Notifier::lends() const {
+  detail::MutexLock lock(mutex_);
+  return lends_;
+}
+
 inline std::size_t Notifier::armed_count() const {
   detail::MutexLock lock(mutex_);
   return static_cast<std::size_t>(
@@ -331,6 +380,12 @@ inline void Notifier::wake(const std::string& channel) {
   if (const auto it = channels_.find(channel); it != channels_.end()) {
     ++it->second->generation;
     it->second->changed.notify_all();
+    parked_.notify_all();  // a waiter may wait there for the thread to park
+    // A waiter reading the connection looks at the generation when woken.
+    if (lent_) {
+      const std::uint64_t one = 1;
+      static_cast<void>(::write(lent_wake_fd_, &one, sizeof one));
+    }
   }
 }
 
@@ -339,6 +394,7 @@ inline void Notifier::retarget(ConnectionOptions options) {
     detail::MutexLock lock(mutex_);
     options_ = std::move(options);
     retarget_ = true;
+    call_back();
   }
   poke();
 }
@@ -362,3 +418,5 @@ inline void Notifier::poke() noexcept {
 
 // The notifier thread's side: its loop, the connection and the messages.
 #include "distlock/detail/notifier_thread.hpp"  // IWYU pragma: export
+// The lone waiter's side: reading the connection while lent to it.
+#include "distlock/detail/notifier_lent.hpp"  // IWYU pragma: export

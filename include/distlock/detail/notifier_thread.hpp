@@ -2,7 +2,9 @@
 // subscriber connection (made, lost, moved), the SUBSCRIBE and UNSUBSCRIBE
 // it sends, and the replies and messages it reads; on a release message it
 // also writes the armed attempt left on that channel
-// (detail/armed_attempt.hpp). Included at the end of notifier.hpp.
+// (detail/armed_attempt.hpp). While the connection is lent to a lone waiter
+// (detail/notifier_lent.hpp) the thread leaves it alone. Included at the
+// end of notifier.hpp.
 #pragma once
 
 #include <poll.h>
@@ -26,12 +28,26 @@ inline void Notifier::run() {
   auto retry_pause = std::chrono::milliseconds(10);
   for (;;) {
     bool moved = false;
+    bool broken = false;
+    bool lent = false;
     {
       detail::MutexLock lock(mutex_);
       if (stopping_) return;
-      moved = std::exchange(retarget_, false);
+      // Lent to a lone waiter (notifier_lent.hpp): not ours to touch.
+      lent = lent_;
+      busy_ = !lent;
+      watching_ = !lent;
+      if (lent) parked_.notify_all();
+      if (!lent) {
+        moved = std::exchange(retarget_, false);
+        broken = std::exchange(lent_failed_, false);
+      }
     }
-    if (moved && connection_) drop_connection();
+    if (lent) {
+      wait_unlent(clock::now() + linger);
+      continue;
+    }
+    if ((moved || broken) && connection_) drop_connection();
     if (!connection_ && !connect_once()) {
       // Back off before reconnecting, but wake at once to stop.
       pollfd wake{wake_fd_, POLLIN, 0};
@@ -45,7 +61,19 @@ inline void Notifier::run() {
     try {
       const int timeout_ms = sync_subscriptions();
       pollfd fds[2] = {{connection_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-      if (::poll(fds, 2, timeout_ms) < 0) continue;
+      {
+        // Parked in poll(): a lone waiter may take the connection meanwhile.
+        detail::MutexLock lock(mutex_);
+        busy_ = false;
+        parked_.notify_all();
+      }
+      const int ready = ::poll(fds, 2, timeout_ms);
+      {
+        detail::MutexLock lock(mutex_);
+        if (lent_) continue;  // its messages are the waiter's to read now
+        busy_ = true;
+      }
+      if (ready < 0) continue;
       if (fds[1].revents != 0) {
         std::uint64_t drained;
         static_cast<void>(::read(wake_fd_, &drained, sizeof drained));
@@ -153,6 +181,7 @@ inline void Notifier::handle(const Reply& reply) {
   if (it == channels_.end()) return;
   Channel& channel = *it->second;
   if (kind == "message" || kind == "smessage") {
+    ++messages_;
     ++channel.generation;
     if (detail::ArmedAttempt* armed = std::exchange(channel.armed, nullptr)) {
       armed->fire(channel.generation);
