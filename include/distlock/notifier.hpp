@@ -350,16 +350,6 @@ inline std::uint64_t Notifier::attempts_sent() const {
   return attempts_sent_;
 }
 
-inline std::uint64_t Notifier::messages() const {
-  detail::MutexLock lock(mutex_);
-  return messages_;
-}
-
-inline std::uint64_t Notifier::lends() const {
-  detail::MutexLock lock(mutex_);
-  return lends_;
-}
-
 inline std::size_t Notifier::armed_count() const {
   detail::MutexLock lock(mutex_);
   return static_cast<std::size_t>(

@@ -161,4 +161,14 @@ inline void Notifier::wait_unlent(clock::time_point due) {
   static_cast<void>(::read(wake_fd_, &drained, sizeof drained));
 }
 
+inline std::uint64_t Notifier::messages() const {
+  detail::MutexLock lock(mutex_);
+  return messages_;
+}
+
+inline std::uint64_t Notifier::lends() const {
+  detail::MutexLock lock(mutex_);
+  return lends_;
+}
+
 }  // namespace distlock
