@@ -197,7 +197,7 @@ class Notifier {
   void wait_unlent(clock::time_point due);
   static int poll_timeout(clock::time_point until);
   bool read_lent(Connection& connection);
-  void catch_up(detail::MutexLock& lock);
+  void catch_up();
 
   ConnectionOptions options_ DISTLOCK_GUARDED_BY(mutex_);
   const std::size_t max_waiters_;
@@ -306,8 +306,8 @@ inline void Notifier::leave(Channel& channel) {
 }
 
 inline std::uint64_t Notifier::generation_of(Channel& channel) {
+  catch_up();
   detail::MutexLock lock(mutex_);
-  catch_up(lock);
   return channel.generation;
 }
 

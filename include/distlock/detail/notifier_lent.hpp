@@ -135,7 +135,8 @@ inline bool Notifier::read_lent(Connection& connection) {
 // reads them before it reads its channel's generation: a release announced
 // before that look must not count as one after it (the waiter's own last
 // release, say, which would wake its next sleep for nothing).
-inline void Notifier::catch_up(detail::MutexLock& lock) {
+inline void Notifier::catch_up() {
+  detail::MutexLock lock(mutex_);
   if (watching_ || busy_ || lent_ || !up_ || stopping_ || lent_failed_ || !connection_) return;
   Connection& connection = *connection_;
   pollfd ready{connection.fd(), POLLIN, 0};
