@@ -24,6 +24,7 @@
 #include "distlock/detail/cluster_slots.hpp"
 #include "distlock/detail/sharded_scripts.hpp"
 #include "distlock/scripts.hpp"
+#include "support/cluster_suite.hpp"
 #include "support/fixture.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
@@ -98,135 +99,7 @@ TEST(ClusterClientOptions, AClientMadeBeforeForkRefusesInTheChild) {
 // ---------------------------------------------------------------------------
 // A cluster shared by the tests of one suite.
 
-class ClusterTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { start(0); }
-  /// Starts the suite's cluster: `masters` masters with `replicas`
-  /// replicas each.
-  static void start(std::size_t replicas, std::size_t masters = 3) {
-    if (!RedisServer::available()) return;
-    try {
-      cluster_ = new RedisCluster(masters, replicas);
-    } catch (const std::exception& error) {
-      start_error_ = new std::string(error.what());
-    }
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-    delete start_error_;
-    start_error_ = nullptr;
-  }
-
-  void SetUp() override {
-    DISTLOCK_REQUIRE_REDIS_SERVER();
-    ASSERT_NE(cluster_, nullptr) << "the cluster did not start: "
-                                 << (start_error_ != nullptr ? *start_error_ : "?");
-    client_.emplace(options());
-  }
-
-  static ClusterOptions options() {
-    ClusterOptions options(cluster_->seed_list());
-    options.connect_timeout = 1s;
-    options.command_timeout = 1s;
-    return options;
-  }
-
-  RedisCluster& cluster() { return *cluster_; }
-  ClusterClient& client() { return *client_; }
-
-  /// A name made from `stem` whose slot master `master` owns now.
-  std::string name_on(std::size_t master, const std::string& stem) const {
-    for (int i = 0;; ++i) {
-      std::string name = stem + "-" + std::to_string(i);
-      if (cluster_->owner_of(detail::key_slot(name)) == master) return name;
-    }
-  }
-
-  /// A command at one node, as RedisServer renders its reply.
-  std::string at(std::size_t master, const std::vector<std::string>& argv) {
-    return cluster_->node(master).command(argv);
-  }
-  long long pttl_at(std::size_t master, const std::string& key) {
-    return std::stoll(at(master, {"PTTL", key}));
-  }
-  long long calls_at(std::size_t master, const std::string& command) {
-    const std::string stats = at(master, {"INFO", "commandstats"});
-    const std::string field = "cmdstat_" + command + ":calls=";
-    const auto found = stats.find(field);
-    return found == std::string::npos ? 0 : std::stoll(stats.substr(found + field.size()));
-  }
-  /// Error replies of one kind ("MOVED", "TRYAGAIN") a node has sent.
-  long long errors_at(std::size_t master, const std::string& kind) {
-    const std::string stats = at(master, {"INFO", "errorstats"});
-    const std::string field = "errorstat_" + kind + ":count=";
-    const auto found = stats.find(field);
-    return found == std::string::npos ? 0 : std::stoll(stats.substr(found + field.size()));
-  }
-  /// When `key` runs out at a node, in Unix milliseconds (PEXPIRETIME).
-  long long expiry_at(std::size_t master, const std::string& key) {
-    return std::stoll(at(master, {"PEXPIRETIME", key}));
-  }
-
-  /// Joins a waiter thread, cancelling its wait first, however the test
-  /// ends (an ASSERT returns early).
-  template <class Lock>
-  struct Waiter {
-    Lock& lock;
-    std::thread thread;
-    ~Waiter() {
-      if (!thread.joinable()) return;
-      lock.cancel_waits();
-      thread.join();
-    }
-  };
-
-  /// Waits until `master` has a shard-channel subscriber on `channel`.
-  bool subscribed_at(std::size_t master, const std::string& channel) {
-    const auto until = Clock::now() + 5s;
-    while (Clock::now() < until) {
-      if (at(master, {"PUBSUB", "SHARDNUMSUB", channel}).find("1") != std::string::npos) {
-        return true;
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-    return false;
-  }
-
-  /// Polls `done` until it holds or 10 s pass (a bound, not a timing).
-  template <class Done>
-  static bool eventually(Done done) {
-    const auto until = Clock::now() + 10s;
-    while (!done() && Clock::now() < until) std::this_thread::sleep_for(5ms);
-    return done();
-  }
-
-  /// Options whose event hook counts each key's confirmed renewals.
-  struct RenewalCount {
-    std::mutex mutex;
-    std::map<std::string, int> renewed;
-    int of(const std::string& key) {
-      const std::lock_guard<std::mutex> guard(mutex);
-      return renewed[key];
-    }
-  };
-  static ClusterOptions counting(RenewalCount& count) {
-    ClusterOptions hooked = options();
-    hooked.on_event = [&count](const LockEvent& event) {
-      if (event.type != LockEventType::renewed) return;
-      const std::lock_guard<std::mutex> guard(count.mutex);
-      ++count.renewed[std::string(event.key)];
-    };
-    return hooked;
-  }
-
-  static RedisCluster* cluster_;
-  static std::string* start_error_;
-  std::optional<ClusterClient> client_;
-};
-
-RedisCluster* ClusterTest::cluster_ = nullptr;
-std::string* ClusterTest::start_error_ = nullptr;
+using ClusterTest = testing::ClusterSuite;
 
 // ---------------------------------------------------------------------------
 // Routing: what reaches which node.

@@ -20,7 +20,7 @@
 #include "distlock/rate_limiter.hpp"
 #include "distlock/semaphore.hpp"
 #include "distlock/striped_mutex.hpp"
-#include "support/fixture.hpp"
+#include "support/cluster_suite.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
 
@@ -35,92 +35,9 @@ using ClusterSemaphore = BasicSemaphore<ClusterClient>;
 using ClusterRateLimiter = BasicRateLimiter<ClusterClient>;
 using ClusterStripedMutex = BasicStripedMutex<ClusterClient>;
 
-class ClusterCountingTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (!RedisServer::available()) return;
-    try {
-      cluster_ = new RedisCluster(3);
-    } catch (const std::exception& error) {
-      start_error_ = new std::string(error.what());
-    }
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-    delete start_error_;
-    start_error_ = nullptr;
-  }
-
-  void SetUp() override {
-    DISTLOCK_REQUIRE_REDIS_SERVER();
-    ASSERT_NE(cluster_, nullptr) << "the cluster did not start: "
-                                 << (start_error_ != nullptr ? *start_error_ : "?");
-    client_.emplace(options());
-  }
-
-  static ClusterOptions options() {
-    ClusterOptions options(cluster_->seed_list());
-    options.connect_timeout = 1s;
-    options.command_timeout = 1s;
-    return options;
-  }
-
-  RedisCluster& cluster() { return *cluster_; }
-  ClusterClient& client() { return *client_; }
-
-  /// A name made from `stem` whose key (`suffix` appended) master `master`
-  /// owns now.
-  static std::string name_on(std::size_t master, const std::string& stem,
-                             const std::string& suffix = "") {
-    for (int i = 0;; ++i) {
-      std::string name = stem + "-" + std::to_string(i);
-      if (cluster_->owner_of(detail::key_slot(name + suffix)) == master) return name;
-    }
-  }
-
-  std::string at(std::size_t master, const std::vector<std::string>& argv) {
-    return cluster_->node(master).command(argv);
-  }
-  long long calls_at(std::size_t master, const std::string& command) {
-    const std::string stats = at(master, {"INFO", "commandstats"});
-    const std::string field = "cmdstat_" + command + ":calls=";
-    const auto found = stats.find(field);
-    return found == std::string::npos ? 0 : std::stoll(stats.substr(found + field.size()));
-  }
-
-  /// Waits (5 s at most) until `master` has a shard-channel subscriber on
-  /// `channel`.
-  bool subscribed_at(std::size_t master, const std::string& channel) {
-    const auto until = Clock::now() + 5s;
-    while (Clock::now() < until) {
-      if (at(master, {"PUBSUB", "SHARDNUMSUB", channel}).find("1") != std::string::npos) {
-        return true;
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-    return false;
-  }
-
-  /// Polls `done` until it holds or 10 s pass (a bound, not a timing).
-  template <class Done>
-  static bool eventually(Done done) {
-    const auto until = Clock::now() + 10s;
-    while (!done() && Clock::now() < until) std::this_thread::sleep_for(5ms);
-    return done();
-  }
-
-  static RedisCluster* cluster_;
-  static std::string* start_error_;
-  std::optional<ClusterClient> client_;
-};
-
-RedisCluster* ClusterCountingTest::cluster_ = nullptr;
-std::string* ClusterCountingTest::start_error_ = nullptr;
-
 // ---------------------------------------------------------------------------
 
-class ClusterSemaphores : public ClusterCountingTest {};
+class ClusterSemaphores : public testing::ClusterSuite {};
 
 TEST_F(ClusterSemaphores, PermitsOnEachMaster) {
   for (std::size_t master = 0; master < cluster().masters(); ++master) {
@@ -228,7 +145,7 @@ TEST_F(ClusterSemaphores, CancelWaitsWakesAWaiterAtItsSlotsOwner) {
 
 // ---------------------------------------------------------------------------
 
-class ClusterRateLimiters : public ClusterCountingTest {};
+class ClusterRateLimiters : public testing::ClusterSuite {};
 
 TEST_F(ClusterRateLimiters, FixedWindowOnEachMaster) {
   for (std::size_t master = 0; master < cluster().masters(); ++master) {
@@ -270,7 +187,7 @@ TEST_F(ClusterRateLimiters, ASlotMoveBetweenTwoAcquires) {
 
 // ---------------------------------------------------------------------------
 
-class ClusterStripes : public ClusterCountingTest {};
+class ClusterStripes : public testing::ClusterSuite {};
 
 TEST_F(ClusterStripes, StripesSpreadOverTheMasters) {
   ClusterStripedMutex segments(client(), "stock", 16, LockOptions{}.ttl(10s));
