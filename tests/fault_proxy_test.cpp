@@ -43,11 +43,22 @@ class RawClient {
     connect_error_ =
         ::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 ? 0 : errno;
   }
-  ~RawClient() { ::close(fd_); }
+  ~RawClient() {
+    if (fd_ >= 0) ::close(fd_);
+  }
   RawClient(const RawClient&) = delete;
   RawClient& operator=(const RawClient&) = delete;
 
   int connect_error() const { return connect_error_; }
+
+  // Closes as a client does that drops a connection with replies unread:
+  // the kernel ends it with an RST, not a FIN.
+  void reset() {
+    const linger abort{1, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_LINGER, &abort, sizeof(abort));
+    ::close(fd_);
+    fd_ = -1;
+  }
 
   // Whether the kernel took the bytes (not whether anyone read them).
   bool send(const std::string& bytes) {
@@ -132,6 +143,35 @@ TEST_F(FaultProxyTest, LatencyDelaysEachDirectionByAtLeastItsAmount) {
   EXPECT_EQ(get("late"), "(nil)");
   EXPECT_EQ(client.read(5, 5s), "+OK\r\n");
   EXPECT_EQ(get("late"), "1");
+}
+
+// TCP delivers what was sent before an RST, and the receiver reads it before
+// the reset (a client that drops a connection owing replies resets it, right
+// behind the command it queued last): a proxy that dropped those bytes would
+// lose commands no network loses.
+TEST_F(FaultProxyTest, BytesSentBeforeAResetStillReachTheServer) {
+  proxy().set_latency(Direction::to_server, 100ms);
+  RawClient client(proxy().port());
+  ASSERT_TRUE(client.send(resp({"SET", "sent-before-reset", "1"})));
+  ASSERT_TRUE(testing::eventually([&] { return proxy().open_connections() == 1u; }));
+  client.reset();
+  EXPECT_TRUE(testing::eventually([&] { return get("sent-before-reset") == "1"; }, 5s));
+  EXPECT_TRUE(testing::eventually([&] { return proxy().open_connections() == 0u; }, 5s));
+}
+
+// The same when a reply is still on its way to the client that reset: the
+// reply cannot be delivered, but the commands behind it still are.
+TEST_F(FaultProxyTest, AReplyToAResetClientDoesNotDropTheCommandsBehindIt) {
+  proxy().set_latency(Direction::to_client, 100ms);
+  RawClient client(proxy().port());
+  ASSERT_TRUE(client.send(resp({"PING"})));
+  // Through to the server: its PONG is due at the client 100 ms from now.
+  ASSERT_TRUE(testing::eventually([&] { return proxy().bytes_to_server() > 0u; }));
+  proxy().set_latency(Direction::to_server, 300ms);
+  ASSERT_TRUE(client.send(resp({"SET", "behind-the-reply", "1"})));
+  client.reset();
+  EXPECT_TRUE(testing::eventually([&] { return get("behind-the-reply") == "1"; }, 5s));
+  EXPECT_TRUE(testing::eventually([&] { return proxy().open_connections() == 0u; }, 5s));
 }
 
 TEST_F(FaultProxyTest, StallToServerHoldsTheCommandUntilReleased) {

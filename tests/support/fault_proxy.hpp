@@ -21,6 +21,9 @@
 //     silent partition (nothing passes either way, new connections are
 //     accepted and hear nothing); restore() ends it, resetting connections
 //     that lost bytes.
+// As on a real network, an end that closes or resets its connection has what
+// it sent before delivered first (latency and all); then the close or the
+// reset is passed on.
 // Counters (connections accepted, bytes forwarded each way) let a test see
 // that traffic really went through the proxy. Depends only on POSIX, not on
 // GoogleTest or distlock.
@@ -186,7 +189,9 @@ class FaultProxy {
     int fd[2] = {-1, -1};
     std::size_t number = 0;  // 1 for the first connection accepted, and so on
     std::deque<Chunk> queue[2];
-    bool read_closed[2] = {false, false};  // EOF seen on the reading side
+    bool read_closed[2] = {false, false};  // EOF or a reset seen on the reading side
+    bool reset_seen[2] = {false, false};   // that end was a reset, passed on as one
+    bool unwritable[2] = {false, false};   // direction d's destination is gone
     bool broken = false;                   // bytes were dropped
     bool connecting = false;               // the server side's connect is in progress
     bool dead = false;
@@ -259,8 +264,8 @@ class FaultProxy {
   }
 
   // Reads what is there from direction d's source into its queue (or drops
-  // it). Returns false once the link is to be closed.
-  bool read_side(Link& link, int d, const Faults& faults, Clock::time_point now) {
+  // it), noting an end of stream or a reset in read_closed[d].
+  void read_side(Link& link, int d, const Faults& faults, Clock::time_point now) {
     char buffer[65536];
     for (;;) {
       const ssize_t got = ::read(link.fd[d], buffer, sizeof(buffer));
@@ -277,11 +282,16 @@ class FaultProxy {
       }
       if (got == 0) {
         link.read_closed[d] = true;
-        return true;
+        return;
       }
       if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-      return false;  // reset by the peer
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      // Reset by the peer. What it sent before still goes through, as TCP
+      // delivers it, and the reset follows it (a client dropping a
+      // connection that owes it replies resets it right behind a command).
+      link.read_closed[d] = true;
+      link.reset_seen[d] = true;
+      return;
     }
   }
 
@@ -294,19 +304,28 @@ class FaultProxy {
   bool write_side(Link& link, int d, const Faults& faults, Clock::time_point now) {
     if (held(link, d, faults)) return true;
     auto& queue = link.queue[d];
+    // Nobody reads this way any more: what comes is dropped, and the other
+    // direction, which still delivers what it holds, ends the link.
+    if (link.unwritable[d]) {
+      queue.clear();
+      return true;
+    }
     while (!queue.empty() && queue.front().due <= now) {
       Chunk& chunk = queue.front();
       const ssize_t put = ::send(link.fd[1 - d], chunk.bytes.data() + chunk.sent,
                                  chunk.bytes.size() - chunk.sent, MSG_NOSIGNAL);
       if (put < 0) {
         if (errno == EINTR) continue;
-        return errno == EAGAIN || errno == EWOULDBLOCK;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+        link.unwritable[d] = true;
+        queue.clear();
+        return true;
       }
       chunk.sent += static_cast<std::size_t>(put);
       forwarded_[d] += static_cast<std::uint64_t>(put);
       if (chunk.sent == chunk.bytes.size()) queue.pop_front();
     }
-    // The source closed and all it sent is through: pass the close on.
+    // The source closed (or reset) and all it sent is through: pass that on.
     if (queue.empty() && link.read_closed[d]) return false;
     return true;
   }
@@ -343,14 +362,15 @@ class FaultProxy {
         if (link->dead) continue;
         if (link->connecting) {
           // Nothing to or from the server yet; a client that gave up ends it.
-          if (!read_side(*link, 0, faults, now) || link->read_closed[0]) close_link(*link, true);
+          read_side(*link, 0, faults, now);
+          if (link->read_closed[0]) close_link(*link, true);
           continue;
         }
         for (int d = 0; d < 2 && !link->dead; ++d) {
-          if (!link->read_closed[d] && !read_side(*link, d, faults, now)) close_link(*link, true);
+          if (!link->read_closed[d]) read_side(*link, d, faults, now);
         }
         for (int d = 0; d < 2 && !link->dead; ++d) {
-          if (!write_side(*link, d, faults, now)) close_link(*link, false);
+          if (!write_side(*link, d, faults, now)) close_link(*link, link->reset_seen[d]);
         }
       }
       links_.erase(std::remove_if(links_.begin(), links_.end(),
