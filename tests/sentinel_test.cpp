@@ -28,7 +28,6 @@
 #include "support/fixture.hpp"
 #include "support/options.hpp"
 #include "support/redis_server.hpp"
-#include "support/sanitized.hpp"
 #include "support/sentinel_group.hpp"
 
 namespace distlock::testing {
@@ -152,11 +151,7 @@ TEST_F(Sentinel, FindsTheMasterAndEveryLockWorks) {
   EXPECT_FALSE(limiter.try_acquire().allowed);
 }
 
-// Sanitizer builds run the smaller set: the failovers cost wall time, not
-// CPU, and two of them (kill -9 with a lease lost, and the waiter moved to
-// the new master) exercise the threads the sanitizers watch.
 TEST_F(Sentinel, ReplicatedLeaseSurvivesSentinelFailoverAndIsRevalidated) {
-  if (sanitized_build()) GTEST_SKIP() << "the smaller set under sanitizers";
   EventCount events;
   SentinelOptions options = sentinel_options(group());
   options.on_event = events.hook();
@@ -245,7 +240,6 @@ TEST_F(Sentinel, LeaseThePromotedReplicaNeverHadIsReportedLost) {
 // the one no replica had is reported lost. The hook hears of the switch
 // once.
 TEST_F(Sentinel, FixedTtlLeasesAreRevalidatedOnTheNewMaster) {
-  if (sanitized_build()) GTEST_SKIP() << "the smaller set under sanitizers";
   EventCount events;
   SentinelOptions options = sentinel_options(group());
   options.on_event = events.hook();
@@ -380,7 +374,6 @@ TEST_F(Sentinel, WaiterIsWokenByAReleaseOnTheNewMaster) {
 // sent where it belongs, and one in the wrong place is refused.
 TEST(SentinelAuth, SentinelsAndDataNodesAuthenticateSeparately) {
   DISTLOCK_REQUIRE_REDIS_SERVER();
-  if (sanitized_build()) GTEST_SKIP() << "the smaller set under sanitizers";
   SentinelGroup group("data-secret", "sentinel-secret");
   SentinelOptions options = sentinel_options(group);
   options.password = "data-secret";
