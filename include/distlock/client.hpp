@@ -311,21 +311,10 @@ inline std::unique_ptr<Connection> Endpoint::take(SteadyClock::time_point deadli
   ++open_;
   lock.unlock();
   try {
-    std::unique_ptr<Connection> connection;
-    if (deadline == SteadyClock::time_point::max()) {
-      connection = std::make_unique<Connection>(options_);
-    } else {
-      // A caller with a deadline waits no longer for the connect, AUTH and
-      // SELECT than it has left.
-      ConnectionOptions hurried = options_;
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
-      const auto budget = std::max(left, std::chrono::milliseconds(1));
-      hurried.connect_timeout = std::min(hurried.connect_timeout, budget);
-      hurried.command_timeout = std::min(hurried.command_timeout, budget);
-      connection = std::make_unique<Connection>(std::move(hurried));
-      connection->set_usual_timeout(options_.command_timeout);
-    }
+    // A caller with a deadline waits no longer for the connect, AUTH and
+    // SELECT than it has left.
+    auto connection = std::make_unique<Connection>(detail::cut_to(options_, deadline));
+    connection->set_usual_timeout(options_.command_timeout);
     const bool reconnected = reconnecting_.exchange(false, std::memory_order_relaxed);
     // Only a hook needs the run_id: revalidation does not.
     const bool switched = events_ &&

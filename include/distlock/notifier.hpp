@@ -55,6 +55,7 @@
 
 #include "distlock/connection.hpp"
 #include "distlock/detail/armed_attempt.hpp"
+#include "distlock/detail/event_fd.hpp"
 #include "distlock/detail/thread_annotations.hpp"
 #include "distlock/error.hpp"
 #include "distlock/events.hpp"
@@ -194,6 +195,7 @@ class Notifier {
   std::optional<bool> wait_lent(Channel& channel, std::uint64_t seen, clock::time_point until,
                                 Connection& connection);
   void call_back() DISTLOCK_REQUIRES(mutex_);
+  void take_back_lent(bool broke) DISTLOCK_REQUIRES(mutex_);
   void wait_unlent(clock::time_point due);
   static int poll_timeout(clock::time_point until);
   bool read_lent(Connection& connection);
@@ -263,79 +265,6 @@ inline Notifier::~Notifier() {
   ::close(lent_wake_fd_);
 }
 
-inline Notifier::Subscription Notifier::subscribe(const std::string& channel,
-                                                  clock::time_point deadline) {
-  detail::MutexLock lock(mutex_);
-  if (waiters_ >= max_waiters_) {
-    throw Error(Errc::too_many_waiters,
-                "more than " + std::to_string(max_waiters_) + " waiters on " + options_.endpoint());
-  }
-  auto& slot = channels_[channel];
-  if (!slot) {
-    slot = std::make_unique<Channel>();
-    slot->name = channel;
-  }
-  Channel& entry = *slot;
-  ++entry.waiters;
-  ++waiters_;
-  Subscription subscription(this, &entry);
-  // Several waiters (or a new channel) are the notifier thread's to serve.
-  call_back();
-  // The thread subscribes, or reads a confirmation still on its way (it may
-  // have stopped polling the connection while it was lent).
-  if (!entry.sent || (!entry.confirmed && !watching_)) {
-    lock.unlock();
-    poke();
-    lock.lock();
-  }
-  // Never wait on a subscriber connection that cannot be made: without a
-  // confirmation the waiter falls back to its timer.
-  const clock::time_point give_up = std::min(deadline, clock::now() + options_.command_timeout);
-  lock.wait_until(entry.changed, give_up, [&]() DISTLOCK_REQUIRES(mutex_) {
-    return entry.confirmed || entry.moved || stopping_;
-  });
-  return subscription;
-}
-
-inline void Notifier::leave(Channel& channel) {
-  detail::MutexLock lock(mutex_);
-  --waiters_;
-  // No wake-up for the thread: it unsubscribes lingering channels on its own
-  // timer, and a waiter's return is not delayed by it.
-  if (--channel.waiters == 0) channel.abandoned = clock::now();
-}
-
-inline std::uint64_t Notifier::generation_of(Channel& channel) {
-  catch_up();
-  detail::MutexLock lock(mutex_);
-  return channel.generation;
-}
-
-inline bool Notifier::is_active(Channel& channel) {
-  detail::MutexLock lock(mutex_);
-  return up_ && channel.confirmed;
-}
-
-inline bool Notifier::is_moved(Channel& channel) {
-  detail::MutexLock lock(mutex_);
-  return channel.moved;
-}
-
-inline bool Notifier::arm_on(Channel& channel, detail::ArmedAttempt& attempt) {
-  detail::MutexLock lock(mutex_);
-  if (channel.armed != nullptr) return false;
-  attempt.state = detail::ArmedAttempt::State::armed;
-  channel.armed = &attempt;
-  return true;
-}
-
-inline detail::ArmedAttempt::State Notifier::disarm_on(Channel& channel,
-                                                       detail::ArmedAttempt& attempt) {
-  detail::MutexLock lock(mutex_);
-  if (channel.armed == &attempt) channel.armed = nullptr;
-  return attempt.state;
-}
-
 inline std::unique_ptr<Connection> Notifier::lend_spare(clock::time_point deadline) {
   ConnectionOptions where;
   {
@@ -372,10 +301,7 @@ inline void Notifier::wake(const std::string& channel) {
     it->second->changed.notify_all();
     parked_.notify_all();  // a waiter may wait there for the thread to park
     // A waiter reading the connection looks at the generation when woken.
-    if (lent_) {
-      const std::uint64_t one = 1;
-      static_cast<void>(::write(lent_wake_fd_, &one, sizeof one));
-    }
+    if (lent_) detail::signal_eventfd(lent_wake_fd_);
   }
 }
 
@@ -399,13 +325,12 @@ inline std::uint64_t Notifier::connects() const {
   return connects_;
 }
 
-inline void Notifier::poke() noexcept {
-  const std::uint64_t one = 1;
-  static_cast<void>(::write(wake_fd_, &one, sizeof one));
-}
+inline void Notifier::poke() noexcept { detail::signal_eventfd(wake_fd_); }
 
 }  // namespace distlock
 
+// The waiters' side: subscribing, leaving, arming an attempt on a channel.
+#include "distlock/detail/notifier_waiters.hpp"  // IWYU pragma: export
 // The notifier thread's side: its loop, the connection and the messages.
 #include "distlock/detail/notifier_thread.hpp"  // IWYU pragma: export
 // The lone waiter's side: reading the connection while lent to it.

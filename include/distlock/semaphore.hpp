@@ -177,12 +177,7 @@ class BasicSemaphore {
   void cancel_waits() {
     core_.cancellation.cancel();
     if (!core_.options.wake_on_release()) return;
-    const std::string channel = detail::companion_key(core_.key, "released");
-    if constexpr (detail::wakes_everywhere<Backend>) {
-      core_.backend.wake_waiters(channel);  // a cluster: wherever the waiters sleep
-    } else {
-      core_.backend.notifier().wake(channel);
-    }
+    detail::wake_waiters_of(core_.backend, detail::companion_key(core_.key, "released"));
   }
 
   /// permit.release(), for symmetry with acquire().

@@ -39,6 +39,7 @@
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
 #include "distlock/detail/acquire.hpp"
+#include "distlock/detail/single_server.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
@@ -209,12 +210,9 @@ class BasicStripedMutex {
   // node that owns the stripe's slot (the stripes of one name spread over
   // the slots), reading the slot map again there if that node refuses.
   Notifier::Subscription subscribe(const Stripe& watched, clock::time_point until) {
-    const std::string channel = detail::companion_key(watched.key(), "released");
-    if constexpr (detail::is_cluster<Backend>) {
-      return backend_.for_key(watched.key()).subscribe(channel, until);
-    } else {
-      return backend_.notifier().subscribe(channel, until);
-    }
+    Backend bound = detail::for_lock_key(backend_, watched.key());
+    return detail::subscribe_to_releases(bound, detail::companion_key(watched.key(), "released"),
+                                         until);
   }
 
   // One attempt at stripe i; remembered as home when taken.

@@ -123,18 +123,6 @@ inline std::chrono::milliseconds reply_timeout(std::chrono::milliseconds command
   return std::clamp(left, std::chrono::milliseconds(1), command_timeout);
 }
 
-/// `options` for a connection of its own that may take no longer than
-/// `deadline` to connect (and authenticate), nor to answer.
-inline ConnectionOptions cut_to(ConnectionOptions options, SteadyClock::time_point deadline) {
-  if (deadline == no_deadline) return options;
-  const auto left =
-      std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - SteadyClock::now()),
-               std::chrono::milliseconds(1));
-  options.connect_timeout = std::min(options.connect_timeout, left);
-  options.command_timeout = std::min(options.command_timeout, left);
-  return options;
-}
-
 /// Whether a TimeoutError seen now is the caller's own deadline running
 /// out (the step was cut to it) rather than Redis missing a command timeout.
 inline bool deadline_reached(SteadyClock::time_point deadline) {

@@ -105,15 +105,7 @@ class SpareConnection {
     }
     if (connection && !connection->stale()) return connection;
     try {
-      ConnectionOptions hurried = where;
-      if (deadline != no_deadline) {
-        const auto left = std::max(
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now()),
-            std::chrono::milliseconds(1));
-        hurried.connect_timeout = std::min(hurried.connect_timeout, left);
-        hurried.command_timeout = std::min(hurried.command_timeout, left);
-      }
-      connection = std::make_unique<Connection>(std::move(hurried));
+      connection = std::make_unique<Connection>(cut_to(where, deadline));
       connection->set_usual_timeout(where.command_timeout);
       return connection;
     } catch (...) {

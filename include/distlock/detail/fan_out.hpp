@@ -185,8 +185,8 @@ class FanOut {
         if (node.connection && was_asked) {
           // Queued behind a step an ASK sent to the importing node: that
           // node serves the slot's keys only after ASKING.
-          (*node.connection)->append_argv(Args(asking_argv, 1));
           node.asked = true;
+          ask_first(node);
         }
         if (!node.connection) node.connection.emplace(node.backend->borrow(borrow_deadline_));
         append(**node.connection, send);

@@ -83,8 +83,17 @@ inline bool Notifier::can_lend(const Channel& channel, bool busy_or_not) const {
 inline void Notifier::call_back() {
   if (!lent_ || called_back_) return;
   called_back_ = true;
-  const std::uint64_t one = 1;
-  static_cast<void>(::write(lent_wake_fd_, &one, sizeof one));
+  detail::signal_eventfd(lent_wake_fd_);
+}
+
+// The connection is the thread's again. If it broke, or the thread called
+// it back, the thread is waiting for it (or must drop it): wake it.
+inline void Notifier::take_back_lent(bool broke) {
+  lent_ = false;
+  if (!broke && !called_back_) return;
+  lent_failed_ = lent_failed_ || broke;
+  called_back_ = false;
+  poke();
 }
 
 // Sleeps as wait_on() does, reading the lent connection meanwhile. Returns
@@ -97,22 +106,13 @@ inline std::optional<bool> Notifier::wait_lent(Channel& channel, std::uint64_t s
     pollfd fds[2] = {{connection.fd(), POLLIN, 0}, {lent_wake_fd_, POLLIN, 0}};
     const int ready = ::poll(fds, 2, poll_timeout(until));
     if (ready < 0 && errno != EINTR) failed = true;
-    if (ready > 0 && fds[1].revents != 0) {
-      std::uint64_t drained;
-      static_cast<void>(::read(lent_wake_fd_, &drained, sizeof drained));
-    }
+    if (ready > 0 && fds[1].revents != 0) detail::drain_eventfd(lent_wake_fd_);
     if (ready > 0 && fds[0].revents != 0 && !read_lent(connection)) failed = true;
     detail::MutexLock lock(mutex_);
     const bool woken = channel.generation != seen;
     const bool over = woken || clock::now() >= until;
     if (!over && !failed && !called_back_) continue;
-    lent_ = false;
-    if (failed || called_back_) {
-      // The thread waits for it (or must drop it): wake it.
-      lent_failed_ = lent_failed_ || failed;
-      called_back_ = false;
-      poke();
-    }
+    take_back_lent(failed);
     if (over) return woken;
     return std::nullopt;
   }
@@ -145,12 +145,7 @@ inline void Notifier::catch_up() {
   lock.unlock();
   const bool read = read_lent(connection);
   lock.lock();
-  lent_ = false;
-  if (called_back_ || !read) {
-    lent_failed_ = lent_failed_ || !read;
-    called_back_ = false;
-    poke();
-  }
+  take_back_lent(!read);
 }
 
 // The notifier thread while the connection is lent: it watches only its
@@ -158,8 +153,7 @@ inline void Notifier::catch_up() {
 inline void Notifier::wait_unlent(clock::time_point due) {
   pollfd wake{wake_fd_, POLLIN, 0};
   ::poll(&wake, 1, poll_timeout(due));
-  std::uint64_t drained;
-  static_cast<void>(::read(wake_fd_, &drained, sizeof drained));
+  detail::drain_eventfd(wake_fd_);
 }
 
 inline std::uint64_t Notifier::messages() const {

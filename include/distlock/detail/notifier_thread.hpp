@@ -52,8 +52,7 @@ inline void Notifier::run() {
       // Back off before reconnecting, but wake at once to stop.
       pollfd wake{wake_fd_, POLLIN, 0};
       ::poll(&wake, 1, static_cast<int>(retry_pause.count()));
-      std::uint64_t drained;
-      static_cast<void>(::read(wake_fd_, &drained, sizeof drained));
+      detail::drain_eventfd(wake_fd_);
       retry_pause = std::min(retry_pause * 2, std::chrono::milliseconds(1000));
       continue;
     }
@@ -74,10 +73,7 @@ inline void Notifier::run() {
         busy_ = true;
       }
       if (ready < 0) continue;
-      if (fds[1].revents != 0) {
-        std::uint64_t drained;
-        static_cast<void>(::read(wake_fd_, &drained, sizeof drained));
-      }
+      if (fds[1].revents != 0) detail::drain_eventfd(wake_fd_);
       if (fds[0].revents != 0) {
         connection_->read_available();
         while (std::optional<Reply> reply = connection_->next_buffered_reply()) handle(*reply);

@@ -35,6 +35,30 @@ template <class Backend>
 inline constexpr bool wakes_everywhere<
     Backend, std::void_t<decltype(std::declval<Backend&>().wake_waiters(std::string()))>> = true;
 
+/// Subscribes to `channel` (a release channel of a lock on the key
+/// `backend` is bound to) where that lock's waiters listen: the Backend's
+/// Notifier, or on a cluster the one at the node that owns the slot now.
+template <class Backend>
+Notifier::Subscription subscribe_to_releases(Backend& backend, const std::string& channel,
+                                             SteadyClock::time_point deadline) {
+  if constexpr (is_cluster<Backend>) {
+    return backend.subscribe(channel, deadline);
+  } else {
+    return backend.notifier().subscribe(channel, deadline);
+  }
+}
+
+/// Wakes every waiter of `channel`, on every notifier they may sleep on (a
+/// cluster has one per node, and a slot that moved leaves waiters at both).
+template <class Backend>
+void wake_waiters_of(Backend& backend, const std::string& channel) {
+  if constexpr (wakes_everywhere<Backend>) {
+    backend.wake_waiters(channel);
+  } else {
+    backend.notifier().wake(channel);
+  }
+}
+
 template <class Backend>
 class SingleServer {
  public:
@@ -60,19 +84,9 @@ class SingleServer {
     return read_pttl(backend_, key_, deadline);
   }
   std::optional<Notifier::Subscription> subscribe(SteadyClock::time_point deadline) {
-    if constexpr (is_cluster<Backend>) {
-      return backend_.subscribe(channel_, deadline);  // where the slot is now
-    } else {
-      return backend_.notifier().subscribe(channel_, deadline);
-    }
+    return subscribe_to_releases(backend_, channel_, deadline);
   }
-  void wake() {
-    if constexpr (wakes_everywhere<Backend>) {
-      backend_.wake_waiters(channel_);  // a cluster: wherever the waiters sleep
-    } else {
-      backend_.notifier().wake(channel_);
-    }
-  }
+  void wake() { wake_waiters_of(backend_, channel_); }
   Watchdog& watchdog() { return backend_.watchdog(); }
   const SharedEventHook& events() const noexcept { return backend_.events(); }
   static constexpr std::chrono::nanoseconds margin(std::chrono::milliseconds) noexcept {

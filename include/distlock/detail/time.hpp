@@ -1,13 +1,15 @@
 // Checked conversions between caller-supplied durations and the steady
 // clock: TTLs to whole milliseconds (rejecting what would wrap), timeouts and
 // foreign-clock deadlines to steady_clock deadlines (saturating, never
-// overflowing).
+// overflowing); and a new connection's timeouts cut to a deadline.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <type_traits>
 
+#include "distlock/connection_options.hpp"
 #include "distlock/error.hpp"
 
 namespace distlock::detail {
@@ -57,6 +59,18 @@ SteadyClock::time_point to_steady_deadline(std::chrono::time_point<Clock, Durati
     return deadline_after(Nanos(deadline.time_since_epoch()) -
                           Nanos(Clock::now().time_since_epoch()));
   }
+}
+
+/// `options` for a connection of its own that may take no longer than
+/// `deadline` to connect (and authenticate), nor to answer.
+inline ConnectionOptions cut_to(ConnectionOptions options, SteadyClock::time_point deadline) {
+  if (deadline == no_deadline) return options;
+  const auto left =
+      std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - SteadyClock::now()),
+               std::chrono::milliseconds(1));
+  options.connect_timeout = std::min(options.connect_timeout, left);
+  options.command_timeout = std::min(options.command_timeout, left);
+  return options;
 }
 
 }  // namespace distlock::detail
