@@ -163,6 +163,33 @@ TEST_F(ClusterRedlock, WatchdogRenewsOnEveryCluster) {
   lock.unlock();
 }
 
+// The masters' connections announce releases with SPUBLISH (the script
+// variant a cluster runs): a release that meets NOSCRIPT must load that same
+// variant by its EVAL, or every later release meets NOSCRIPT again and
+// costs two round trips.
+TEST_F(ClusterRedlock, AReleaseAfterAScriptFlushLoadsTheScriptItRunsNext) {
+  const std::string name = "redlock-cluster-noscript";
+  RedlockOnClusters lock(masters(), name, RedlockOptions{}.ttl(10s));
+  for (std::size_t c = 0; c < clusters_.size(); ++c) at(c, name, {"SCRIPT", "FLUSH"});
+  auto noscripts = [&](std::size_t c) {
+    const std::string stats = at(c, name, {"INFO", "errorstats"});
+    const std::string field = "errorstat_NOSCRIPT:count=";
+    const auto at_count = stats.find(field);
+    return at_count == std::string::npos ? 0LL : std::stoll(stats.substr(at_count + field.size()));
+  };
+  ASSERT_TRUE(lock.try_lock());
+  lock.unlock();  // NOSCRIPT once on each master: EVAL loads the script
+  EXPECT_EQ(lock.last_attempt().ok(), 3u);
+  std::vector<long long> before;
+  for (std::size_t c = 0; c < clusters_.size(); ++c) before.push_back(noscripts(c));
+  ASSERT_TRUE(lock.try_lock());
+  lock.unlock();
+  EXPECT_EQ(lock.last_attempt().ok(), 3u);
+  for (std::size_t c = 0; c < clusters_.size(); ++c) {
+    EXPECT_EQ(noscripts(c), before[c]) << "cluster " << c << ": NOSCRIPT again";
+  }
+}
+
 /// A name owned by master `master` of the first cluster, not yet used.
 std::string name_on(RedisCluster& cluster, const std::string& prefix, std::size_t master) {
   for (int i = 0;; ++i) {

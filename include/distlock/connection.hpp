@@ -121,6 +121,9 @@ class Connection {
   }
   /// Queues the EVALSHA of a script (the caller handles NOSCRIPT replies).
   void append_evalsha(const Script& script, detail::Args keys, detail::Args args);
+  /// The same by EVAL (the script's source): for where a NOSCRIPT was met,
+  /// or cannot be read. It loads the variant append_evalsha() names.
+  void append_eval(const Script& script, detail::Args keys, detail::Args args);
 
   /// After a command on this connection failed to answer in time: writes
   /// argv behind it, without waiting and without a reply ever being read.
@@ -292,6 +295,11 @@ inline void Connection::append_script(std::string_view verb, std::string_view bo
 
 inline void Connection::append_evalsha(const Script& script, detail::Args keys, detail::Args args) {
   append_script("EVALSHA", (sharded_publish_ ? detail::with_sharded_publish(script) : script).sha1,
+                keys, args);
+}
+
+inline void Connection::append_eval(const Script& script, detail::Args keys, detail::Args args) {
+  append_script("EVAL", (sharded_publish_ ? detail::with_sharded_publish(script) : script).source,
                 keys, args);
 }
 

@@ -362,13 +362,9 @@ class FanOut {
     return text;
   }
 
-  void append_eval(Connection& connection) const {
-    const Decimal numkeys(static_cast<long long>(keys_.size()));
-    std::vector<std::string_view> argv{"EVAL", script_->source, numkeys};
-    argv.insert(argv.end(), keys_.begin(), keys_.end());
-    argv.insert(argv.end(), args_.begin(), args_.end());
-    connection.append_argv(argv);
-  }
+  // EVAL of the variant the connection runs (SPUBLISH on a cluster), so that
+  // the next EVALSHA finds it cached.
+  void append_eval(Connection& connection) const { connection.append_eval(*script_, keys_, args_); }
 
   static void fail(Node& node, State state, const Error& error) {
     node.state = state;
