@@ -348,10 +348,11 @@ TEST_F(Cli, AJobLongerThanThreeLeasesKeepsItsLock) {
   EXPECT_EQ(t.err(), "");
 }
 
-// A command that records its pid, and what it was told, until told to stop.
+// A command that records its pid once its trap is set (a test that sees the
+// pid file may signal it), and what it was told, until told to stop.
 std::string obedient_job(const std::string& dir) {
-  return "echo $$ > '" + dir + "/pid'; trap \"echo term >> '" + dir +
-         "/got'; exit 0\" TERM; while :; do sleep 0.02; done";
+  return "trap \"echo term >> '" + dir + "/got'; exit 0\" TERM; echo $$ > '" + dir +
+         "/pid'; while :; do sleep 0.02; done";
 }
 
 TEST_F(Cli, ALostLeaseStopsTheCommandAndExitsWithTheLostStatus) {
@@ -379,7 +380,7 @@ TEST_F(Cli, APausedServerLetsTheLeaseRunOutAndStopsTheCommand) {
 
 TEST_F(Cli, ACommandThatIgnoresSigtermIsKilledAfterTheGrace) {
   const std::string job =
-      "echo $$ > '" + path("pid") + "'; trap '' TERM; while :; do sleep 0.02; done";
+      "trap '' TERM; echo $$ > '" + path("pid") + "'; while :; do sleep 0.02; done";
   Tool& t = start({"run", "--ttl", "500ms", "--grace", "200ms", "nightly", "--", "sh", "-c", job});
   ASSERT_TRUE(eventually([&] { return std::filesystem::exists(path("pid")); }));
   client().command("DEL", "nightly");
@@ -390,7 +391,7 @@ TEST_F(Cli, ACommandThatIgnoresSigtermIsKilledAfterTheGrace) {
 
 TEST_F(Cli, OnLostKillSendsSigkillAtOnce) {
   const std::string job =
-      "echo $$ > '" + path("pid") + "'; trap '' TERM; while :; do sleep 0.02; done";
+      "trap '' TERM; echo $$ > '" + path("pid") + "'; while :; do sleep 0.02; done";
   Tool& t = start({"run", "--ttl", "500ms", "--on-lost", "kill", "nightly", "--", "sh", "-c", job});
   ASSERT_TRUE(eventually([&] { return std::filesystem::exists(path("pid")); }));
   client().command("DEL", "nightly");
@@ -410,9 +411,9 @@ TEST_F(Cli, MaxHoldEndsTheLeaseAndStopsTheCommand) {
 
 TEST_F(Cli, SignalsAreForwardedToTheCommandAndTheLockIsReleasedAfterIt) {
   const std::string got = path("got");
-  const std::string job = "echo $$ > '" + path("pid") + "'; trap \"echo hup >> '" + got +
-                          "'\" HUP; trap \"echo int >> '" + got + "'\" INT; trap \"echo term >> '" +
-                          got + "'; exit 7\" TERM; while :; do sleep 0.02; done";
+  const std::string job = "trap \"echo hup >> '" + got + "'\" HUP; trap \"echo int >> '" + got +
+                          "'\" INT; trap \"echo term >> '" + got + "'; exit 7\" TERM; echo $$ > '" +
+                          path("pid") + "'; while :; do sleep 0.02; done";
   Tool& t = start({"run", "nightly", "--", "sh", "-c", job});
   ASSERT_TRUE(eventually([&] { return std::filesystem::exists(path("pid")); }));
   t.signal(SIGHUP);
