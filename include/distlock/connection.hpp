@@ -181,6 +181,11 @@ class Connection {
   }
   void append_script(std::string_view verb, std::string_view body, detail::Args keys,
                      detail::Args args);
+  // The script as this connection runs it: its SPUBLISH twin on a cluster
+  // node (set_sharded_publish), the script itself elsewhere.
+  const Script& as_run(const Script& given) const {
+    return sharded_publish_ ? detail::with_sharded_publish(given) : given;
+  }
   // The trail()ed command, once, behind the command or script just appended.
   void append_trailer() {
     if (trailer_.empty()) return;
@@ -294,18 +299,16 @@ inline void Connection::append_script(std::string_view verb, std::string_view bo
 }
 
 inline void Connection::append_evalsha(const Script& script, detail::Args keys, detail::Args args) {
-  append_script("EVALSHA", (sharded_publish_ ? detail::with_sharded_publish(script) : script).sha1,
-                keys, args);
+  append_script("EVALSHA", as_run(script).sha1, keys, args);
 }
 
 inline void Connection::append_eval(const Script& script, detail::Args keys, detail::Args args) {
-  append_script("EVAL", (sharded_publish_ ? detail::with_sharded_publish(script) : script).source,
-                keys, args);
+  append_script("EVAL", as_run(script).source, keys, args);
 }
 
 inline Reply Connection::eval(const Script& given, detail::Args keys, detail::Args args) {
   const auto sent = std::chrono::steady_clock::now();
-  const Script& script = sharded_publish_ ? detail::with_sharded_publish(given) : given;
+  const Script& script = as_run(given);
   append_script("EVALSHA", script.sha1, keys, args);
   append_trailer();
   if (read_reply().is_error() && classify_server_error(last_.str()) == ServerErrorKind::noscript) {
