@@ -299,6 +299,28 @@ TEST_F(RedlockTest, TryLockForRetriesAMajorityStoppedUntilItsDeadlineThenReturns
   for (std::size_t i = 1; i < 4; ++i) server(i).resume();
 }
 
+// An attempt that ends just short of the deadline (its node timeout fits in
+// the time left, with a millisecond to spare) is a "no" like any other: the
+// call tries once more in what is left rather than giving up early.
+TEST_F(RedlockTest, AnAttemptEndingJustBeforeTheDeadlineIsNotTakenForTheDeadline) {
+  Redlock lock(masters(), "k", RedlockOptions{}.ttl(10s).node_timeout(40ms));
+  // Connected first, so the attempt under test is all node timeout.
+  ASSERT_TRUE(lock.try_lock());
+  lock.unlock();
+  server(1).pause();
+  server(2).pause();
+  server(3).pause();
+  const auto start = Clock::now();
+  bool acquired = true;
+  EXPECT_NO_THROW(acquired = lock.try_lock_for(41ms));
+  const auto took = Clock::now() - start;
+  EXPECT_FALSE(acquired);
+  EXPECT_GE(took, 41ms) << "gave up before its deadline";
+  EXPECT_FALSE(has_key(0, "k"));
+  EXPECT_FALSE(has_key(4, "k"));
+  for (std::size_t i = 1; i < 4; ++i) server(i).resume();
+}
+
 // The same majority back before the deadline: the call acquires.
 TEST_F(RedlockTest, TryLockForAcquiresOnceAStoppedMajorityResumesBeforeItsDeadline) {
   Redlock lock(masters(), "k", RedlockOptions{}.ttl(10s).node_timeout(40ms));

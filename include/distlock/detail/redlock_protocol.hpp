@@ -153,7 +153,10 @@ class RedlockProtocol {
     const bool slow = answered + result.count(NodeStatus::timed_out) >= core_->quorum();
     if (answered < core_->quorum() && !(timed && slow)) throw core_->no_quorum(std::move(result));
     core_->remember(std::move(result));
-    if (answered < core_->quorum() && deadline_reached(deadline)) return std::nullopt;
+    // The fan-out waits by poll() to the very deadline it was given, so only
+    // a deadline that has passed cut it short (deadline_reached()'s slack is
+    // for socket timeouts): an attempt ending just before it is a "no".
+    if (answered < core_->quorum() && clock::now() >= deadline) return std::nullopt;
     return attempt;
   }
 
