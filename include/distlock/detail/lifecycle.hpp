@@ -5,9 +5,10 @@
 // the depth of re-entry, and giving them back), runs the acquire loop
 // under the deadline rules of detail/acquire.hpp (attempt; subscribe to the
 // release channel; sleep until a release, the policy's pause, the holder's
-// lease or the deadline; try again), decides re-entry and "held by this
-// object", registers leases with the Watchdog (renewed, or of fixed ttl and
-// kept for revalidation only), and extends them.
+// lease or the deadline, with the next attempt armed where the protocol
+// allows (detail/armed_sleep.hpp); try again), decides re-entry and "held
+// by this object", registers leases with the Watchdog (renewed, or of fixed
+// ttl and kept for revalidation only), and extends them.
 // A Protocol supplies the server steps:
 //
 //   using Kind;                        the kinds of hold (read/write, or one)
@@ -47,7 +48,7 @@
 
 #include "distlock/connection.hpp"
 #include "distlock/detail/acquire.hpp"
-#include "distlock/detail/armed_attempt.hpp"
+#include "distlock/detail/armed_sleep.hpp"
 #include "distlock/detail/hold_keeper.hpp"
 #include "distlock/detail/thread_annotations.hpp"
 #include "distlock/detail/time.hpp"
@@ -59,16 +60,6 @@
 #include "distlock/watchdog.hpp"
 
 namespace distlock::detail {
-
-/// Whether `Protocol` can leave an attempt armed for the notifier thread
-/// to send (LeaseProtocol: Mutex, SimpleMutex).
-template <class Protocol, class = void>
-inline constexpr bool armable = false;
-template <class Protocol>
-inline constexpr bool armable<
-    Protocol, std::void_t<decltype(std::declval<Protocol&>().armed_command(
-                  std::declval<typename Protocol::Kind>(), std::declval<const std::string&>()))>> =
-    true;
 
 template <class Protocol, class Policy>
 class Lifecycle : public HoldKeeper<Protocol> {
@@ -178,7 +169,7 @@ class Lifecycle : public HoldKeeper<Protocol> {
       const clock::time_point until =
           next_attempt_at(policy_, attempt, holder_pttl, deadline, announced);
       if (subscription && !local_holder) {
-        if (!sleep_armed(*subscription, kind, id, seen, until, deadline, presented)) {
+        if (!sleep_armed(protocol_, *subscription, kind, id, seen, until, deadline, presented)) {
           return Outcome::timed_out;  // the deadline cut short the sent attempt's reply
         }
       } else {
@@ -240,95 +231,6 @@ class Lifecycle : public HoldKeeper<Protocol> {
   using Keeper::options_;
   using Keeper::protocol_;
   using typename Keeper::Hold;
-
-  // The time a last attempt after waiting may take past the deadline: a
-  // round trip to a few servers, and no more.
-  static constexpr std::chrono::milliseconds last_step{5};
-
-  // The answer to an attempt the notifier thread sent for us, when it was
-  // sent, and the channel's generation then.
-  struct Presented {
-    std::optional<Attempt> answer;
-    clock::time_point sent{};
-    std::uint64_t seen = 0;
-  };
-
-  // Sleeps on `subscription` until `until` or a wake-up (as
-  // Subscription::wait), with the next attempt armed on it where the
-  // protocol allows (detail/armed_attempt.hpp). An attempt the notifier
-  // sent is read here, by the deadline rules of one of our own (undone if
-  // its reply never comes), into `presented`. False if the deadline cut
-  // that read short.
-  bool sleep_armed(Notifier::Subscription& subscription, Kind kind, const std::string& id,
-                   std::uint64_t seen, clock::time_point until, clock::time_point deadline,
-                   Presented& presented) {
-    std::string command;
-    if constexpr (armable<Protocol>) command = protocol_.armed_command(kind, id);
-    if (command.empty()) {
-      subscription.wait(seen, until);
-      return true;
-    }
-    if constexpr (armable<Protocol>) {
-      Notifier& notifier = protocol_.notifier();
-      std::unique_ptr<Connection> connection = notifier.lend_spare(deadline);
-      if (!connection) {
-        subscription.wait(seen, until);
-        return true;
-      }
-      ArmedAttempt armed(connection->fd(), std::move(command));
-      // Disarmed, read if sent, and given back however the sleep ends.
-      SpareUse use{notifier, subscription, armed, connection};
-      if (subscription.arm(armed)) use.armed = true;
-      subscription.wait(seen, until);
-      if (use.disarm() != ArmedAttempt::State::sent) return true;
-      const clock::time_point cut =
-          armed.sent_at >= deadline ? std::max(deadline, armed.sent_at + last_step) : deadline;
-      connection->set_timeout(reply_timeout(protocol_.command_timeout(), cut));
-      connection->expect_reply("SET");
-      try {
-        presented.answer = Protocol::armed_reply(connection->read_reply());
-        use.settled = true;
-      } catch (const Error& error) {
-        use.settled = true;  // read (a refusal by the server), or undone below
-        const std::error_code code = error.code();
-        if (code == Errc::timed_out || code == Errc::io_error || code == Errc::protocol_error) {
-          protocol_.undo(kind, *connection, id);  // as attempt_or_undo() does
-          if (code == Errc::timed_out && deadline_reached(cut)) return false;
-        }
-        throw;
-      }
-      presented.sent = armed.sent_at;
-      presented.seen = armed.seen;
-    }
-    return true;
-  }
-
-  // Ends the use of the spare connection an attempt was armed on, however
-  // the sleep ends: disarmed, the connection given back (dropped if it is
-  // left broken or owing the reply of a sent attempt nobody read).
-  struct SpareUse {
-    Notifier& notifier;
-    Notifier::Subscription& subscription;
-    ArmedAttempt& attempt;
-    std::unique_ptr<Connection>& connection;
-    bool armed = false;
-    ArmedAttempt::State state = ArmedAttempt::State::unsent;  // as disarmed
-    bool settled = false;  // a sent attempt's reply read, or the attempt undone
-    ArmedAttempt::State disarm() {
-      if (std::exchange(armed, false)) state = subscription.disarm(attempt);
-      return state;
-    }
-    ~SpareUse() {
-      disarm();
-      // Torn: part of a command is on the wire, and whatever is written
-      // next would complete it. Sent and never read (only if the sleep
-      // threw): its grant, if any, lives out its lease.
-      if (state == ArmedAttempt::State::torn || (state == ArmedAttempt::State::sent && !settled)) {
-        connection.reset();
-      }
-      notifier.give_back_spare(std::move(connection));
-    }
-  };
 
   // Counts one more hold if the calling thread has one of `kind` (re-
   // entrant protocols), or refuses the lock (the others; or a protocol rule).
