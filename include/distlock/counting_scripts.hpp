@@ -165,27 +165,31 @@ for _, key in ipairs(order) do
     scores = {}
     for n = 1, #at do scores[n] = redis.pcall('zscore', key, ids[n]) end
   end
-  local moves, longest = {}, 0
+  local moves, m, longest, until_text = {}, 0, 0, {}
   for n = 1, #at do
     local score, ttl = tonumber(scores[n]), tonumber(ARGV[2 * at[n]])
     if score and score > now then
       if now + ttl > score then
-        moves[#moves + 1] = string.format('%.0f', now + ttl)
-        moves[#moves + 1] = ids[n]
+        local text = until_text[ttl]
+        if not text then
+          text = string.format('%.0f', now + ttl)
+          until_text[ttl] = text
+        end
+        moves[m + 1], moves[m + 2], m = text, ids[n], m + 2
       end
       if ttl > longest then longest = ttl end
     else
       gone[#gone + 1] = at[n]
     end
   end
-  if #moves > 0 then redis.call('zadd', key, unpack(moves)) end
+  if m > 0 then redis.call('zadd', key, unpack(moves)) end
   if longest > 0 and redis.call('pttl', key) < longest then
     redis.call('pexpire', key, string.format('%.0f', longest))
   end
 end
 return gone
 )lua",
-    "ed9d3dd22d6692dc30af1a162e1598eac7099523"};
+    "7fd9772aa04b5fcb112ecbac98a0abad3d5a79d6"};
 
 /// Semaphore count. KEYS[1] permits, KEYS[2] stored count; ARGV[1] the
 /// caller's count. Reads only. Returns {count, live permits}.
