@@ -17,6 +17,7 @@
 #include "distlock/detail/sharded_scripts.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/scripts.hpp"
+#include "paired.hpp"
 #include "support/redis_cluster.hpp"
 
 namespace distlock::bench {
@@ -95,6 +96,49 @@ void BM_Raw_Cluster_SetNxPx_EvalshaDelSpublish(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Raw_Cluster_SetNxPx_EvalshaDelSpublish)->UseRealTime();
+
+// The cycle and its floors in turns (paired.hpp), the raw key in the
+// lock's slot so that both sides talk to the same node: the plain SET NX
+// PX + compare-and-delete, and (_SameCommands) exactly what ClusterMutex
+// sends, its token and its SPUBLISH release.
+void paired_cluster(benchmark::State& state, const std::string& token, const Script& release_script,
+                    bool with_channel) {
+  const std::string key = std::string("{") + lock_name + "}:raw";
+  const std::string channel = detail::companion_key(key, "released");
+  const ClientOptions owner = owner_of(key);
+  const RawConnection redis = raw_connect(owner);
+  const std::string sha = load_script(release_script.source, owner);
+  const RawCommand set{"SET", key, token, "NX", "PX", "30000"};
+  const RawCommand release = with_channel ? RawCommand{"EVALSHA", sha, "2", key, channel, token}
+                                          : RawCommand{"EVALSHA", sha, "1", key, token};
+  ClusterClient cluster(cluster_options());
+  ClusterMutex lock(cluster, lock_name);
+  run_paired(
+      state,
+      [&] {
+        if (!lock.try_lock()) {
+          state.SkipWithError("lock was not free");
+          return false;
+        }
+        lock.unlock();
+        return true;
+      },
+      [&] {
+        return set.run(redis.get(), REDIS_REPLY_STATUS, state) &&
+               release.run(redis.get(), REDIS_REPLY_INTEGER, state);
+      });
+}
+
+void BM_Paired_Cluster_Mutex_LockUnlock(benchmark::State& state) {
+  static const Script compare_and_delete{compare_and_delete_lua, ""};
+  paired_cluster(state, "tok", compare_and_delete, false);
+}
+BENCHMARK(BM_Paired_Cluster_Mutex_LockUnlock)->UseManualTime();
+
+void BM_Paired_Cluster_Mutex_LockUnlock_SameCommands(benchmark::State& state) {
+  paired_cluster(state, std::string(32, 'f'), detail::with_sharded_publish(scripts::release), true);
+}
+BENCHMARK(BM_Paired_Cluster_Mutex_LockUnlock_SameCommands)->UseManualTime();
 
 }  // namespace
 }  // namespace distlock::bench

@@ -62,6 +62,22 @@ const std::vector<Ratio> ratios = {
     {"BM_Cluster_Mutex_LockUnlock", "BM_Raw_Cluster_SetNxPx_EvalshaDelSpublish", 1.05},
 };
 
+// The paired benchmarks (paired.hpp): each times a lock's cycle and its
+// floor's in turns and reports their ratio itself.
+struct Paired {
+  const char* benchmark;
+  const char* floor;  // what it takes turns with
+  double target;
+};
+const std::vector<Paired> paired = {
+    {"BM_Paired_Mutex_LockUnlock", "SET NX PX + EVALSHA compare-and-delete", 1.05},
+    {"BM_Paired_Mutex_LockUnlock_SameCommands", "what Mutex sends, raw", 1.05},
+    {"BM_Paired_Mutex_LockUnlock_Fenced", "EVALSHA fenced acquire + the same", 1.05},
+    {"BM_Paired_Mutex_LockUnlock_Fenced_SameCommands", "what a fenced Mutex sends, raw", 1.05},
+    {"BM_Paired_Cluster_Mutex_LockUnlock", "SET NX PX + EVALSHA, at the owner", 1.1},
+    {"BM_Paired_Cluster_Mutex_LockUnlock_SameCommands", "what ClusterMutex sends, raw", 1.05},
+};
+
 // Prints as the console reporter does, and remembers each benchmark's time.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
@@ -81,6 +97,13 @@ class RatioReporter : public benchmark::ConsoleReporter {
       } else {
         singles_[name].push_back(ns);
       }
+      // A paired benchmark (paired.hpp) brings its own ratio: the median of
+      // its repetitions' ratios, or its one run's.
+      if (const auto ratio = run.counters.find("ratio"); ratio != run.counters.end()) {
+        if (run.run_type != Run::RT_Aggregate || run.aggregate_name == "median") {
+          paired_[name] = ratio->second.value;  // a median comes after its runs
+        }
+      }
     }
   }
 
@@ -93,6 +116,15 @@ class RatioReporter : public benchmark::ConsoleReporter {
       const double ratio = subject / baseline;
       std::printf("%-34s %-38s %10.3f %8.2f %s\n", r.subject, r.baseline, ratio, r.target,
                   ratio <= r.target ? "ok" : "OVER");
+    }
+    if (paired_.empty()) return;
+    std::printf("\n%-48s %-38s %10s %8s\n", "paired, in turns", "floor", "ratio", "target");
+    for (const Paired& p : paired) {
+      const auto found = paired_.find(p.benchmark);
+      if (found == paired_.end()) continue;
+      const double ratio = found->second;
+      std::printf("%-48s %-38s %10.3f %8.2f %s\n", p.benchmark, p.floor, ratio, p.target,
+                  ratio <= p.target ? "ok" : "OVER");
     }
   }
 
@@ -114,6 +146,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
   }
 
   std::map<std::string, double> medians_;
+  std::map<std::string, double> paired_;
   std::map<std::string, std::vector<double>> singles_;
 };
 

@@ -1,0 +1,79 @@
+// Mutex's cycle against its floors in turns (paired.hpp): the plain cycle
+// against SET NX PX + the compare-and-delete, the fenced one against the
+// fenced acquire script + the same release, each pair on one server; and
+// each against the very commands Mutex sends, raw (_SameCommands).
+#include <benchmark/benchmark.h>
+
+#include <string>
+
+#include "bench_support.hpp"
+#include "distlock/mutex.hpp"
+#include "distlock/scripts.hpp"
+#include "paired.hpp"
+
+namespace distlock::bench {
+namespace {
+
+void paired_lock_unlock(benchmark::State& state, const LockOptions& options,
+                        const RawCommand& acquire, int acquired_type, const RawCommand& release) {
+  Client client(server_options());
+  Mutex lock(client, "bench:lock", options);
+  const RawConnection redis = raw_connect(server_options());
+  run_paired(
+      state,
+      [&] {
+        if (!lock.try_lock()) {
+          state.SkipWithError("lock was not free");
+          return false;
+        }
+        lock.unlock();
+        return true;
+      },
+      [&] {
+        return acquire.run(redis.get(), acquired_type, state) &&
+               release.run(redis.get(), REDIS_REPLY_INTEGER, state);
+      });
+}
+
+void BM_Paired_Mutex_LockUnlock(benchmark::State& state) {
+  const std::string sha = load_script(compare_and_delete_lua);
+  paired_lock_unlock(state, LockOptions{}, {"SET", "bench:raw", "tok", "NX", "PX", "30000"},
+                     REDIS_REPLY_STATUS, {"EVALSHA", sha, "1", "bench:raw", "tok"});
+}
+BENCHMARK(BM_Paired_Mutex_LockUnlock)->UseManualTime();
+
+// The same, against exactly what Mutex sends: its 32-character token and
+// its own release script, which also announces the release on the lock's
+// channel. The ratio is what the client adds; the one above also counts
+// the announcement, the server's part of wake-on-release.
+void BM_Paired_Mutex_LockUnlock_SameCommands(benchmark::State& state) {
+  const std::string sha = load_script(scripts::release.source);
+  const std::string token(32, 'f');
+  paired_lock_unlock(state, LockOptions{}, {"SET", "bench:raw", token, "NX", "PX", "30000"},
+                     REDIS_REPLY_STATUS,
+                     {"EVALSHA", sha, "2", "bench:raw", "{bench:raw}:released", token});
+}
+BENCHMARK(BM_Paired_Mutex_LockUnlock_SameCommands)->UseManualTime();
+
+void BM_Paired_Mutex_LockUnlock_Fenced(benchmark::State& state) {
+  const std::string acquire_sha = load_script(scripts::acquire_fenced.source);
+  const std::string release_sha = load_script(compare_and_delete_lua);
+  paired_lock_unlock(state, LockOptions{}.fencing(true),
+                     {"EVALSHA", acquire_sha, "2", "bench:raw", "bench:raw:fence", "tok", "30000"},
+                     REDIS_REPLY_ARRAY, {"EVALSHA", release_sha, "1", "bench:raw", "tok"});
+}
+BENCHMARK(BM_Paired_Mutex_LockUnlock_Fenced)->UseManualTime();
+
+void BM_Paired_Mutex_LockUnlock_Fenced_SameCommands(benchmark::State& state) {
+  const std::string acquire_sha = load_script(scripts::acquire_fenced.source);
+  const std::string release_sha = load_script(scripts::release.source);
+  const std::string token(32, 'f');
+  paired_lock_unlock(
+      state, LockOptions{}.fencing(true),
+      {"EVALSHA", acquire_sha, "2", "bench:raw", "{bench:raw}:fence", token, "30000"},
+      REDIS_REPLY_ARRAY, {"EVALSHA", release_sha, "2", "bench:raw", "{bench:raw}:released", token});
+}
+BENCHMARK(BM_Paired_Mutex_LockUnlock_Fenced_SameCommands)->UseManualTime();
+
+}  // namespace
+}  // namespace distlock::bench
