@@ -113,20 +113,8 @@ void paired_cluster(benchmark::State& state, const std::string& token, const Scr
                                           : RawCommand{"EVALSHA", sha, "1", key, token};
   ClusterClient cluster(cluster_options());
   ClusterMutex lock(cluster, lock_name);
-  run_paired(
-      state,
-      [&] {
-        if (!lock.try_lock()) {
-          state.SkipWithError("lock was not free");
-          return false;
-        }
-        lock.unlock();
-        return true;
-      },
-      [&] {
-        return set.run(redis.get(), REDIS_REPLY_STATUS, state) &&
-               release.run(redis.get(), REDIS_REPLY_INTEGER, state);
-      });
+  run_paired(state, lock_unlock_cycle(state, lock),
+             raw_cycle(state, redis.get(), set, REDIS_REPLY_STATUS, release));
 }
 
 void BM_Paired_Cluster_Mutex_LockUnlock(benchmark::State& state) {

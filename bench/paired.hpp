@@ -15,6 +15,8 @@
 
 #include <chrono>
 
+#include "bench_support.hpp"
+
 namespace distlock::bench {
 
 /// Runs `lock_cycle` and `floor_cycle` in turns, the one that goes first
@@ -48,6 +50,30 @@ void run_paired(benchmark::State& state, LockCycle lock_cycle, FloorCycle floor_
   state.counters["floor_us"] =
       benchmark::Counter(floor_total.count() * 1e6, benchmark::Counter::kAvgIterations);
   state.counters["ratio"] = benchmark::Counter(lock_total / floor_total);
+}
+
+/// One try_lock() + unlock() of `lock`, as a cycle for run_paired(); false,
+/// with the error on `state`, if the lock was not free.
+template <class Lock>
+auto lock_unlock_cycle(benchmark::State& state, Lock& lock) {
+  return [&state, &lock] {
+    if (!lock.try_lock()) {
+      state.SkipWithError("lock was not free");
+      return false;
+    }
+    lock.unlock();
+    return true;
+  };
+}
+
+/// `acquire` (answered `acquired_type`) then `release` (an integer), raw on
+/// `redis`, as a cycle for run_paired().
+inline auto raw_cycle(benchmark::State& state, redisContext* redis, const RawCommand& acquire,
+                      int acquired_type, const RawCommand& release) {
+  return [&state, redis, &acquire, acquired_type, &release] {
+    return acquire.run(redis, acquired_type, state) &&
+           release.run(redis, REDIS_REPLY_INTEGER, state);
+  };
 }
 
 }  // namespace distlock::bench

@@ -19,20 +19,8 @@ void paired_lock_unlock(benchmark::State& state, const LockOptions& options,
   Client client(server_options());
   Mutex lock(client, "bench:lock", options);
   const RawConnection redis = raw_connect(server_options());
-  run_paired(
-      state,
-      [&] {
-        if (!lock.try_lock()) {
-          state.SkipWithError("lock was not free");
-          return false;
-        }
-        lock.unlock();
-        return true;
-      },
-      [&] {
-        return acquire.run(redis.get(), acquired_type, state) &&
-               release.run(redis.get(), REDIS_REPLY_INTEGER, state);
-      });
+  run_paired(state, lock_unlock_cycle(state, lock),
+             raw_cycle(state, redis.get(), acquire, acquired_type, release));
 }
 
 void BM_Paired_Mutex_LockUnlock(benchmark::State& state) {
