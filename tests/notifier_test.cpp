@@ -105,6 +105,24 @@ TEST_F(NotifierTest, HandoffStillWorksWhenTheSubscriberConnectionIsKilled) {
   EXPECT_GE(client().notifier().connects(), 2u);
 }
 
+// The same, round after round: the notifier thread drops and remakes its
+// connection while the lone waiter decides whether to borrow it (the
+// waiter may look only while the thread is parked, never at the connection
+// the thread is dropping; ThreadSanitizer watches).
+TEST_F(NotifierTest, ALoneWaiterRidesOutItsSubscriberKilledRoundAfterRound) {
+  SleepyMutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  SleepyMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  for (int round = 0; round < 20; ++round) {
+    ASSERT_TRUE(holder.try_lock()) << round;
+    auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
+    wait_for_a_subscriber();
+    client().command("CLIENT", "KILL", "TYPE", "pubsub");
+    holder.unlock();  // the announcement may be lost with the connection
+    ASSERT_TRUE(waiting.get()) << round;
+    waiter.unlock();
+  }
+}
+
 TEST_F(NotifierTest, WaitersKeepWorkingWhileTheSubscriberIsDown) {
   // Kill the subscriber repeatedly while holders hand the lock around.
   std::atomic<bool> stop{false};

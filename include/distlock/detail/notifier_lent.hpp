@@ -74,10 +74,12 @@ inline int Notifier::poll_timeout(clock::time_point until) {
 
 // Only one waiter, on a confirmed channel of a live connection that the
 // thread is not reading or writing now, and nothing the thread must send.
+// connection_ is looked at only while the thread is parked: while busy_ it
+// may be dropping or making it (up_ says whether one is wanted meanwhile).
 inline bool Notifier::can_lend(const Channel& channel, bool busy_or_not) const {
   return (busy_or_not || !busy_) && !lent_ && up_ && !stopping_ && !retarget_ && !lent_failed_ &&
          waiters_ == 1 && channel.waiters == 1 && channel.confirmed && !channel.moved &&
-         connection_ != nullptr;
+         (busy_ || connection_ != nullptr);
 }
 
 inline void Notifier::call_back() {
