@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "bench_support.hpp"
 #include "distlock/cluster_client.hpp"
@@ -101,13 +102,13 @@ BENCHMARK(BM_Raw_Cluster_SetNxPx_EvalshaDelSpublish)->UseRealTime();
 // lock's slot so that both sides talk to the same node: the plain SET NX
 // PX + compare-and-delete, and (_SameCommands) exactly what ClusterMutex
 // sends, its token and its SPUBLISH release.
-void paired_cluster(benchmark::State& state, const std::string& token, const Script& release_script,
-                    bool with_channel) {
+void paired_cluster(benchmark::State& state, const std::string& token,
+                    std::string_view release_source, bool with_channel) {
   const std::string key = std::string("{") + lock_name + "}:raw";
   const std::string channel = detail::companion_key(key, "released");
   const ClientOptions owner = owner_of(key);
   const RawConnection redis = raw_connect(owner);
-  const std::string sha = load_script(release_script.source, owner);
+  const std::string sha = load_script(release_source, owner);
   const RawCommand set{"SET", key, token, "NX", "PX", "30000"};
   const RawCommand release = with_channel ? RawCommand{"EVALSHA", sha, "2", key, channel, token}
                                           : RawCommand{"EVALSHA", sha, "1", key, token};
@@ -118,13 +119,13 @@ void paired_cluster(benchmark::State& state, const std::string& token, const Scr
 }
 
 void BM_Paired_Cluster_Mutex_LockUnlock(benchmark::State& state) {
-  static const Script compare_and_delete{compare_and_delete_lua, ""};
-  paired_cluster(state, "tok", compare_and_delete, false);
+  paired_cluster(state, "tok", compare_and_delete_lua, false);
 }
 BENCHMARK(BM_Paired_Cluster_Mutex_LockUnlock)->UseManualTime();
 
 void BM_Paired_Cluster_Mutex_LockUnlock_SameCommands(benchmark::State& state) {
-  paired_cluster(state, std::string(32, 'f'), detail::with_sharded_publish(scripts::release), true);
+  paired_cluster(state, std::string(32, 'f'), detail::with_sharded_publish(scripts::release).source,
+                 true);
 }
 BENCHMARK(BM_Paired_Cluster_Mutex_LockUnlock_SameCommands)->UseManualTime();
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "bench_support.hpp"
+#include "distlock/lock_options.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/scripts.hpp"
 #include "paired.hpp"
@@ -23,6 +24,10 @@ void paired_lock_unlock(benchmark::State& state, const LockOptions& options,
              raw_cycle(state, redis.get(), acquire, acquired_type, release));
 }
 
+// Mutex's own names for the raw key's companions, as its scripts get them.
+const std::string raw_channel = detail::companion_key("bench:raw", "released");
+const std::string raw_fence = detail::companion_key("bench:raw", "fence");
+
 void BM_Paired_Mutex_LockUnlock(benchmark::State& state) {
   const std::string sha = load_script(compare_and_delete_lua);
   paired_lock_unlock(state, LockOptions{}, {"SET", "bench:raw", "tok", "NX", "PX", "30000"},
@@ -38,8 +43,7 @@ void BM_Paired_Mutex_LockUnlock_SameCommands(benchmark::State& state) {
   const std::string sha = load_script(scripts::release.source);
   const std::string token(32, 'f');
   paired_lock_unlock(state, LockOptions{}, {"SET", "bench:raw", token, "NX", "PX", "30000"},
-                     REDIS_REPLY_STATUS,
-                     {"EVALSHA", sha, "2", "bench:raw", "{bench:raw}:released", token});
+                     REDIS_REPLY_STATUS, {"EVALSHA", sha, "2", "bench:raw", raw_channel, token});
 }
 BENCHMARK(BM_Paired_Mutex_LockUnlock_SameCommands)->UseManualTime();
 
@@ -56,10 +60,10 @@ void BM_Paired_Mutex_LockUnlock_Fenced_SameCommands(benchmark::State& state) {
   const std::string acquire_sha = load_script(scripts::acquire_fenced.source);
   const std::string release_sha = load_script(scripts::release.source);
   const std::string token(32, 'f');
-  paired_lock_unlock(
-      state, LockOptions{}.fencing(true),
-      {"EVALSHA", acquire_sha, "2", "bench:raw", "{bench:raw}:fence", token, "30000"},
-      REDIS_REPLY_ARRAY, {"EVALSHA", release_sha, "2", "bench:raw", "{bench:raw}:released", token});
+  paired_lock_unlock(state, LockOptions{}.fencing(true),
+                     {"EVALSHA", acquire_sha, "2", "bench:raw", raw_fence, token, "30000"},
+                     REDIS_REPLY_ARRAY,
+                     {"EVALSHA", release_sha, "2", "bench:raw", raw_channel, token});
 }
 BENCHMARK(BM_Paired_Mutex_LockUnlock_Fenced_SameCommands)->UseManualTime();
 
