@@ -1,12 +1,15 @@
 // Tests for connection.hpp and reply.hpp against real redis-servers.
 #include "distlock/connection.hpp"
+#include "distlock/detail/command_format.hpp"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include "support/fixture.hpp"
 #include "support/options.hpp"
@@ -65,6 +68,55 @@ TEST_F(ConnectionTest, BinaryKeysAndValuesRoundTripIntact) {
   EXPECT_EQ(connection.command("STRLEN", key).integer(), 10);
 }
 
+TEST_F(ConnectionTest, EmptyAndLargeArgumentsRoundTripIntact) {
+  Connection connection(options());
+  const std::string large(3 * 1024 * 1024 + 7, 'x');
+  connection.command("SET", "empty", "");
+  connection.command("SET", "large", large);
+  EXPECT_EQ(connection.command("GET", "empty").str(), "");
+  EXPECT_EQ(connection.command("STRLEN", "large").integer(), static_cast<long long>(large.size()));
+  EXPECT_EQ(connection.command("GET", "large").str(), large);
+  // A short command after a long one is not padded with what the long one left.
+  EXPECT_EQ(connection.command("ECHO", "short").str(), "short");
+}
+
+// Commands are formatted by distlock, not by hiredis: byte for byte what
+// hiredis's own formatting makes of the same arguments.
+TEST(CommandFormat, MatchesHiredisFormattingByteForByte) {
+  const std::string binary("a\0b\r\n\xff", 6);
+  const std::string long_arg(100000, 'z');
+  const std::vector<std::vector<std::string_view>> commands{
+      {},
+      {"PING"},
+      {"SET", "key", ""},
+      {"SET", binary, binary, "NX", "PX", "30000"},
+      {"EVALSHA", "0123456789abcdef0123456789abcdef01234567", "2", "a", "b", "c", "d", "e", "f",
+       "g", "h", "i", "j"},
+      {"SET", "big", long_arg},
+  };
+  std::string formatted;
+  for (const std::vector<std::string_view>& argv : commands) {
+    std::vector<const char*> pointers;
+    std::vector<std::size_t> lengths;
+    for (const std::string_view arg : argv) {
+      pointers.push_back(arg.data());
+      lengths.push_back(arg.size());
+    }
+    char* raw = nullptr;
+    const long long size = redisFormatCommandArgv(&raw, static_cast<int>(argv.size()),
+                                                  pointers.data(), lengths.data());
+    ASSERT_GT(size, 0);
+    const std::string expected(raw, static_cast<std::size_t>(size));
+    redisFreeCommand(raw);
+    formatted.clear();
+    detail::format_command(detail::Args(argv), formatted);
+    EXPECT_EQ(formatted, expected) << argv.size() << " arguments";
+    // Appended: a pipeline is its commands one after another.
+    detail::format_command(detail::Args(argv), formatted);
+    EXPECT_EQ(formatted, expected + expected) << argv.size() << " arguments";
+  }
+}
+
 TEST_F(ConnectionTest, PipelineReadsRepliesInOrder) {
   Connection connection(options());
   for (int i = 0; i < 100; ++i) connection.append("INCR", "counter");
@@ -107,6 +159,25 @@ TEST_F(ConnectionTest, CommandTimesOutAgainstStoppedServerWithinBudget) {
   server().resume();
   EXPECT_LT(elapsed, where.command_timeout + 100ms);
   EXPECT_GE(elapsed, where.command_timeout - 10ms);
+  EXPECT_TRUE(connection.broken());
+}
+
+TEST_F(ConnectionTest, AWriteAStoppedServerCannotTakeTimesOut) {
+  ConnectionOptions where = options();
+  where.command_timeout = 200ms;
+  Connection connection(where);
+  connection.command("PING");
+  server().pause();
+  // More than the socket buffers on both sides hold: the write itself blocks.
+  const std::string value(64 * 1024 * 1024, 'v');
+  try {
+    connection.command("SET", "big", value);
+    ADD_FAILURE() << "a stopped server took 64 MB";
+  } catch (const TimeoutError& error) {
+    EXPECT_EQ(error.code(), Errc::timed_out);
+    EXPECT_NE(std::string(error.what()).find("SET"), std::string::npos) << error.what();
+  }
+  server().resume();
   EXPECT_TRUE(connection.broken());
 }
 

@@ -1,11 +1,12 @@
 // Connection: an RAII owner of one hiredis redisContext (its options are
 // in connection_options.hpp).
 //
-// Commands go out through hiredis's argv API, so keys and tokens are sent with
-// explicit lengths and may hold any bytes. Every failure becomes a distlock
-// exception (error.hpp). A connection that saw an I/O error or a timeout is
-// marked broken and must not be used again: a late reply still on the wire
-// would be read as the answer to the next command.
+// Commands are formatted and written by the connection itself, each argument
+// with its explicit length (detail/command_format.hpp), so keys and tokens
+// may hold any bytes; hiredis reads and parses the replies. Every failure
+// becomes a distlock exception (error.hpp). A connection that saw an I/O
+// error or a timeout is marked broken and must not be used again: a late
+// reply still on the wire would be read as the answer to the next command.
 #pragma once
 
 #include <hiredis/hiredis.h>
@@ -174,7 +175,13 @@ class Connection {
     void operator()(redisContext* c) const noexcept { redisFree(c); }
   };
 
-  [[noreturn]] void fail(const char* during, bool timed_out = false);
+  // Marks the connection broken and throws what hiredis's error (or, with
+  // fail_with, one of our own writes) says: TimeoutError or ConnectionError.
+  [[noreturn]] void fail(const char* during, bool timed_out = false) {
+    fail_with(during, context_->err, errno, context_->errstr, timed_out);
+  }
+  [[noreturn]] void fail_with(const char* during, int code, int error, const char* what,
+                              bool timed_out);
   void remember_verb(std::string_view verb) noexcept {
     verb_size_ = std::min(verb.size(), sizeof verb_);
     std::memcpy(verb_, verb.data(), verb_size_);
@@ -203,6 +210,7 @@ class Connection {
   bool sharded_publish_ = false;
   std::chrono::steady_clock::time_point last_used_{};
   Reply last_{nullptr};
+  std::string unsent_;                // appended commands, formatted, not yet written
   std::vector<std::string> trailer_;  // trail()ed, not yet sent
   bool trailed_ = false;              // sent, its reply not yet read
   bool exact_ = false;                // the timeout is cut short: poll() keeps it
@@ -242,38 +250,42 @@ inline Connection::Connection(ConnectionOptions options) : options_(std::move(op
 
 inline void Connection::append_argv(detail::Args argv) {
   if (pending_ == 0) remember_verb(argv.size() == 0 ? std::string_view() : *argv.begin());
-  const int appended = detail::with_pointers(argv, [&](const char** ptrs, const std::size_t* lens) {
-    return redisAppendCommandArgv(context_.get(), static_cast<int>(argv.size()), ptrs, lens);
-  });
-  if (appended != REDIS_OK) fail("append");
+  detail::format_command(argv, unsent_);
   ++pending_;
 }
 
 inline void Connection::flush() {
-  int done = 0;
-  while (done == 0) {
-    if (redisBufferWrite(context_.get(), &done) != REDIS_OK) fail("write");
+  if (unsent_.empty()) return;
+  if (context_->err != 0) fail("write");  // as hiredis: nothing more on a failed context
+  const int error = detail::write_all(context_->fd, unsent_);
+  // A pipeline of thousands (a renewal round) leaves no large buffer behind.
+  if (unsent_.capacity() > 64 * 1024) {
+    std::string().swap(unsent_);
+  } else {
+    unsent_.clear();
   }
+  if (error != 0) fail_with("write", REDIS_ERR_IO, error, std::strerror(error), false);
 }
 
 inline const Reply& Connection::read_reply() {
   void* raw = nullptr;
-  // A timeout cut short (by a caller's deadline) is kept by poll(), to the
-  // millisecond: the socket's own timeout is rounded up to the kernel's
-  // tick, and returns 4 to 10 ms late.
-  if (exact_) {
-    if (redisGetReplyFromReader(context_.get(), &raw) != REDIS_OK) fail("parse");
-    if (raw == nullptr) {
-      flush();
+  if (redisGetReplyFromReader(context_.get(), &raw) != REDIS_OK) fail("parse");
+  if (raw == nullptr) {
+    flush();
+    // A timeout cut short (by a caller's deadline) is kept by poll(), to the
+    // millisecond: the socket's own timeout is rounded up to the kernel's
+    // tick, and returns 4 to 10 ms late.
+    if (exact_) {
       pollfd p{context_->fd, POLLIN, 0};
       int ready = 0;
       while ((ready = ::poll(&p, 1, static_cast<int>(timeout_.count()))) < 0 && errno == EINTR) {
       }
       if (ready == 0) fail("read", /*timed_out=*/true);
     }
-  }
-  if (raw == nullptr && (redisGetReply(context_.get(), &raw) != REDIS_OK || raw == nullptr)) {
-    fail("read");
+    do {
+      if (redisBufferRead(context_.get()) != REDIS_OK) fail("read");
+      if (redisGetReplyFromReader(context_.get(), &raw) != REDIS_OK) fail("parse");
+    } while (raw == nullptr);
   }
   --pending_;
   last_ = Reply(static_cast<redisReply*>(raw));
@@ -344,10 +356,9 @@ inline void Connection::set_timeout(std::chrono::milliseconds timeout) {
   timeout_ = timeout;
 }
 
-inline void Connection::fail(const char* during, bool timed_out) {
-  const int saved_errno = errno;
+inline void Connection::fail_with(const char* during, int code, int error, const char* what,
+                                  bool timed_out) {
   broken_ = true;
-  const int code = context_->err;
   // Name the endpoint and the command that was waiting, so that a timeout in
   // a log says what it was and against whom, not just "EAGAIN".
   std::string reason = options_.endpoint() + ": ";
@@ -356,16 +367,15 @@ inline void Connection::fail(const char* during, bool timed_out) {
   timed_out = timed_out || code == REDIS_ERR_TIMEOUT;
 #endif
   // hiredis 0.14 reports a socket timeout as an I/O error with EAGAIN.
-  timed_out = timed_out ||
-              (code == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK ||
-                                        std::strstr(context_->errstr, "temporarily unavailable")));
+  timed_out = timed_out || (code == REDIS_ERR_IO && (error == EAGAIN || error == EWOULDBLOCK ||
+                                                     std::strstr(what, "temporarily unavailable")));
   if (timed_out) {
     throw TimeoutError(Errc::timed_out,
                        reason + "no reply within " + std::to_string(timeout_.count()) + " ms");
   }
   reason += during;
   reason += ": ";
-  reason += context_->errstr;
+  reason += what;
   if (code == REDIS_ERR_PROTOCOL) throw ConnectionError(Errc::protocol_error, reason);
   throw ConnectionError(Errc::io_error, reason);
 }

@@ -1,20 +1,30 @@
 // Commands in the forms Connection (connection.hpp) hands them on: an argv
-// laid out as the pointer and length arrays hiredis's argv calls take, and
-// a command formatted and written straight to a socket, past hiredis.
+// laid out as the pointer and length arrays hiredis's argv calls take;
+// commands formatted here and written straight to the socket, past hiredis;
+// and one written that way on a connection whose hiredis context failed.
 //
-// The second is for a connection whose hiredis context has failed (a reply
-// not in time): hiredis refuses to write on such a context, yet an undo
-// written behind the late command must still reach the server. It runs in
-// noexcept paths, so send_unread() and send_eval_unread() throw nothing
-// and allocate nothing beyond hiredis's own formatting buffer.
+// Connection formats and writes every command itself (format_command,
+// write_all): hiredis's printf-like formatter grows a fresh buffer per
+// command, and its writer copies that into a second one; one buffer the
+// connection keeps does for both. hiredis still reads and parses replies.
+//
+// The last is for a context that failed (a reply not in time): hiredis
+// refuses to write on it, yet an undo written behind the late command must
+// still reach the server. It runs in noexcept paths, so send_unread() and
+// send_eval_unread() throw nothing and allocate nothing beyond hiredis's
+// own formatting buffer.
 #pragma once
 
 #include <hiredis/hiredis.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <charconv>
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -53,14 +63,50 @@ auto with_pointers(Args argv, Use&& use) {
   return use(ptrs, lens);
 }
 
+/// Appends argv to `out` as Redis's protocol has it: an array of bulk
+/// strings, byte for byte what hiredis's formatting makes of it.
+inline void format_command(Args argv, std::string& out) {
+  std::size_t size = out.size() + 16;                               // "*<count>\r\n"
+  for (const std::string_view arg : argv) size += arg.size() + 16;  // "$<length>\r\n" arg "\r\n"
+  out.reserve(size);
+  char digits[24];
+  const auto header = [&](char mark, std::size_t count) {
+    out.push_back(mark);
+    out.append(digits, std::to_chars(digits, digits + sizeof digits, count).ptr);
+    out.append("\r\n", 2);
+  };
+  header('*', argv.size());
+  for (const std::string_view arg : argv) {
+    header('$', arg.size());
+    out.append(arg);
+    out.append("\r\n", 2);
+  }
+}
+
+/// Writes all of `data` to the blocking socket `fd`; 0, or the errno of
+/// the write that failed (EAGAIN: the socket's send timeout ran out). With
+/// write(2), as hiredis writes, so SIGPIPE is handled as it always was
+/// (ClientOptions::ignore_sigpipe).
+inline int write_all(int fd, std::string_view data) noexcept {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return 0;
+}
+
 /// Formats argv and writes it to `fd` without blocking, reading no reply
 /// (Connection::send_behind). False if nothing was tried: argv too long to
 /// lay out on the stack, or formatting failed. Best effort otherwise: a
 /// full socket buffer drops the rest.
 inline bool send_unread(int fd, Args argv) noexcept {
-  // hiredis refuses to write once its context has an error, so the command
-  // is formatted here and written straight to the socket, after whatever
-  // the broken context still had queued (nothing: it flushes before reading).
+  // A connection writes nothing more once its hiredis context has an error,
+  // so the command is written straight to the socket, after whatever the
+  // connection still had queued (nothing: it flushes before reading).
   if (argv.size() > stack_args) return false;  // so that nothing below allocates or throws
   char* raw = nullptr;
   const long long size = with_pointers(argv, [&](const char** ptrs, const std::size_t* lens) {
