@@ -94,7 +94,6 @@ TEST(CommandFormat, MatchesHiredisFormattingByteForByte) {
        "g", "h", "i", "j"},
       {"SET", "big", long_arg},
   };
-  std::string formatted;
   for (const std::vector<std::string_view>& argv : commands) {
     std::vector<const char*> pointers;
     std::vector<std::size_t> lengths;
@@ -108,11 +107,10 @@ TEST(CommandFormat, MatchesHiredisFormattingByteForByte) {
     ASSERT_GT(size, 0);
     const std::string expected(raw, static_cast<std::size_t>(size));
     redisFreeCommand(raw);
-    formatted.clear();
-    detail::format_command(detail::Args(argv), formatted);
+    std::string formatted = detail::format_command(detail::Args(argv));
     EXPECT_EQ(formatted, expected) << argv.size() << " arguments";
     // Appended: a pipeline is its commands one after another.
-    detail::format_command(detail::Args(argv), formatted);
+    detail::append_command(detail::Args(argv), formatted);
     EXPECT_EQ(formatted, expected + expected) << argv.size() << " arguments";
   }
 }

@@ -250,7 +250,7 @@ inline Connection::Connection(ConnectionOptions options) : options_(std::move(op
 
 inline void Connection::append_argv(detail::Args argv) {
   if (pending_ == 0) remember_verb(argv.size() == 0 ? std::string_view() : *argv.begin());
-  detail::format_command(argv, unsent_);
+  detail::append_command(argv, unsent_);
   ++pending_;
 }
 

@@ -17,7 +17,6 @@
 // as one the waiter sent itself at sent_at.
 #pragma once
 
-#include <hiredis/hiredis.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -28,14 +27,13 @@
 #include <string>
 #include <string_view>
 #include <utility>
-#include <vector>
 
 #include "distlock/connection.hpp"
 #include "distlock/connection_options.hpp"
 #include "distlock/detail/args.hpp"
+#include "distlock/detail/command_format.hpp"
 #include "distlock/detail/thread_annotations.hpp"
 #include "distlock/detail/time.hpp"
-#include "distlock/error.hpp"
 
 namespace distlock::detail {
 
@@ -70,23 +68,6 @@ class ArmedAttempt {
   const int fd_;
   const std::string command_;
 };
-
-/// `argv` in the wire format, as hiredis would write it.
-inline std::string format_command(Args argv) {
-  std::vector<const char*> pointers;
-  std::vector<std::size_t> lengths;
-  for (const std::string_view arg : argv) {
-    pointers.push_back(arg.data());
-    lengths.push_back(arg.size());
-  }
-  char* raw = nullptr;
-  const long long size = redisFormatCommandArgv(&raw, static_cast<int>(pointers.size()),
-                                                pointers.data(), lengths.data());
-  if (size < 0 || raw == nullptr) throw Error(Errc::io_error, "could not format an attempt");
-  std::string formatted(raw, static_cast<std::size_t>(size));
-  redisFreeCommand(raw);
-  return formatted;
-}
 
 /// The connection armed attempts go out on: one per Notifier, lent to one
 /// waiter at a time, connected by the first waiter that needs it.

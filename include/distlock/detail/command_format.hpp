@@ -3,7 +3,7 @@
 // commands formatted here and written straight to the socket, past hiredis;
 // and one written that way on a connection whose hiredis context failed.
 //
-// Connection formats and writes every command itself (format_command,
+// Connection formats and writes every command itself (append_command,
 // write_all): hiredis's printf-like formatter grows a fresh buffer per
 // command, and its writer copies that into a second one; one buffer the
 // connection keeps does for both. hiredis still reads and parses replies.
@@ -65,7 +65,7 @@ auto with_pointers(Args argv, Use&& use) {
 
 /// Appends argv to `out` as Redis's protocol has it: an array of bulk
 /// strings, byte for byte what hiredis's formatting makes of it.
-inline void format_command(Args argv, std::string& out) {
+inline void append_command(Args argv, std::string& out) {
   std::size_t size = out.size() + 16;                               // "*<count>\r\n"
   for (const std::string_view arg : argv) size += arg.size() + 16;  // "$<length>\r\n" arg "\r\n"
   out.reserve(size);
@@ -81,6 +81,13 @@ inline void format_command(Args argv, std::string& out) {
     out.append(arg);
     out.append("\r\n", 2);
   }
+}
+
+/// append_command() into a string of its own (an armed attempt's).
+inline std::string format_command(Args argv) {
+  std::string formatted;
+  append_command(argv, formatted);
+  return formatted;
 }
 
 /// Writes all of `data` to the blocking socket `fd`; 0, or the errno of

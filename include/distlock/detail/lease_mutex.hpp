@@ -22,6 +22,7 @@
 #include "distlock/detail/acquire.hpp"
 #include "distlock/detail/args.hpp"
 #include "distlock/detail/armed_attempt.hpp"
+#include "distlock/detail/command_format.hpp"
 #include "distlock/detail/exclusive_lock.hpp"
 #include "distlock/detail/key_type.hpp"
 #include "distlock/detail/single_server.hpp"
