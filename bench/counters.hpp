@@ -8,7 +8,8 @@
 //                   all threads (see alloc_counter.cpp)
 //   reads/cycle,    read- and write-class system calls of the whole process
 //   writes/cycle    as the kernel counts them (syscr/syscw of /proc/self/io;
-//                   hiredis 0.14 talks to its socket with read(2)/write(2))
+//                   hiredis reads its socket with read(2), and distlock's
+//                   Connection writes with write(2), as raw hiredis does)
 //
 // Other system calls (poll, futex, getrandom) are not in these counters;
 // `strace -c -f` over a run with a fixed iteration count shows them.
