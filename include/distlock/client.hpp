@@ -74,10 +74,11 @@ struct ClientOptions : ConnectionOptions {
   std::size_t pool_size = 8;  ///< most connections open at once
   /// The longest a borrower waits for a free connection when all are in use.
   std::chrono::milliseconds pool_wait_timeout{1000};
-  /// hiredis writes with write(2), so a write to a connection the server just
-  /// closed raises SIGPIPE, whose default action kills the process. When set,
-  /// a Client that finds SIGPIPE at its default sets it to ignored (a handler
-  /// the application installed is left alone). Turn off to manage it yourself.
+  /// A Connection writes with write(2), as hiredis does, so a write to a
+  /// connection the server just closed raises SIGPIPE, whose default action
+  /// kills the process. When set, a Client that finds SIGPIPE at its default
+  /// sets it to ignored (a handler the application installed is left
+  /// alone). Turn off to manage it yourself.
   bool ignore_sigpipe = true;
   /// Most acquirers of this Client waiting for a release at once; past it an
   /// acquire that would wait fails at once with Errc::too_many_waiters.

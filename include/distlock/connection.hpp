@@ -256,7 +256,9 @@ inline void Connection::append_argv(detail::Args argv) {
 
 inline void Connection::flush() {
   if (unsent_.empty()) return;
-  if (context_->err != 0) fail("write");  // as hiredis: nothing more on a failed context
+  // As hiredis: nothing more on a context whose read failed. A failed write
+  // of ours marks the connection broken, and no broken one is written again.
+  if (context_->err != 0) fail("write");
   const int error = detail::write_all(context_->fd, unsent_);
   // A pipeline of thousands (a renewal round) leaves no large buffer behind.
   if (unsent_.capacity() > 64 * 1024) {
@@ -267,6 +269,8 @@ inline void Connection::flush() {
   if (error != 0) fail_with("write", REDIS_ERR_IO, error, std::strerror(error), false);
 }
 
+// redisGetReply, which hiredis 1.1 and later make filter RESP3 pushes out,
+// is not used: no connection asks for RESP3 (HELLO 3), so none arrive.
 inline const Reply& Connection::read_reply() {
   void* raw = nullptr;
   if (redisGetReplyFromReader(context_.get(), &raw) != REDIS_OK) fail("parse");

@@ -20,6 +20,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstddef>
@@ -68,7 +69,9 @@ auto with_pointers(Args argv, Use&& use) {
 inline void append_command(Args argv, std::string& out) {
   std::size_t size = out.size() + 16;                               // "*<count>\r\n"
   for (const std::string_view arg : argv) size += arg.size() + 16;  // "$<length>\r\n" arg "\r\n"
-  out.reserve(size);
+  // Grown by doubling, not to the size asked: a reserve() that gives what
+  // it is asked (libc++'s) would copy a long pipeline once per command.
+  if (size > out.capacity()) out.reserve(std::max(size, 2 * out.capacity()));
   char digits[24];
   const auto header = [&](char mark, std::size_t count) {
     out.push_back(mark);
