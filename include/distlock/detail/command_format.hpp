@@ -1,21 +1,20 @@
-// Commands in the forms Connection (connection.hpp) hands them on: an argv
-// laid out as the pointer and length arrays hiredis's argv calls take;
-// commands formatted here and written straight to the socket, past hiredis;
-// and one written that way on a connection whose hiredis context failed.
+// Commands as Connection (connection.hpp) hands them on: formatted here and
+// written straight to the socket, past hiredis; and one written that way
+// on a connection whose hiredis context failed.
 //
 // Connection formats and writes every command itself (append_command,
 // write_all): hiredis's printf-like formatter grows a fresh buffer per
 // command, and its writer copies that into a second one; one buffer the
 // connection keeps does for both. hiredis still reads and parses replies.
 //
-// The last is for a context that failed (a reply not in time): hiredis
-// refuses to write on it, yet an undo written behind the late command must
-// still reach the server. It runs in noexcept paths, so send_unread() and
-// send_eval_unread() throw nothing and allocate nothing beyond hiredis's
-// own formatting buffer.
+// The last is for a context that failed (a reply not in time): nothing more
+// is written on it the usual way (Connection::flush() refuses, as hiredis
+// does), yet an undo written behind the late command must still reach the
+// server. It runs in noexcept paths, so send_unread() and
+// send_eval_unread() throw nothing and allocate nothing beyond the one
+// buffer the command is formatted into.
 #pragma once
 
-#include <hiredis/hiredis.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -24,10 +23,8 @@
 #include <cerrno>
 #include <charconv>
 #include <cstddef>
-#include <memory>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "distlock/connection_options.hpp"
 #include "distlock/detail/args.hpp"
@@ -35,34 +32,10 @@
 
 namespace distlock::detail {
 
-/// Commands are short (the longest is a script call): argv of up to this
-/// many arguments is laid out on the stack, longer on the heap.
+/// Commands are short (the longest is a script call): a script call's argv
+/// of up to this many arguments is laid out on the stack, longer on the
+/// heap (with_script_argv in args.hpp).
 inline constexpr std::size_t stack_args = 16;
-
-/// Calls use(ptrs, lens) with argv as hiredis takes it, and returns what
-/// it returns.
-template <class Use>
-auto with_pointers(Args argv, Use&& use) {
-  const char* stack_ptrs[stack_args];
-  std::size_t stack_lens[stack_args];
-  std::vector<const char*> heap_ptrs;
-  std::vector<std::size_t> heap_lens;
-  const char** ptrs = stack_ptrs;
-  std::size_t* lens = stack_lens;
-  if (argv.size() > stack_args) {
-    heap_ptrs.resize(argv.size());
-    heap_lens.resize(argv.size());
-    ptrs = heap_ptrs.data();
-    lens = heap_lens.data();
-  }
-  std::size_t i = 0;
-  for (const std::string_view arg : argv) {
-    ptrs[i] = arg.data();
-    lens[i] = arg.size();
-    ++i;
-  }
-  return use(ptrs, lens);
-}
 
 /// Appends argv to `out` as Redis's protocol has it: an array of bulk
 /// strings, byte for byte what hiredis's formatting makes of it.
@@ -110,31 +83,23 @@ inline int write_all(int fd, std::string_view data) noexcept {
 }
 
 /// Formats argv and writes it to `fd` without blocking, reading no reply
-/// (Connection::send_behind). False if nothing was tried: argv too long to
-/// lay out on the stack, or formatting failed. Best effort otherwise: a
-/// full socket buffer drops the rest.
+/// (Connection::send_behind). False if nothing was tried: formatting found
+/// no memory. Best effort otherwise: a full socket buffer drops the rest.
 inline bool send_unread(int fd, Args argv) noexcept {
   // A connection writes nothing more once its hiredis context has an error,
   // so the command is written straight to the socket, after whatever the
   // connection still had queued (nothing: it flushes before reading).
-  if (argv.size() > stack_args) return false;  // so that nothing below allocates or throws
-  char* raw = nullptr;
-  const long long size = with_pointers(argv, [&](const char** ptrs, const std::size_t* lens) {
-    return static_cast<long long>(
-        redisFormatCommandArgv(&raw, static_cast<int>(argv.size()), ptrs, lens));
-  });
-  struct FreeCommand {
-    void operator()(char* command) const noexcept { redisFreeCommand(command); }
-  };
-  const std::unique_ptr<char, FreeCommand> formatted(raw);
-  if (size <= 0 || !formatted) return false;
-  std::size_t written = 0;
-  const auto total = static_cast<std::size_t>(size);
-  while (written < total) {
-    const ssize_t n =
-        ::send(fd, formatted.get() + written, total - written, MSG_NOSIGNAL | MSG_DONTWAIT);
+  std::string formatted;
+  try {
+    append_command(argv, formatted);
+  } catch (...) {
+    return false;
+  }
+  std::string_view unsent = formatted;
+  while (!unsent.empty()) {
+    const ssize_t n = ::send(fd, unsent.data(), unsent.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n <= 0) break;  // a full socket buffer: the lease expires instead
-    written += static_cast<std::size_t>(n);
+    unsent.remove_prefix(static_cast<std::size_t>(n));
   }
   // A reply already waiting here would make close() reset the connection,
   // and a reset can discard what the server has not read yet: our undo.
