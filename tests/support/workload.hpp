@@ -93,6 +93,7 @@ struct WorkloadOptions {
 /// The memory the test and its contenders share, mapped before fork.
 struct Shared {
   static constexpr int max_names = 8;
+  static constexpr int max_roles = 4;
 
   std::atomic<int> go{0};
   std::atomic<int> stop{0};
@@ -117,6 +118,9 @@ struct Shared {
   std::atomic<int> paused_lost_seen{0};
   std::atomic<std::uint64_t> next{0};
   std::atomic<std::uint64_t> dropped{0};
+  // Sections ended, by role and kind ([role][0] reads, [role][1] writes):
+  // what the test watches while a run goes on until every role has shown.
+  std::atomic<std::int64_t> ended[max_roles][2]{};
   // The records, in the same mapping after this header: `capacity` of
   // them, constructed one by one as they are written (the pages of a
   // long soak's room are touched only when used).
@@ -130,6 +134,9 @@ struct Shared {
     }
   }
   void record(const Section& section) {
+    if (section.role >= 0 && section.role < max_roles) {
+      ended[section.role][section.exclusive != 0 ? 1 : 0].fetch_add(1);
+    }
     const std::uint64_t at = next.fetch_add(1);
     if (at < capacity) {
       new (&sections[at]) Section(section);
