@@ -919,7 +919,7 @@ class FleetFaultTest : public FaultTest<Kind> {
   // in a read-write fleet), for 30 s at most: a member that polls loses
   // most races to distlock's waiters, whom the release itself wakes, so a
   // fixed length only makes its entry likely. In two seconds under ASan the
-  // read-write fleet's peer wrote 1 to 11 times (36 runs), and in one CI run
+  // read-write fleet's peer wrote 1 to 11 times (48 runs), and in one CI run
   // not at all.
   Outcome run_fleet(const std::string& fault, During during) {
     Until until;
