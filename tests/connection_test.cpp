@@ -179,6 +179,30 @@ TEST_F(ConnectionTest, AWriteAStoppedServerCannotTakeTimesOut) {
   EXPECT_TRUE(connection.broken());
 }
 
+// A reply that missed its deadline may still arrive; if the connection took
+// another command, that late reply would be read as its answer. Here the
+// deadline is cut short of the connection's own timeout (poll() keeps it,
+// hiredis sees no error), the case a caller's deadline makes.
+TEST_F(ConnectionTest, ABrokenConnectionRefusesTheNextCommand) {
+  ConnectionOptions where = options();
+  where.command_timeout = 2000ms;
+  Connection connection(where);
+  connection.set_timeout(100ms);
+  EXPECT_THROW(connection.command("DEBUG", "SLEEP", "0.3"), TimeoutError);
+  ASSERT_TRUE(connection.broken());
+  connection.set_timeout(where.command_timeout);
+  std::this_thread::sleep_for(400ms);  // the late +OK is in the socket now
+  const std::size_t unanswered = connection.pending();
+  try {
+    const Reply reply = connection.command("ECHO", "after");
+    ADD_FAILURE() << "a broken connection answered: " << reply.str();
+  } catch (const ConnectionError& error) {
+    EXPECT_EQ(error.code(), Errc::io_error);
+    EXPECT_NE(std::string(error.what()).find("broke earlier"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(connection.pending(), unanswered) << "the refused command was queued";
+}
+
 TEST_F(ConnectionTest, TimeoutErrorCarriesTimedOutCode) {
   ConnectionOptions where = options();
   where.command_timeout = 50ms;

@@ -46,7 +46,8 @@ class Connection {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  /// True after an I/O error, a timeout or a protocol error: discard it.
+  /// True after an I/O error, a timeout or a protocol error: discard it (it
+  /// refuses further commands with a ConnectionError).
   bool broken() const noexcept { return broken_; }
   const ConnectionOptions& options() const noexcept { return options_; }
 
@@ -249,6 +250,13 @@ inline Connection::Connection(ConnectionOptions options) : options_(std::move(op
 }
 
 inline void Connection::append_argv(detail::Args argv) {
+  // What broke it (a timeout, most often) may still be answered: a command
+  // written now would read that late reply as its own.
+  if (broken_) {
+    throw ConnectionError(Errc::io_error, options_.endpoint() + ": " +
+                                              std::string(argv.size() ? *argv.begin() : "") +
+                                              ": not sent: the connection broke earlier");
+  }
   if (pending_ == 0) remember_verb(argv.size() == 0 ? std::string_view() : *argv.begin());
   detail::append_command(argv, unsent_);
   ++pending_;
