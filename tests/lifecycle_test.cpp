@@ -636,10 +636,13 @@ TYPED_TEST(LifecycleTest, MakingAndDroppingLockObjectsSendsNothing) {
 // A Client whose borrows by one thread stall `lag` when begun less than
 // `window` before their step's deadline: the thread losing the CPU just as
 // its time runs out, as on a machine under heavy load (seen: load 7 to 12).
+// A long lag: a call that pays it once ends about `lag` past its deadline,
+// one that pays it twice 2 * lag, and the bound between the two leaves
+// half a lag for a loaded machine's own delays on either side.
 class StarvedClient : public Client {
  public:
   static constexpr milliseconds window{10};
-  static constexpr milliseconds lag{35};
+  static constexpr milliseconds lag{100};
 
   StarvedClient(ClientOptions options, std::thread::id starved)
       : Client(std::move(options)), starved_(starved) {}
@@ -698,9 +701,10 @@ TYPED_TEST_SUITE(StarvedWaiterTest, StarvedKinds, KindName);
 
 // Whatever a step costs past the deadline, a call pays it once. Defect: a
 // step begun before the deadline and answered after it was followed by more
-// (the holder's PTTL, then a last attempt), each paying the lag again: 60 to
-// 65 ms past the deadline for ReentrantMutex and SharedMutex, about 100 ms
-// for Mutex and SimpleMutex (one step more: their PTTL read).
+// (the holder's PTTL, then a last attempt), each paying the lag again: with
+// a 35 ms lag, 60 to 65 ms past the deadline for ReentrantMutex and
+// SharedMutex, about 100 ms for Mutex and SimpleMutex (one step more: their
+// PTTL read); with this one, about 190 ms for every kind.
 TYPED_TEST(StarvedWaiterTest, TryLockForPaysALagAtItsDeadlineOnlyOnce) {
   Client holder_client(testing::client_options(*this->server_));
   typename TypeParam::Holder holder(holder_client, "k", LockOptions{}.ttl(30s));
@@ -713,7 +717,7 @@ TYPED_TEST(StarvedWaiterTest, TryLockForPaysALagAtItsDeadlineOnlyOnce) {
     const Clock::time_point start = Clock::now();
     EXPECT_FALSE(TypeParam::try_lock_for(waiter, wait));
     const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
-    EXPECT_LE(took.count(), (wait + deadline_slack).count())
+    EXPECT_LE(took.count(), (wait + StarvedClient::lag * 3 / 2).count())
         << "ms, a " << wait.count() << " ms wait with a " << StarvedClient::lag.count()
         << " ms lag at its end";
   }

@@ -120,7 +120,10 @@ TEST_F(Replicas, TryLockForReturnsByItsDeadlineWhileReplicaStopped) {
   servers().stop_replica();
   const auto start = steady_clock::now();
   EXPECT_FALSE(lock.try_lock_for(milliseconds(300)));
-  EXPECT_LE(steady_clock::now() - start, milliseconds(300 + 50));
+  // Past the deadline, only the undo of a grant whose WAIT never answered,
+  // on a connection of its own (up to 20 ms to connect, 20 to answer); the
+  // rest is slack for a loaded machine, far below the 10 s WAIT it cuts.
+  EXPECT_LE(steady_clock::now() - start, milliseconds(300 + 40 + 200));
   EXPECT_FALSE(lock.owns_lock());
   EXPECT_EQ(master_exists("job"), "0");
   servers().continue_replica();
