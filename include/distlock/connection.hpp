@@ -250,14 +250,14 @@ inline Connection::Connection(ConnectionOptions options) : options_(std::move(op
 }
 
 inline void Connection::append_argv(detail::Args argv) {
+  const std::string_view verb = argv.size() == 0 ? std::string_view() : *argv.begin();
   // What broke it (a timeout, most often) may still be answered: a command
   // written now would read that late reply as its own.
   if (broken_) {
-    throw ConnectionError(Errc::io_error, options_.endpoint() + ": " +
-                                              std::string(argv.size() ? *argv.begin() : "") +
+    throw ConnectionError(Errc::io_error, options_.endpoint() + ": " + std::string(verb) +
                                               ": not sent: the connection broke earlier");
   }
-  if (pending_ == 0) remember_verb(argv.size() == 0 ? std::string_view() : *argv.begin());
+  if (pending_ == 0) remember_verb(verb);
   detail::append_command(argv, unsent_);
   ++pending_;
 }
