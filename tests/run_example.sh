@@ -3,6 +3,8 @@
 # in a temp dir, no persistence) and exits with the program's status:
 #   run_example.sh <program> [arguments after the URI...]
 set -euo pipefail
+# The server build under test, as the C++ harness takes it (tests/support/redis_server.hpp).
+if [ -n "${DISTLOCK_TEST_SERVER_BIN:-}" ]; then PATH="$DISTLOCK_TEST_SERVER_BIN:$PATH"; fi
 program=$1
 shift
 dir=$(mktemp -d)

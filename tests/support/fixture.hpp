@@ -22,8 +22,8 @@ namespace testing {
 // them would pass having tested nothing.
 inline void require_redis_server() {
   if (RedisServer::available()) return;
-  GTEST_FAIL() << "redis-server not found on PATH or at /usr/bin/redis-server; "
-                  "install it (e.g. apt-get install redis-server)";
+  GTEST_FAIL() << "redis-server not found in $DISTLOCK_TEST_SERVER_BIN, on PATH or at "
+                  "/usr/bin/redis-server; install it (e.g. apt-get install redis-server)";
 }
 
 }  // namespace testing

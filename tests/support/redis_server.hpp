@@ -80,9 +80,17 @@ inline bool is_executable_file(const std::string& path) {
   return ::access(path.c_str(), X_OK) == 0 && std::filesystem::is_regular_file(path, ignored);
 }
 
-// Resolved once up front so available() and the spawn agree on which binary
-// is meant, including the /usr/bin fallback when PATH does not contain it.
+// The folder named by DISTLOCK_TEST_SERVER_BIN (a server build to test
+// against, as CI's matrix does), or else the redis-server on PATH, with the
+// /usr/bin fallback when PATH does not contain it. Resolved up front so that
+// available() and the spawn agree on which binary is meant. A folder that is
+// named but holds no server yields "": the test fails rather than quietly
+// running against another server.
 inline std::string find_redis_server() {
+  if (const char* folder = std::getenv("DISTLOCK_TEST_SERVER_BIN"); folder && *folder) {
+    const std::string candidate = std::string(folder) + "/redis-server";
+    return is_executable_file(candidate) ? candidate : std::string();
+  }
   if (const char* path_env = std::getenv("PATH")) {
     std::stringstream entries(path_env);
     std::string entry;
@@ -207,7 +215,7 @@ class RedisServer {
     executable_ = detail::find_redis_server();
     if (executable_.empty()) {
       throw std::runtime_error(
-          "RedisServer: redis-server not found on PATH or at "
+          "RedisServer: redis-server not found in $DISTLOCK_TEST_SERVER_BIN, on PATH or at "
           "/usr/bin/redis-server");
     }
     make_temp_dir();
