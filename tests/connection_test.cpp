@@ -482,7 +482,7 @@ std::string uri_error(const std::string& uri) {
   } while (false)
 
 TEST(ConnectionOptions, RejectsBadUrisWithClearMessages) {
-  EXPECT_URI_ERROR(ConnectionOptions, "http://x", "must start with redis:// or unix://");
+  EXPECT_URI_ERROR(ConnectionOptions, "http://x", "must start with redis://, rediss:// or unix://");
   EXPECT_URI_ERROR(ConnectionOptions, "redis://", "no host");
   EXPECT_URI_ERROR(ConnectionOptions, "redis://u:hunter2@", "no host");
   EXPECT_URI_ERROR(ConnectionOptions, "redis://:6379", "no host");
@@ -518,10 +518,13 @@ TEST(ConnectionOptions, RefusesUnbracketedIpv6) {
   EXPECT_URI_ERROR(ConnectionOptions, "redis://[::1]:", "empty port");
 }
 
-TEST(ConnectionOptions, RefusesTlsNamingTheMissingSslBuild) {
-  EXPECT_URI_ERROR(ConnectionOptions, "rediss://u:hunter2@h:6380", "TLS");
-  EXPECT_URI_ERROR(ConnectionOptions, "rediss://h", "hiredis built with SSL");
-  EXPECT_URI_ERROR(ClientOptions, "rediss://h", "hiredis built with SSL");
+TEST(ConnectionOptions, TlsOptionsAreRefusedWithoutTlsAndNeverShowThePassword) {
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://u:hunter2@h?ca_file=/ca.pem",
+                   "option 'ca_file' needs rediss://");
+  EXPECT_URI_ERROR(ConnectionOptions, "rediss://u:hunter2@h?ca_file=", "option 'ca_file' is empty");
+  EXPECT_URI_ERROR(ClientOptions, "rediss://u:hunter2@h?insecure_skip_verify=1",
+                   "insecure_skip_verify must be true or false");
+  EXPECT_URI_ERROR(ClientOptions, "rediss://u:hunter2@h?tls=yes", "unknown option 'tls'");
 }
 
 TEST(ConnectionOptions, BadCredentialsNeverShowThePassword) {

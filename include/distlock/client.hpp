@@ -111,7 +111,8 @@ inline ClientOptions ClientOptions::from_uri(std::string_view uri) {
     } else {
       throw detail::uri_error("unknown option '" + option.name +
                               "' (known: db, connect_timeout, command_timeout, pool_size, "
-                              "pool_wait_timeout, max_waiters)");
+                              "pool_wait_timeout, max_waiters; with rediss:// ca_file, ca_dir, "
+                              "cert_file, key_file, server_name, insecure_skip_verify)");
     }
   }
   return options;

@@ -1,9 +1,9 @@
-// Connection: an RAII owner of one hiredis redisContext (its options are
-// in connection_options.hpp).
+// Connection: one connection to one server, plain or TLS (its options are
+// in connection_options.hpp, its socket in detail/socket.hpp).
 //
 // Commands are formatted and written by the connection itself, each argument
 // with its explicit length (detail/command_format.hpp), so keys and tokens
-// may hold any bytes; hiredis reads and parses the replies. Every failure
+// may hold any bytes; hiredis's reader parses the replies. Every failure
 // becomes a distlock exception (error.hpp). A connection that saw an I/O
 // error or a timeout is marked broken and must not be used again: a late
 // reply still on the wire would be read as the answer to the next command.
@@ -11,7 +11,6 @@
 
 #include <hiredis/hiredis.h>
 #include <poll.h>
-#include <sys/time.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -30,6 +29,7 @@
 #include "distlock/detail/args.hpp"
 #include "distlock/detail/command_format.hpp"
 #include "distlock/detail/sharded_scripts.hpp"
+#include "distlock/detail/socket.hpp"
 #include "distlock/error.hpp"
 #include "distlock/reply.hpp"
 
@@ -39,8 +39,9 @@ namespace distlock {
 /// time (Client hands connections out one borrower at a time).
 class Connection {
  public:
-  /// Connects, authenticates and selects the db. Throws ConnectionError,
-  /// TimeoutError or ServerError (e.g. WRONGPASS) on failure.
+  /// Connects (with TLS where options.tls asks), authenticates and selects
+  /// the db. Throws ConnectionError, TimeoutError or ServerError (e.g.
+  /// WRONGPASS) on failure.
   explicit Connection(ConnectionOptions options);
 
   Connection(const Connection&) = delete;
@@ -152,15 +153,14 @@ class Connection {
   /// True if the server closed this idle connection (restart, CLIENT KILL,
   /// idle timeout) or sent something unasked: it must not be reused. One
   /// poll() with a zero timeout.
-  bool stale() const noexcept {
+  bool stale() noexcept {
     if (broken_ || pending_ != 0) return true;
-    pollfd p{context_->fd, POLLIN, 0};
-    return ::poll(&p, 1, 0) != 0;
+    return socket_.sent_unasked();
   }
 
   /// stale(), but only asks the kernel if the connection has been idle for
   /// at least `idle`; a connection used moments ago is taken as live.
-  bool stale_after_idle(std::chrono::steady_clock::duration idle) const noexcept {
+  bool stale_after_idle(std::chrono::steady_clock::duration idle) noexcept {
     if (broken_ || pending_ != 0) return true;
     return std::chrono::steady_clock::now() - last_used_ >= idle && stale();
   }
@@ -169,20 +169,33 @@ class Connection {
   void touch() noexcept { last_used_ = std::chrono::steady_clock::now(); }
 
   /// The socket, for callers that wait on several connections with poll().
-  int fd() const noexcept { return context_->fd; }
+  /// What poll() calls readable has been read by read_available() once it
+  /// returns: nothing is kept back where poll() cannot see it (TLS).
+  int fd() const noexcept { return socket_.fd(); }
+  bool tls() const noexcept { return socket_.tls(); }
+
+  /// Writes `data` (formatted commands) now, without waiting; the bytes
+  /// written, or -1. For an armed attempt (detail/armed_attempt.hpp),
+  /// written by another thread while the connection's owner sleeps.
+  long send_now(std::string_view data) noexcept { return socket_.send_now(data); }
 
  private:
-  struct FreeContext {
-    void operator()(redisContext* c) const noexcept { redisFree(c); }
+  struct FreeReader {
+    void operator()(redisReader* r) const noexcept { redisReaderFree(r); }
   };
-
-  // Marks the connection broken and throws what hiredis's error (or, with
-  // fail_with, one of our own writes) says: TimeoutError or ConnectionError.
-  [[noreturn]] void fail(const char* during, bool timed_out = false) {
-    fail_with(during, context_->err, errno, context_->errstr, timed_out);
+  static const ConnectionOptions& validated(const ConnectionOptions& options) {
+    options.validate();
+    return options;
   }
-  [[noreturn]] void fail_with(const char* during, int code, int error, const char* what,
-                              bool timed_out);
+
+  // Reads from the socket into the reader; waits for something unless
+  // `wait` is false.
+  void fill(bool wait);
+  // Marks the connection broken and throws what went wrong: TimeoutError,
+  // or ConnectionError (io_error; protocol_error for a reply that does not
+  // parse).
+  [[noreturn]] void fail(const char* during, const detail::IoStatus& status);
+  [[noreturn]] void fail_to_parse();
   void remember_verb(std::string_view verb) noexcept {
     verb_size_ = std::min(verb.size(), sizeof verb_);
     std::memcpy(verb_, verb.data(), verb_size_);
@@ -203,7 +216,8 @@ class Connection {
   }
 
   ConnectionOptions options_;
-  std::unique_ptr<redisContext, FreeContext> context_;
+  detail::Socket socket_;
+  std::unique_ptr<redisReader, FreeReader> reader_{redisReaderCreate()};
   std::chrono::milliseconds timeout_{};
   std::size_t pending_ = 0;
   bool broken_ = false;
@@ -215,30 +229,17 @@ class Connection {
   std::vector<std::string> trailer_;  // trail()ed, not yet sent
   bool trailed_ = false;              // sent, its reply not yet read
   bool exact_ = false;                // the timeout is cut short: poll() keeps it
+  bool answered_ = false;             // a reply has been read (for a hint on the first)
   std::chrono::milliseconds usual_timeout_{options_.command_timeout};
   char verb_[16] = {};  // the first command of the pipeline in flight, for messages
   std::size_t verb_size_ = 0;
 };
 
-inline Connection::Connection(ConnectionOptions options) : options_(std::move(options)) {
-  options_.validate();
-  const timeval connect_tv = detail::to_timeval(options_.connect_timeout);
-  context_.reset(options_.unix_socket.empty()
-                     ? redisConnectWithTimeout(options_.host.c_str(), options_.port, connect_tv)
-                     : redisConnectUnixWithTimeout(options_.unix_socket.c_str(), connect_tv));
-  if (!context_) {
-    throw ConnectionError(Errc::connect_failed, options_.endpoint() + ": out of memory");
-  }
-  if (context_->err != 0) {
-    const std::string reason = context_->errstr;
-    const bool timed_out = reason.find("timed out") != std::string::npos;
-    broken_ = true;
-    if (timed_out)
-      throw TimeoutError(Errc::timed_out, options_.endpoint() + ": connect: " + reason);
-    throw ConnectionError(Errc::connect_failed, options_.endpoint() + ": connect: " + reason);
-  }
+inline Connection::Connection(ConnectionOptions options)
+    : options_(std::move(options)),
+      socket_(validated(options_), std::chrono::steady_clock::now() + options_.connect_timeout) {
+  if (!reader_) throw ConnectionError(Errc::connect_failed, options_.endpoint() + ": no memory");
   set_timeout(options_.command_timeout);
-  if (options_.keepalive && options_.unix_socket.empty()) redisEnableKeepAlive(context_.get());
   if (!options_.password.empty()) {
     if (options_.username.empty()) {
       command("AUTH", options_.password);
@@ -264,55 +265,58 @@ inline void Connection::append_argv(detail::Args argv) {
 
 inline void Connection::flush() {
   if (unsent_.empty()) return;
-  // As hiredis: nothing more on a context whose read failed. A failed write
-  // of ours marks the connection broken, and no broken one is written again.
-  if (context_->err != 0) fail("write");
-  const int error = detail::write_all(context_->fd, unsent_);
+  const detail::IoStatus status = socket_.write_all(unsent_);
   // A pipeline of thousands (a renewal round) leaves no large buffer behind.
   if (unsent_.capacity() > 64 * 1024) {
     std::string().swap(unsent_);
   } else {
     unsent_.clear();
   }
-  if (error != 0) fail_with("write", REDIS_ERR_IO, error, std::strerror(error), false);
+  if (status.kind != detail::IoStatus::ok) fail("write", status);
 }
 
-// redisGetReply, which hiredis 1.1 and later make filter RESP3 pushes out,
-// is not used: no connection asks for RESP3 (HELLO 3), so none arrive.
 inline const Reply& Connection::read_reply() {
   void* raw = nullptr;
-  if (redisGetReplyFromReader(context_.get(), &raw) != REDIS_OK) fail("parse");
+  if (redisReaderGetReply(reader_.get(), &raw) != REDIS_OK) fail_to_parse();
   if (raw == nullptr) {
     flush();
     // A timeout cut short (by a caller's deadline) is kept by poll(), to the
     // millisecond: the socket's own timeout is rounded up to the kernel's
-    // tick, and returns 4 to 10 ms late.
-    if (exact_) {
-      pollfd p{context_->fd, POLLIN, 0};
+    // tick, and returns 4 to 10 ms late. (A TLS socket always polls.)
+    if (exact_ && !socket_.tls()) {
+      pollfd p{socket_.fd(), POLLIN, 0};
       int ready = 0;
       while ((ready = ::poll(&p, 1, static_cast<int>(timeout_.count()))) < 0 && errno == EINTR) {
       }
-      if (ready == 0) fail("read", /*timed_out=*/true);
+      if (ready == 0) fail("read", {detail::IoStatus::timed_out, {}});
     }
     do {
-      if (redisBufferRead(context_.get()) != REDIS_OK) fail("read");
-      if (redisGetReplyFromReader(context_.get(), &raw) != REDIS_OK) fail("parse");
+      fill(/*wait=*/true);
+      if (redisReaderGetReply(reader_.get(), &raw) != REDIS_OK) fail_to_parse();
     } while (raw == nullptr);
   }
   --pending_;
+  answered_ = true;
   last_ = Reply(static_cast<redisReply*>(raw));
   return last_;
 }
 
-inline void Connection::read_available() {
-  if (redisBufferRead(context_.get()) != REDIS_OK) fail("read");
+inline void Connection::fill(bool wait) {
+  char buffer[16 * 1024];
+  detail::IoStatus status;
+  const std::size_t got = socket_.read(buffer, sizeof buffer, wait, status);
+  if (status.kind != detail::IoStatus::ok) fail("read", status);
+  if (got > 0 && redisReaderFeed(reader_.get(), buffer, got) != REDIS_OK) fail_to_parse();
 }
+
+inline void Connection::read_available() { fill(/*wait=*/false); }
 
 inline std::optional<Reply> Connection::next_buffered_reply() {
   void* raw = nullptr;
-  if (redisGetReplyFromReader(context_.get(), &raw) != REDIS_OK) fail("parse");
+  if (redisReaderGetReply(reader_.get(), &raw) != REDIS_OK) fail_to_parse();
   if (raw == nullptr) return std::nullopt;
   if (pending_ > 0) --pending_;
+  answered_ = true;
   return Reply(static_cast<redisReply*>(raw));
 }
 
@@ -362,45 +366,50 @@ inline Reply Connection::eval(const Script& given, detail::Args keys, detail::Ar
 inline void Connection::set_timeout(std::chrono::milliseconds timeout) {
   exact_ = timeout < usual_timeout_;
   if (timeout == timeout_) return;
-  if (redisSetTimeout(context_.get(), detail::to_timeval(timeout)) != REDIS_OK) {
-    fail("set timeout");
+  try {
+    socket_.set_timeout(timeout);
+  } catch (...) {
+    broken_ = true;
+    throw;
   }
   timeout_ = timeout;
 }
 
-inline void Connection::fail_with(const char* during, int code, int error, const char* what,
-                                  bool timed_out) {
+inline void Connection::fail(const char* during, const detail::IoStatus& status) {
   broken_ = true;
   // Name the endpoint and the command that was waiting, so that a timeout in
   // a log says what it was and against whom, not just "EAGAIN".
   std::string reason = options_.endpoint() + ": ";
   if (verb_size_ > 0) reason.append(verb_, verb_size_).append(": ");
-#ifdef REDIS_ERR_TIMEOUT
-  timed_out = timed_out || code == REDIS_ERR_TIMEOUT;
-#endif
-  // hiredis 0.14 reports a socket timeout as an I/O error with EAGAIN.
-  timed_out = timed_out || (code == REDIS_ERR_IO && (error == EAGAIN || error == EWOULDBLOCK ||
-                                                     std::strstr(what, "temporarily unavailable")));
-  if (timed_out) {
+  if (status.kind == detail::IoStatus::timed_out) {
     throw TimeoutError(Errc::timed_out,
                        reason + "no reply within " + std::to_string(timeout_.count()) + " ms");
   }
-  reason += during;
-  reason += ": ";
-  reason += what;
-  if (code == REDIS_ERR_PROTOCOL) throw ConnectionError(Errc::protocol_error, reason);
+  reason.append(during).append(": ").append(status.what);
+  // A TLS port closes (or resets) on a plaintext command without a word.
+  if (!answered_ && !socket_.tls()) {
+    reason += " before any reply (a TLS port? use rediss://)";
+  }
   throw ConnectionError(Errc::io_error, reason);
 }
 
+inline void Connection::fail_to_parse() {
+  broken_ = true;
+  std::string reason = options_.endpoint() + ": ";
+  if (verb_size_ > 0) reason.append(verb_, verb_size_).append(": ");
+  reason.append("parse: ").append(reader_->errstr);
+  // What a TLS port answers a plaintext command with, where it answers.
+  if (!answered_ && !socket_.tls()) reason += " (a TLS port? use rediss://)";
+  throw ConnectionError(Errc::protocol_error, reason);
+}
+
 inline void Connection::send_behind(detail::Args argv) noexcept {
-  // Formatted and written past hiredis, which refuses to write on a
-  // context that has failed (detail/command_format.hpp).
-  if (detail::send_unread(context_->fd, argv)) broken_ = true;
+  if (detail::send_unread(socket_, argv)) broken_ = true;
 }
 
 inline void Connection::send_eval_behind(const Script& given, detail::Args keys,
                                          detail::Args args) noexcept {
-  if (detail::send_eval_unread(context_->fd, given, sharded_publish_, keys, args)) broken_ = true;
+  if (detail::send_eval_unread(socket_, given, sharded_publish_, keys, args)) broken_ = true;
 }
 
 }  // namespace distlock

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "distlock/error.hpp"
+#include "distlock/tls_options.hpp"
 
 namespace distlock {
 
@@ -36,19 +37,24 @@ struct ConnectionOptions {
   /// been applied by the server.
   std::chrono::milliseconds command_timeout{1000};
   bool keepalive = true;
+  /// TLS, when tls.enabled (tls_options.hpp); verified by default.
+  TlsOptions tls;
 
   /// Parses
   ///   redis://[user[:password]@]host[:port][/db][?option=value&...]
+  ///   rediss://...  (the same, over TLS)
   ///   unix:///path[?option=value&...]
   /// host may be a name, an IPv4 address or an IPv6 address in brackets
   /// ("redis://[::1]:6380"); user and password are percent-decoded
   /// ("p%40ss" is "p@ss"), a password alone is written ":password@". The
   /// port defaults to 6379, the db to 0. Options: db, connect_timeout and
   /// command_timeout (milliseconds as a whole number, or with a unit: "250",
-  /// "250ms", "2s"). Throws InvalidArgument, with a message that never shows
-  /// the password, on anything else: another scheme (rediss:// included: TLS
-  /// needs a hiredis built with SSL, which distlock does not use), an
-  /// unknown or repeated option, a value out of range. The pool's options
+  /// "250ms", "2s"); with rediss:// also TlsOptions' ca_file, ca_dir,
+  /// cert_file, key_file, server_name (paths and names as they are) and
+  /// insecure_skip_verify (true or false). Throws InvalidArgument, with a
+  /// message that never shows the password, on anything else: another
+  /// scheme, a TLS option without rediss://, an unknown or repeated option,
+  /// a value out of range. The pool's options
   /// (pool_size, ...) are ClientOptions::from_uri's and refused here.
   static ConnectionOptions from_uri(std::string_view uri);
 
@@ -190,6 +196,16 @@ inline void split_query(std::string_view query, std::vector<UriOption>& options)
   }
 }
 
+/// The TlsOptions field a URI option names, or null.
+inline std::string* tls_field(TlsOptions& tls, const std::string& name) {
+  if (name == "ca_file") return &tls.ca_file;
+  if (name == "ca_dir") return &tls.ca_dir;
+  if (name == "cert_file") return &tls.cert_file;
+  if (name == "key_file") return &tls.key_file;
+  if (name == "server_name") return &tls.server_name;
+  return nullptr;
+}
+
 /// Applies the options that are the connection's; returns the others.
 inline std::vector<UriOption> apply_connection_options(std::vector<UriOption> options,
                                                        ConnectionOptions& connection) {
@@ -201,6 +217,16 @@ inline std::vector<UriOption> apply_connection_options(std::vector<UriOption> op
       connection.connect_timeout = parse_uri_duration(option.value, "connect_timeout");
     } else if (option.name == "command_timeout") {
       connection.command_timeout = parse_uri_duration(option.value, "command_timeout");
+    } else if (std::string* field = tls_field(connection.tls, option.name)) {
+      if (!connection.tls.enabled) throw uri_error("option '" + option.name + "' needs rediss://");
+      if (option.value.empty()) throw uri_error("option '" + option.name + "' is empty");
+      *field = std::move(option.value);
+    } else if (option.name == "insecure_skip_verify") {
+      if (!connection.tls.enabled) throw uri_error("option '" + option.name + "' needs rediss://");
+      if (option.value != "true" && option.value != "false") {
+        throw uri_error("insecure_skip_verify must be true or false");
+      }
+      connection.tls.insecure_skip_verify = option.value == "true";
     } else {
       rest.push_back(std::move(option));
     }
@@ -264,12 +290,11 @@ inline ParsedUri parse_uri(std::string_view uri) {
   ParsedUri parsed;
   ConnectionOptions& connection = parsed.connection;
   std::vector<UriOption> options;
-  constexpr std::string_view redis_scheme = "redis://";
+  std::string_view redis_scheme = "redis://";
   constexpr std::string_view unix_scheme = "unix://";
   if (starts_with_nocase(uri, "rediss://")) {
-    throw uri_error(
-        "rediss:// (TLS) needs a hiredis built with SSL (hiredis_ssl), which this build of "
-        "distlock does not use; use redis:// or unix://");
+    redis_scheme = "rediss://";
+    connection.tls.enabled = true;
   }
   if (starts_with_nocase(uri, unix_scheme)) {
     std::string_view rest = uri.substr(unix_scheme.size());
@@ -303,7 +328,7 @@ inline ParsedUri parse_uri(std::string_view uri) {
     }
     parse_authority(rest, connection);
   } else {
-    throw uri_error("must start with redis:// or unix://");
+    throw uri_error("must start with redis://, rediss:// or unix://");
   }
   parsed.rest = apply_connection_options(std::move(options), connection);
   connection.validate();
@@ -321,7 +346,9 @@ inline ConnectionOptions ConnectionOptions::from_uri(std::string_view uri) {
                               "' is the pool's: parse the URI with ClientOptions::from_uri");
     }
     throw detail::uri_error("unknown option '" + name +
-                            "' (known: db, connect_timeout, command_timeout)");
+                            "' (known: db, connect_timeout, command_timeout; with rediss:// "
+                            "ca_file, ca_dir, cert_file, key_file, server_name, "
+                            "insecure_skip_verify)");
   }
   return std::move(parsed.connection);
 }

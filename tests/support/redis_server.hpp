@@ -31,6 +31,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -45,8 +46,18 @@ extern char** environ;
 namespace distlock {
 namespace testing {
 
+// A server that speaks TLS only: port() is its tls-port, and the harness's
+// own commands go through its unix socket.
+struct RedisServerTls {
+  std::string cert_file;
+  std::string key_file;
+  std::string ca_file;              // the CA that client certificates must chain to
+  std::string auth_clients = "no";  // tls-auth-clients: no, yes or optional
+};
+
 struct RedisServerOptions {
   bool unix_socket = false;               // also listen on <dir>/redis.sock
+  std::optional<RedisServerTls> tls;      // TLS only (unix_socket implied)
   std::string requirepass;                // empty = no password
   std::vector<std::string> config_lines;  // appended verbatim to redis.conf
   bool sentinel = false;                  // run as `redis-server <conf> --sentinel`
@@ -369,7 +380,8 @@ class RedisServer {
     // A unix socket path must fit in sun_path; a deep $TMPDIR would make
     // redis-server refuse to start, so fall back to /tmp.
     const std::size_t needed = base.size() + std::strlen("/distlock-redis-XXXXXX/redis.sock");
-    if (options_.unix_socket && needed >= sizeof(sockaddr_un{}.sun_path)) base = "/tmp";
+    if ((options_.unix_socket || options_.tls) && needed >= sizeof(sockaddr_un{}.sun_path))
+      base = "/tmp";
     std::string pattern = base + "/distlock-redis-XXXXXX";
     std::vector<char> buffer(pattern.begin(), pattern.end());
     buffer.push_back('\0');
@@ -377,7 +389,7 @@ class RedisServer {
       throw std::runtime_error(errno_text_for("mkdtemp(" + pattern + ")"));
     }
     dir_ = buffer.data();
-    if (options_.unix_socket) unix_path_ = dir_ + "/redis.sock";
+    if (options_.unix_socket || options_.tls) unix_path_ = dir_ + "/redis.sock";
   }
 
   void remove_temp_dir() {
@@ -393,8 +405,17 @@ class RedisServer {
 
   void write_config() const {
     std::ofstream out(config_path(), std::ios::trunc);
-    out << "port " << port_ << "\n"
-        << "bind 127.0.0.1\n"
+    if (options_.tls) {
+      out << "port 0\n"
+          << "tls-port " << port_ << "\n"
+          << "tls-cert-file " << detail::quote_config_value(options_.tls->cert_file) << "\n"
+          << "tls-key-file " << detail::quote_config_value(options_.tls->key_file) << "\n"
+          << "tls-ca-cert-file " << detail::quote_config_value(options_.tls->ca_file) << "\n"
+          << "tls-auth-clients " << options_.tls->auth_clients << "\n";
+    } else {
+      out << "port " << port_ << "\n";
+    }
+    out << "bind 127.0.0.1\n"
         << "save \"\"\n"
         << "appendonly no\n"
         << "dir " << detail::quote_config_value(dir_) << "\n"
@@ -402,7 +423,7 @@ class RedisServer {
         << "logfile " << detail::quote_config_value(log_path()) << "\n"
         << "enable-debug-command yes\n"
         << "protected-mode no\n";
-    if (options_.unix_socket) {
+    if (!unix_path_.empty()) {
       out << "unixsocket " << detail::quote_config_value(unix_path_) << "\n"
           << "unixsocketperm 700\n";
     }
@@ -543,6 +564,10 @@ class RedisServer {
   }
 
   detail::RedisContextPtr connect(std::chrono::milliseconds timeout) const {
+    if (options_.tls) {
+      return detail::RedisContextPtr(
+          redisConnectUnixWithTimeout(unix_path_.c_str(), detail::to_timeval(timeout)));
+    }
     return detail::RedisContextPtr(
         redisConnectWithTimeout(host_.c_str(), port_, detail::to_timeval(timeout)));
   }

@@ -17,9 +17,6 @@
 // as one the waiter sent itself at sent_at.
 #pragma once
 
-#include <sys/socket.h>
-#include <sys/types.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -42,17 +39,17 @@ class ArmedAttempt {
   enum class State { armed, sent, unsent, torn };
 
   /// `command` is the attempt in the wire format (format_command()),
-  /// written on `fd` when fired.
-  ArmedAttempt(int fd, std::string command) noexcept : fd_(fd), command_(std::move(command)) {}
+  /// written on `connection` when fired.
+  ArmedAttempt(Connection& connection, std::string command) noexcept
+      : connection_(connection), command_(std::move(command)) {}
 
   /// The notifier thread, under its mutex, on a release message that took
   /// the channel's generation to `generation`.
   void fire(std::uint64_t generation) noexcept {
     sent_at = SteadyClock::now();
     seen = generation;
-    const ssize_t written =
-        ::send(fd_, command_.data(), command_.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (written == static_cast<ssize_t>(command_.size())) {
+    const long written = connection_.send_now(command_);
+    if (written == static_cast<long>(command_.size())) {
       state = State::sent;
     } else {
       state = written <= 0 ? State::unsent : State::torn;
@@ -65,7 +62,7 @@ class ArmedAttempt {
   std::uint64_t seen = 0;  ///< the channel's generation when it was sent
 
  private:
-  const int fd_;
+  Connection& connection_;
   const std::string command_;
 };
 

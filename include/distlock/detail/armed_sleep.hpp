@@ -99,7 +99,7 @@ bool sleep_armed(Protocol& protocol, Notifier::Subscription& subscription,
       subscription.wait(seen, until);
       return true;
     }
-    ArmedAttempt armed(connection->fd(), std::move(command));
+    ArmedAttempt armed(*connection, std::move(command));
     SpareUse use{notifier, subscription, armed, connection};
     if (subscription.arm(armed)) use.armed = true;
     subscription.wait(seen, until);

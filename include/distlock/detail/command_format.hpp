@@ -1,26 +1,20 @@
-// Commands as Connection (connection.hpp) hands them on: formatted here and
-// written straight to the socket, past hiredis; and one written that way
-// on a connection whose hiredis context failed.
+// Commands as Connection (connection.hpp) hands them on: formatted here
+// into one buffer the connection keeps, and one formatted and written at
+// once on a connection that broke.
 //
-// Connection formats and writes every command itself (append_command,
-// write_all): hiredis's printf-like formatter grows a fresh buffer per
-// command, and its writer copies that into a second one; one buffer the
-// connection keeps does for both. hiredis still reads and parses replies.
+// hiredis's printf-like formatter grew a fresh buffer per command, and its
+// writer copied that into a second one; one buffer the connection keeps
+// does for both (append_command). hiredis's reader still parses replies.
 //
-// The last is for a context that failed (a reply not in time): nothing more
-// is written on it the usual way (Connection::flush() refuses, as hiredis
-// does), yet an undo written behind the late command must still reach the
+// The last is for a connection that broke (a reply not in time): nothing
+// more is written on it the usual way (Connection::append_argv() refuses),
+// yet an undo written behind the late command must still reach the
 // server. It runs in noexcept paths, so send_unread() and
 // send_eval_unread() throw nothing and allocate nothing beyond the one
 // buffer the command is formatted into.
 #pragma once
 
-#include <sys/socket.h>
-#include <sys/types.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cstddef>
 #include <string>
@@ -29,6 +23,7 @@
 #include "distlock/connection_options.hpp"
 #include "distlock/detail/args.hpp"
 #include "distlock/detail/sharded_scripts.hpp"
+#include "distlock/detail/socket.hpp"
 
 namespace distlock::detail {
 
@@ -66,29 +61,12 @@ inline std::string format_command(Args argv) {
   return formatted;
 }
 
-/// Writes all of `data` to the blocking socket `fd`; 0, or the errno of
-/// the write that failed (EAGAIN: the socket's send timeout ran out). With
-/// write(2), as hiredis writes, so SIGPIPE is handled as it always was
-/// (ClientOptions::ignore_sigpipe).
-inline int write_all(int fd, std::string_view data) noexcept {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    data.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return 0;
-}
-
-/// Formats argv and writes it to `fd` without blocking, reading no reply
+/// Formats argv and writes it to `socket` without blocking, reading no reply
 /// (Connection::send_behind). False if nothing was tried: formatting found
 /// no memory. Best effort otherwise: a full socket buffer drops the rest.
-inline bool send_unread(int fd, Args argv) noexcept {
-  // A connection writes nothing more once its hiredis context has an error,
-  // so the command is written straight to the socket, after whatever the
-  // connection still had queued (nothing: it flushes before reading).
+inline bool send_unread(Socket& socket, Args argv) noexcept {
+  // Written straight to the socket, after whatever the connection still had
+  // queued (nothing: it flushes before reading).
   std::string formatted;
   try {
     append_command(argv, formatted);
@@ -97,21 +75,19 @@ inline bool send_unread(int fd, Args argv) noexcept {
   }
   std::string_view unsent = formatted;
   while (!unsent.empty()) {
-    const ssize_t n = ::send(fd, unsent.data(), unsent.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    const long n = socket.send_now(unsent);
     if (n <= 0) break;  // a full socket buffer: the lease expires instead
     unsent.remove_prefix(static_cast<std::size_t>(n));
   }
   // A reply already waiting here would make close() reset the connection,
   // and a reset can discard what the server has not read yet: our undo.
-  char sink[4096];
-  while (::recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {
-  }
+  socket.drain();
   return true;
 }
 
 /// send_unread() of a script, by EVAL (no NOSCRIPT can be answered), in
 /// its SPUBLISH twin when `sharded` (detail/sharded_scripts.hpp).
-inline bool send_eval_unread(int fd, const Script& given, bool sharded, Args keys,
+inline bool send_eval_unread(Socket& socket, const Script& given, bool sharded, Args keys,
                              Args args) noexcept {
   if (3 + keys.size() + args.size() > stack_args) return false;  // nothing below allocates
   // The twin was made by the attempt this undoes, so this only looks it up.
@@ -127,7 +103,7 @@ inline bool send_eval_unread(int fd, const Script& given, bool sharded, Args key
   bool sent = false;
   // EVAL, not EVALSHA: nobody will read a NOSCRIPT.
   with_script_argv<stack_args>("EVAL", script.source, keys, args,
-                               [&](Args argv) { sent = send_unread(fd, argv); });
+                               [&](Args argv) { sent = send_unread(socket, argv); });
   return sent;
 }
 
