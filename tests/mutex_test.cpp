@@ -487,6 +487,7 @@ TEST_F(MutexTest, OomFailsTheAcquireButReleaseStillWorks) {
   Mutex held(client(), "held");
   ASSERT_TRUE(held.try_lock());
   testing::expect_oom_refuses_acquire<Mutex>(client());
+  testing::expect_oom_refuses_acquire<Mutex>(client(), LockOptions{}.fencing(true));
   EXPECT_EQ(held.release(), Release::released);
   EXPECT_EQ(client().command("EXISTS", "held").integer(), 0);
 }

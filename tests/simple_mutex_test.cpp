@@ -5,9 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <thread>
+#include <optional>
 
 #include "distlock/mutex.hpp"
+#include "support/faults.hpp"
 #include "support/fixture.hpp"
 #include "support/lock_helpers.hpp"
 #include "support/options.hpp"
@@ -16,42 +17,93 @@ namespace distlock {
 namespace {
 
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
 using testing::client_options;
 using testing::RedisServerOptions;
 
 class SimpleMutexTest : public testing::RedisClientTest {};
 
-TEST_F(SimpleMutexTest, OomFailsAcquireAndReleaseLeavingTheLeaseToExpire) {
-  SimpleMutex held(client(), "held", LockOptions{}.ttl(300ms));
+// Under OOM (noeviction) an acquire, fenced or not, fails with OOM and leaves
+// no key. A release either deletes the lock, where the server runs a DEL
+// queued in a MULTI (Valkey 8: a DEL frees memory), or fails with OOM where
+// it refuses every queued command (Redis 7); then the lease, no longer
+// renewed, runs out even with memory back, and the next holder gets the
+// lock. Never "released" with the key still there.
+TEST_F(SimpleMutexTest, OomFailsAcquireAndReleaseDeletesOrLeavesTheLeaseToExpire) {
+  SimpleMutex held(client(), "held", LockOptions{}.ttl(300ms).auto_renew(true));
   ASSERT_TRUE(held.try_lock());
   testing::expect_oom_refuses_acquire<SimpleMutex>(client());
+  testing::expect_oom_refuses_acquire<SimpleMutex>(client(), LockOptions{}.fencing(true));
+  const bool runs = testing::transaction_runs_under_oom(client_options(server()));
+  std::optional<Release> outcome;
   try {
-    static_cast<void>(held.release());
-    ADD_FAILURE() << "MULTI under OOM was not refused";
+    outcome = held.release();
   } catch (const ServerError& error) {
-    EXPECT_EQ(error.kind(), ServerErrorKind::oom);
+    EXPECT_EQ(error.kind(), ServerErrorKind::oom) << error.what();
   }
   EXPECT_FALSE(held.owns_lock());
-  EXPECT_EQ(client().command("EXISTS", "held").integer(), 1);  // left to expire
-  const auto deadline = Clock::now() + 3s;
-  while (client().command("EXISTS", "held").integer() == 1 && Clock::now() < deadline) {
-    std::this_thread::sleep_for(10ms);
+  const long long exists = client().command("EXISTS", "held").integer();
+  if (runs) {
+    EXPECT_EQ(outcome, Release::released) << "the server runs a queued DEL under OOM";
+    EXPECT_EQ(exists, 0);
+  } else {
+    EXPECT_FALSE(outcome.has_value()) << "release() reported success; the server refuses it";
+    EXPECT_EQ(exists, 1);  // left to expire
   }
-  EXPECT_EQ(client().command("EXISTS", "held").integer(), 0);
+  client().command("CONFIG", "SET", "maxmemory", "0");  // renewals would land again
+  EXPECT_TRUE(
+      testing::eventually([&] { return client().command("EXISTS", "held").integer() == 0; }, 3s))
+      << "the lease of a failed release is still being renewed";
+  SimpleMutex next(client(), "held");
+  EXPECT_TRUE(next.try_lock());
 }
 
-// OOM refuses every command queued in a MULTI, the renewal's PEXPIRE ... GT
-// included; that must not be taken for a server without GT.
-TEST_F(SimpleMutexTest, RenewalRefusedByOomIsRetriedWithGtOnceMemoryIsBack) {
+// Under OOM an extend either lands (Valkey 8 runs a queued PEXPIRE) or fails
+// with OOM and leaves the lease as it was (Redis 7); the lock stays held.
+TEST_F(SimpleMutexTest, OomExtendLandsOrFailsLeavingTheLeaseAsItWas) {
+  SimpleMutex held(client(), "held", LockOptions{}.auto_renew(false));
+  ASSERT_TRUE(held.try_lock());
+  client().command("PEXPIRE", "held", "5000");
+  client().command("CONFIG", "SET", "maxmemory-policy", "noeviction");
+  client().command("CONFIG", "SET", "maxmemory", "1");
+  const bool runs = testing::transaction_runs_under_oom(client_options(server()));
+  std::optional<bool> extended;
+  try {
+    extended = held.extend(60s);
+  } catch (const ServerError& error) {
+    EXPECT_EQ(error.kind(), ServerErrorKind::oom) << error.what();
+  }
+  const long long pttl = client().command("PTTL", "held").integer();
+  if (runs) {
+    EXPECT_EQ(extended, true) << "the server runs a queued PEXPIRE under OOM";
+    EXPECT_GT(pttl, 55000);
+  } else {
+    EXPECT_FALSE(extended.has_value()) << "extend() reported an answer; the server refuses it";
+    EXPECT_LE(pttl, 5000);
+  }
+  EXPECT_TRUE(held.owns_lock());
+  client().command("CONFIG", "SET", "maxmemory", "0");
+  EXPECT_EQ(held.release(), Release::released);
+}
+
+// A renewal under OOM either lands (Valkey 8) or is refused (Redis 7 refuses
+// every command queued in a MULTI, the renewal's PEXPIRE ... GT included).
+// A refusal must not be taken for a server without GT: once memory is back
+// the next round lengthens the lease with GT, reading no PTTL.
+TEST_F(SimpleMutexTest, RenewalUnderOomLandsOrIsRetriedWithGtOnceMemoryIsBack) {
   SimpleMutex held(client(), "held");  // the default lease, renewed
   ASSERT_TRUE(held.try_lock());
   client().command("PEXPIRE", "held", "5000");
   client().command("CONFIG", "SET", "maxmemory-policy", "noeviction");
   client().command("CONFIG", "SET", "maxmemory", "1");
+  const bool runs = testing::transaction_runs_under_oom(client_options(server()));
   client().watchdog().renew_all_now();
-  EXPECT_LE(client().command("PTTL", "held").integer(), 5000);  // not renewed
+  if (runs) {
+    EXPECT_GT(client().command("PTTL", "held").integer(), 25000) << "not renewed";
+  } else {
+    EXPECT_LE(client().command("PTTL", "held").integer(), 5000) << "renewed";
+  }
   client().command("CONFIG", "SET", "maxmemory", "0");
+  client().command("PEXPIRE", "held", "5000");  // so that the next round has to lengthen it
   client().command("CONFIG", "RESETSTAT");
   client().watchdog().renew_all_now();
   EXPECT_EQ(testing::command_calls(client()).of("pttl"), 0);  // still lengthened by GT

@@ -1,6 +1,6 @@
 // Helpers for lock tests: a deliberately unsafe read-modify-write that only a
 // working lock keeps exact, child processes for cross-process exclusion, the
-// server's per-command call counts, an out-of-memory check, and a raw
+// server's per-command call counts, out-of-memory checks, and a raw
 // subscriber that sees what a lock publishes, and a driver that races
 // extend() against the watchdog's renewal rounds.
 #pragma once
@@ -22,6 +22,7 @@
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
 #include "distlock/error.hpp"
+#include "distlock/lock_options.hpp"
 
 namespace distlock::testing {
 
@@ -93,12 +94,12 @@ inline CommandCalls command_calls(Client& client) {
 }
 
 // Puts the server out of memory (noeviction) and checks that acquire fails
-// with OOM and leaves nothing behind.
+// with OOM and leaves nothing behind (with `options`: fencing, say).
 template <class Lock>
-inline void expect_oom_refuses_acquire(Client& client) {
+inline void expect_oom_refuses_acquire(Client& client, const LockOptions& options = {}) {
   client.command("CONFIG", "SET", "maxmemory-policy", "noeviction");
   client.command("CONFIG", "SET", "maxmemory", "1");
-  Lock other(client, "other");
+  Lock other(client, "other", options);
   try {
     static_cast<void>(other.try_lock());
     ADD_FAILURE() << "acquire under OOM did not throw";
@@ -107,6 +108,24 @@ inline void expect_oom_refuses_acquire(Client& client) {
   }
   EXPECT_FALSE(other.owns_lock());
   EXPECT_EQ(client.command("EXISTS", "other").integer(), 0);
+}
+
+// Whether the server, out of memory now, runs a MULTI of commands that need
+// no memory. Redis 7.0 and 7.2 refuse every command queued in a MULTI under
+// OOM (-OOM, then -EXECABORT); Valkey 8 refuses only the deny-oom ones (SET,
+// INCR) and queues and runs DEL, PEXPIRE and PUBLISH. Asked of the server
+// with a raw transaction on a key no lock uses.
+inline bool transaction_runs_under_oom(const ConnectionOptions& where) {
+  Connection connection(where);
+  connection.append("MULTI");
+  connection.append("DEL", "distlock-test:scratch");
+  connection.append("EXEC");
+  connection.flush();
+  connection.read_reply().throw_if_error();  // MULTI
+  const bool queued = !connection.read_reply().is_error();
+  const bool ran = connection.read_reply().is_array();
+  EXPECT_EQ(queued, ran) << "a queued DEL was refused only at EXEC";
+  return ran;
 }
 
 /// A connection subscribed to one channel, as another language's client
