@@ -12,9 +12,11 @@
 // from one holder to the next.
 //
 // What scripts do that this cannot:
-// - Under maxmemory with noeviction, Redis refuses every command queued in a
-//   MULTI, DEL included, so release() and extend() fail with ServerError
-//   (OOM) and the lease runs out by itself. Mutex releases under OOM.
+// - Under maxmemory with noeviction, Redis (7.0, 7.2) refuses every command
+//   queued in a MULTI, DEL included, so release() and extend() fail with
+//   ServerError (OOM), renewals wait for memory, and the lease runs out by
+//   itself. Mutex releases under OOM. (Valkey 8 refuses only the commands
+//   that need memory, so there all three go through as they would anyway.)
 // - The undo of an acquire whose reply timed out cannot be queued blindly
 //   behind it (a token-checked delete needs a script or a read first), so
 //   it reads before it writes, on a connection of its own with a short
@@ -264,8 +266,8 @@ struct TransactionalLease {
     }
 
     // Reads one MULTI/EXEC's replies; false when EXEC did not run because
-    // a watched key changed or the server has no GT. Any other refusal (OOM
-    // refuses every queued command) is thrown: the leases stay unknown.
+    // a watched key changed or the server has no GT. Any other refusal (OOM:
+    // Redis refuses every queued command) is thrown: the leases stay unknown.
     bool settle(Connection& connection, const std::vector<std::size_t>& lengthened,
                 std::vector<Renewed>& outcomes) {
       connection.read_reply().throw_if_error();  // MULTI
