@@ -846,5 +846,42 @@ TEST_F(ClusterFailoverWaits, CancelWaitsReachesAWaiterAtAKilledMaster) {
   EXPECT_EQ(holder.release(), Release::released);
 }
 
+// The slot map while the cluster's own map changes under it: a suite of
+// its own, since its tests fail over a master or leave a slot unserved.
+class ClusterFailoverMap : public ClusterFailover {
+ protected:
+  /// CLUSTER SHARDS and CLUSTER SLOTS the client has asked, at every node.
+  long long map_reads() {
+    long long reads = 0;
+    for (std::size_t i = 0; i < cluster().size(); ++i) {
+      if (!cluster().node(i).running()) continue;
+      reads += calls_at(i, "cluster|shards") + calls_at(i, "cluster|slots");
+    }
+    return reads;
+  }
+};
+
+TEST_F(ClusterFailoverMap, AMapReadOnceTheLiveNodesAgreeNamesThePromotedNode) {
+  const std::string name = name_on(0, "map-killed");
+  ClusterMutex warm(client(), name);
+  ASSERT_TRUE(warm.try_lock());
+  warm.unlock();
+  const int first = cluster().first_slot_of(0);
+  const std::size_t promoted = cluster().fail_over(0, /*kill=*/true);
+  const RedisServer& node = cluster().node(promoted);
+  const std::string address = node.host() + ":" + std::to_string(node.port());
+  // Every live node says the promoted node owns the slots: so does a map
+  // read from any of them, whatever the dead master's entry looks like.
+  client().refresh();
+  EXPECT_EQ(client().node_of(first), address);
+  EXPECT_EQ(client().node_of(detail::key_slot(name)), address);
+  // A call goes there at once: it has no dead master to try until its
+  // deadline.
+  ClusterMutex timed(client(), name, LockOptions{}.ttl(10s));
+  EXPECT_TRUE(timed.try_lock_for(3s));
+  EXPECT_EQ(at(promoted, {"GET", name}), timed.token());
+  EXPECT_EQ(timed.release(), Release::released);
+}
+
 }  // namespace
 }  // namespace distlock

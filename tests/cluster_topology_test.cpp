@@ -59,7 +59,9 @@ TEST(ClusterTopology, ShardsNameEachShardsMasterForItsRanges) {
                    shard_node("10.0.0.1", "db-1.example", 7000, "master", "online")})}),
        list({bulk("slots"), list({number(100), number(199)}), bulk("nodes"),
              list({shard_node("", "?", 7001, "master", "online")})})}));
-  const std::vector<SlotRange> ranges = detail::ranges_from_shards(reply.view(), "asked");
+  const detail::ShardRanges told = detail::ranges_from_shards(reply.view(), "asked");
+  const std::vector<SlotRange>& ranges = told.ranges;
+  EXPECT_TRUE(told.doubtful) << "slots 5461 and up are served by no node";
   ASSERT_EQ(ranges.size(), 3u);
   // The endpoint the cluster tells clients to use, over the ip.
   EXPECT_TRUE(same(ranges[0], 0, 99, "db-1.example", 7000));
@@ -68,7 +70,7 @@ TEST(ClusterTopology, ShardsNameEachShardsMasterForItsRanges) {
   EXPECT_TRUE(same(ranges[2], 100, 199, "asked", 7001));
 }
 
-TEST(ClusterTopology, ShardsPreferTheOnlineMasterAndSkipShardsWithoutOne) {
+TEST(ClusterTopology, ShardsGuessTheOnlineMasterAndSkipShardsWithoutOne) {
   const Reply reply =
       parsed(list({list({bulk("slots"), list({number(0), number(10)}), bulk("nodes"),
                          list({shard_node("10.0.0.1", "", 7000, "master", "failed"),
@@ -81,10 +83,78 @@ TEST(ClusterTopology, ShardsPreferTheOnlineMasterAndSkipShardsWithoutOne) {
                    // Slots as strings, as some servers send them.
                    list({bulk("slots"), list({bulk("21"), bulk("30")}), bulk("nodes"),
                          list({shard_node("10.0.0.6", "", 7006, "master", "online")})})}));
-  const std::vector<SlotRange> ranges = detail::ranges_from_shards(reply.view(), "asked");
+  const detail::ShardRanges told = detail::ranges_from_shards(reply.view(), "asked");
+  const std::vector<SlotRange>& ranges = told.ranges;
+  EXPECT_TRUE(told.doubtful);
   ASSERT_EQ(ranges.size(), 2u);
   EXPECT_TRUE(same(ranges[0], 0, 10, "10.0.0.2", 7003));
   EXPECT_TRUE(same(ranges[1], 21, 30, "10.0.0.6", 7006));
+}
+
+/// A CLUSTER SHARDS reply of three shards, the other two whole and settled:
+/// `first` holds slots `slots` and the nodes `nodes`.
+Reply three_shards(const std::string& slots, const std::string& nodes) {
+  return parsed(
+      list({list({bulk("slots"), slots, bulk("nodes"), nodes}),
+            list({bulk("slots"), list({number(5461), number(10921)}), bulk("nodes"),
+                  list({shard_node("127.0.0.1", "127.0.0.1", 7001, "master", "online"),
+                        shard_node("127.0.0.1", "127.0.0.1", 7004, "replica", "online")})}),
+            list({bulk("slots"), list({number(10922), number(16383)}), bulk("nodes"),
+                  list({shard_node("127.0.0.1", "127.0.0.1", 7002, "master", "online")})})}));
+}
+
+TEST(ClusterTopology, SettledShardsAreBelieved) {
+  const detail::ShardRanges told = detail::ranges_from_shards(
+      three_shards(list({number(0), number(5460)}),
+                   list({shard_node("127.0.0.1", "127.0.0.1", 7000, "master", "online"),
+                         shard_node("127.0.0.1", "127.0.0.1", 7003, "replica", "online")}))
+          .view(),
+      "asked");
+  EXPECT_FALSE(told.doubtful);
+  ASSERT_EQ(told.ranges.size(), 3u);
+  EXPECT_TRUE(same(told.ranges[0], 0, 5460, "127.0.0.1", 7000));
+}
+
+// Right after the master on 7000 was killed and its replica on 7003 took
+// over (CLUSTER FAILOVER TAKEOVER), with every live node's CLUSTER SLOTS
+// and CLUSTER NODES already naming 7003 for slots 0-5460.
+TEST(ClusterTopology, ShardsNamingTheKilledMasterFirstAreDoubtful) {
+  // Valkey 8.0.1: the dead master first, both "online" until
+  // cluster-node-timeout flags it "fail".
+  const detail::ShardRanges told = detail::ranges_from_shards(
+      three_shards(list({number(0), number(5460)}),
+                   list({shard_node("127.0.0.1", "127.0.0.1", 7000, "master", "online"),
+                         shard_node("127.0.0.1", "127.0.0.1", 7003, "master", "online")}))
+          .view(),
+      "asked");
+  EXPECT_TRUE(told.doubtful) << "the reply cannot tell which master serves 0-5460";
+}
+
+TEST(ClusterTopology, ShardsWithTheFailedOversSlotsMissingAreDoubtful) {
+  // Redis 7.2.6: the same two nodes, and no slots (those of its first
+  // node, the dead master), long after the dead one is flagged "fail".
+  const detail::ShardRanges told = detail::ranges_from_shards(
+      three_shards(list({}), list({shard_node("127.0.0.1", "127.0.0.1", 7000, "master", "fail"),
+                                   shard_node("127.0.0.1", "127.0.0.1", 7003, "master", "online")}))
+          .view(),
+      "asked");
+  EXPECT_TRUE(told.doubtful) << "slots 0-5460 are served by no node";
+  EXPECT_EQ(told.ranges.size(), 2u);
+}
+
+TEST(ClusterTopology, ShardsWithTheDeadMasterInAShardOfItsOwnAreBelieved) {
+  // Redis 7.0.15: the dead master alone in a shard with no slots.
+  const Reply reply = parsed(
+      list({list({bulk("slots"), list({number(0), number(5460)}), bulk("nodes"),
+                  list({shard_node("127.0.0.1", "127.0.0.1", 7003, "master", "online")})}),
+            list({bulk("slots"), list({number(5461), number(16383)}), bulk("nodes"),
+                  list({shard_node("127.0.0.1", "127.0.0.1", 7001, "master", "online")})}),
+            list({bulk("slots"), list({}), bulk("nodes"),
+                  list({shard_node("127.0.0.1", "127.0.0.1", 7000, "master", "online")})})}));
+  const detail::ShardRanges told = detail::ranges_from_shards(reply.view(), "asked");
+  EXPECT_FALSE(told.doubtful);
+  ASSERT_EQ(told.ranges.size(), 2u);
+  EXPECT_TRUE(same(told.ranges[0], 0, 5460, "127.0.0.1", 7003));
 }
 
 TEST(ClusterTopology, SlotsNameEachRangesMaster) {
@@ -102,8 +172,8 @@ TEST(ClusterTopology, SlotsNameEachRangesMaster) {
 }
 
 TEST(ClusterTopology, AnythingElseIsNoRange) {
-  EXPECT_TRUE(detail::ranges_from_shards(parsed(number(1)).view(), "a").empty());
-  EXPECT_TRUE(detail::ranges_from_shards(parsed(list({bulk("slots")})).view(), "a").empty());
+  EXPECT_TRUE(detail::ranges_from_shards(parsed(number(1)).view(), "a").ranges.empty());
+  EXPECT_TRUE(detail::ranges_from_shards(parsed(list({bulk("slots")})).view(), "a").ranges.empty());
   EXPECT_TRUE(detail::ranges_from_slots(parsed(bulk("x")).view(), "a").empty());
   // A master without a usable port, and slots out of range.
   EXPECT_TRUE(
@@ -115,7 +185,7 @@ TEST(ClusterTopology, AnythingElseIsNoRange) {
                              list({shard_node("10.0.0.2", "", 7000, "master", "online")})})}))
               .view(),
           "a")
-          .empty());
+          .ranges.empty());
 }
 
 }  // namespace

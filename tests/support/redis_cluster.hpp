@@ -118,7 +118,10 @@ class RedisCluster {
   /// without, they hand over (CLUSTER FAILOVER; the old master becomes its
   /// replica). Returns, with the replica's index, once every live node says
   /// the replica owns the master's slots and cluster_state:ok; owner_of()
-  /// gives the replica for those slots from then on.
+  /// gives the replica for those slots from then on. "Says" by CLUSTER
+  /// NODES, which reads the node's slot table as CLUSTER SLOTS does; not by
+  /// CLUSTER SHARDS, which may name the dead master for them until it is
+  /// forgotten (Valkey 8.0), or no slots at all (Redis 7.2).
   std::size_t fail_over(std::size_t master, bool kill) {
     const std::size_t replica = replica_of(master);
     if (kill) {

@@ -7,7 +7,9 @@
 // the seeds: with CLUSTER SHARDS (Redis 7.0 and later), or with CLUSTER
 // SLOTS from a node that refuses it (a server before 7.0, or an ACL user
 // denied cluster|shards), which is then asked only that from then on
-// (detail/cluster_topology.hpp parses both). It is read on first use, and
+// (detail/cluster_topology.hpp parses both), and with CLUSTER SLOTS too
+// when the SHARDS reply is doubtful (while a failover settles, it may name
+// the dead master, or no node, for the slots). It is read on first use, and
 // again after a MOVED, after a node could not be reached, and when it is
 // older than refresh_interval; a read that fails leaves the old map.
 //
@@ -25,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -293,18 +296,26 @@ inline bool ClusterNodes::read_map_from(Node& node, SteadyClock::time_point dead
   try {
     auto connection = node.client.borrow(deadline);
     connection->set_timeout(reply_timeout(options_.command_timeout, deadline));
-    bool read = false;
+    std::optional<ShardRanges> told;
     if (!node.shards_refused.load(std::memory_order_relaxed)) {
       try {
-        ranges = ranges_from_shards(connection->command("CLUSTER", "SHARDS").view(), node.host());
-        read = true;
+        told = ranges_from_shards(connection->command("CLUSTER", "SHARDS").view(), node.host());
       } catch (const ServerError&) {
         // Refused (unknown to the server, or denied): the older command.
       }
     }
-    if (!read) {
-      ranges = ranges_from_slots(connection->command("CLUSTER", "SLOTS").view(), node.host());
-      node.shards_refused.store(true, std::memory_order_relaxed);
+    if (told && !told->doubtful) {
+      ranges = std::move(told->ranges);
+    } else {
+      // A doubtful SHARDS reply (a failover settling) is checked here:
+      // CLUSTER SLOTS reads the node's own slot table.
+      try {
+        ranges = ranges_from_slots(connection->command("CLUSTER", "SLOTS").view(), node.host());
+      } catch (const ServerError&) {
+        if (!told) throw;
+        ranges = std::move(told->ranges);  // denied cluster|slots: the best guess
+      }
+      if (!told) node.shards_refused.store(true, std::memory_order_relaxed);
     }
   } catch (const Error& error) {
     why += "\n  " + node.client.options().endpoint() + ": " + error.what();

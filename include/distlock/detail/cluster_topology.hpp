@@ -11,9 +11,19 @@
 // host that is empty or "?" means the node asked (it does not know the
 // address it is reached at), and an entry that is not understood is left
 // out rather than failing the whole map.
+//
+// CLUSTER SHARDS is not to be believed while a failover settles, and
+// CLUSTER SLOTS (read from the node's own slot table) is: after a replica
+// takes over from a killed master, the shard lists both as role "master"
+// until the cluster forgets the dead one, often the dead one first and
+// with health "online" (it is flagged "fail" only after
+// cluster-node-timeout), and Redis 7.2 answers the shard's slots as those
+// of its first node, so an empty list. Such a reply is marked doubtful,
+// and the caller asks CLUSTER SLOTS.
 #pragma once
 
 #include <charconv>
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -67,26 +77,39 @@ inline std::vector<SlotRange> ranges_from_slots(const ReplyView& reply,
   return ranges;
 }
 
-/// The ranges of a CLUSTER SHARDS reply: each shard's slots, served by the
-/// node of the shard whose role is "master" (the one whose health is
-/// "online" if there are two, as while a failover settles).
-inline std::vector<SlotRange> ranges_from_shards(const ReplyView& reply,
-                                                 const std::string& asked_host) {
+/// What a CLUSTER SHARDS reply tells: its ranges, and whether they may be
+/// wrong (see the top of this file).
+struct ShardRanges {
   std::vector<SlotRange> ranges;
+  /// A shard named more than one master, or a slot was left unserved: the
+  /// ranges are a best guess, to be checked with CLUSTER SLOTS.
+  bool doubtful = false;
+};
+
+/// The ranges of a CLUSTER SHARDS reply: each shard's slots, served by the
+/// node of the shard whose role is "master" (if there are two, the first
+/// whose health is "online", and the whole reply is doubtful).
+inline ShardRanges ranges_from_shards(const ReplyView& reply, const std::string& asked_host) {
+  ShardRanges told;
+  std::size_t served = 0;
   for (std::size_t i = 0; i < reply.size(); ++i) {
     const ReplyView shard = reply[i];
     const redisReply* slots = field_of(shard, "slots");
     const redisReply* nodes = field_of(shard, "nodes");
     if (slots == nullptr || nodes == nullptr) continue;
     const redisReply* master = nullptr;
+    bool master_online = false;
     for (std::size_t n = 0; n < ReplyView(nodes).size(); ++n) {
       const ReplyView node = ReplyView(nodes)[n];
       const redisReply* role = field_of(node, "role");
       if (role == nullptr || ReplyView(role).str() != "master") continue;
+      if (master != nullptr) told.doubtful = true;
       const redisReply* health = field_of(node, "health");
       const bool online = health == nullptr || ReplyView(health).str() == "online";
-      if (master == nullptr || online) master = node.raw();
-      if (online) break;
+      if (master == nullptr || (online && !master_online)) {
+        master = node.raw();
+        master_online = online;
+      }
     }
     if (master == nullptr) continue;  // a shard that serves nothing now
     const redisReply* port_field = field_of(ReplyView(master), "port");
@@ -108,11 +131,16 @@ inline std::vector<SlotRange> ranges_from_shards(const ReplyView& reply,
       const long long first = reply_number(bounds[b]);
       const long long last = reply_number(bounds[b + 1]);
       if (first < 0 || last < first || last >= cluster_slots) continue;
-      ranges.push_back(
+      told.ranges.push_back(
           {static_cast<int>(first), static_cast<int>(last), host, static_cast<int>(port)});
+      served += static_cast<std::size_t>(last - first + 1);
     }
   }
-  return ranges;
+  // Shards do not overlap, so fewer slots than the cluster's means a hole
+  // (or slots no node was given: CLUSTER SLOTS says so too, at one more
+  // command per map read while that lasts).
+  if (served < static_cast<std::size_t>(cluster_slots)) told.doubtful = true;
+  return told;
 }
 
 }  // namespace distlock::detail
