@@ -883,5 +883,65 @@ TEST_F(ClusterFailoverMap, AMapReadOnceTheLiveNodesAgreeNamesThePromotedNode) {
   EXPECT_EQ(timed.release(), Release::released);
 }
 
+TEST_F(ClusterFailoverMap, ACallWaitsForASlotNoNodeServesUntilItsDeadline) {
+  const std::string name = name_on(1, "map-unserved");
+  const int slot = detail::key_slot(name);
+  cluster().unassign_slot(slot);
+  struct Restore {
+    RedisCluster& cluster;
+    int slot;
+    ~Restore() { cluster.restore_slot(slot); }
+  } restore{cluster(), slot};
+  // Until its deadline, as for the cluster's own CLUSTERDOWN: then "no".
+  {
+    ClusterMutex lock(client(), name, LockOptions{}.ttl(10s));
+    const auto started = Clock::now();
+    EXPECT_FALSE(lock.try_lock_for(300ms));
+    EXPECT_GE(Clock::now() - started, 300ms);
+    EXPECT_LT(Clock::now() - started, 300ms + 1s);
+  }
+  // And one whose slot gets an owner again before then takes the lock.
+  ClusterMutex lock(client(), name, LockOptions{}.ttl(10s));
+  const long long reads = map_reads();
+  std::atomic<bool> done{false};
+  std::atomic<bool> got{false};
+  std::string failed;
+  Waiter<decltype(lock)> waiter{lock, std::thread([&] {
+                                  try {
+                                    got = lock.try_lock_for(20s);
+                                  } catch (const Error& error) {
+                                    failed = error.what();
+                                  }
+                                  done = true;
+                                })};
+  // It has read the map again and still found no owner.
+  ASSERT_TRUE(eventually([&] { return done || map_reads() >= reads + 2; }));
+  ASSERT_FALSE(done) << "it gave up while the slot had no owner: " << failed;
+  cluster().restore_slot(slot);
+  EXPECT_TRUE(eventually([&] { return done.load(); }));
+  waiter.thread.join();
+  EXPECT_EQ(failed, "");
+  EXPECT_TRUE(got);
+  EXPECT_EQ(at(1, {"GET", name}), lock.token());
+  EXPECT_EQ(lock.release(), Release::released);
+}
+
+TEST_F(ClusterFailoverMap, ACallToAKilledMasterWithNoSuccessorYetEndsByItsDeadline) {
+  // Every node still names the dead master: its connects are refused (the
+  // client has no pooled connection to it), and the call looks for a
+  // successor until its deadline, not past it. (Its replica takes over on
+  // its own only after cluster-node-timeout, 5 s.)
+  const std::string name = name_on(2, "map-no-successor");
+  cluster().kill(2);
+  ClusterMutex lock(client(), name, LockOptions{}.ttl(10s));
+  const auto started = Clock::now();
+  try {
+    EXPECT_FALSE(lock.try_lock_for(1s));
+  } catch (const ConnectionError&) {
+    // No node to take the lock at: a failure, not a "no".
+  }
+  EXPECT_LT(Clock::now() - started, 1s + 1s);
+}
+
 }  // namespace
 }  // namespace distlock

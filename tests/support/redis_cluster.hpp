@@ -125,8 +125,7 @@ class RedisCluster {
   std::size_t fail_over(std::size_t master, bool kill) {
     const std::size_t replica = replica_of(master);
     if (kill) {
-      nodes_.at(master)->kill();
-      alive_.at(master) = false;
+      this->kill(master);
       expect_ok(replica, {"CLUSTER", "FAILOVER", "TAKEOVER"});
     } else {
       expect_ok(replica, {"CLUSTER", "FAILOVER"});
@@ -145,6 +144,13 @@ class RedisCluster {
     if (!kill) master_of_.at(master) = replica;
     wait_until_ok();
     return replica;
+  }
+
+  /// Kills node `i` (SIGKILL), and promotes nothing: the harness leaves it
+  /// out from then on.
+  void kill(std::size_t i) {
+    nodes_.at(i)->kill();
+    alive_.at(i) = false;
   }
 
   /// The master that owns `slot`, as this harness assigned it.
@@ -211,6 +217,33 @@ class RedisCluster {
     begin_migration(slot, from, to);
     migrate_keys(slot, from, to);
     finish_migration(slot, to);
+  }
+
+  /// Makes `slot` served by no node: every live node drops it (CLUSTER
+  /// DELSLOTS at each; a node drops a slot only when told itself). With
+  /// cluster-require-full-coverage, the nodes answer CLUSTERDOWN for every
+  /// slot until restore_slot().
+  void unassign_slot(int slot) {
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      if (alive_[i]) expect_ok(i, {"CLUSTER", "DELSLOTS", std::to_string(slot)});
+    }
+  }
+
+  /// Gives `slot` back to owner_of(slot), and returns once every live node
+  /// says so (it spreads by gossip) and cluster_state:ok. Restoring a slot
+  /// twice is restoring it once.
+  void restore_slot(int slot) {
+    const std::size_t owner = owner_of(slot);
+    if (!says_owner(owner, owner, slot)) {
+      expect_ok(owner, {"CLUSTER", "ADDSLOTS", std::to_string(slot)});
+    }
+    wait_for("every node to learn who owns slot " + std::to_string(slot), [&] {
+      for (std::size_t i = 0; i < nodes_.size(); ++i) {
+        if (alive_[i] && !says_owner(i, owner, slot)) return false;
+      }
+      return true;
+    });
+    wait_until_ok();
   }
 
   /// Has every live node learn the greatest epoch any node knows, and

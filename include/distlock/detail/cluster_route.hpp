@@ -13,6 +13,10 @@
 // owner then (a promoted replica), until the caller's deadline, or
 // max_redirects times without one. Other connection errors are not retried
 // here (the step may have run); the map is read again before the next step.
+// A slot the map names no owner for (read from a node that has not learned
+// a failover's outcome yet) is looked up again the same way; at the
+// deadline the wait ends in a TimeoutError, as the cluster's CLUSTERDOWN's
+// does, and without one after max_redirects looks in that CLUSTERDOWN.
 #pragma once
 
 #include <algorithm>
@@ -40,10 +44,22 @@ inline constexpr std::chrono::milliseconds max_failover_pause{200};
 template <class Send>
 auto route_to_owner(ClusterNodes& nodes, int slot, SteadyClock::time_point deadline, Send&& send) {
   const ClusterOptions& options = nodes.options();
-  ClusterNodes::Node* target = &nodes.owner(slot, deadline);
+  ClusterNodes::Node* target = nodes.owner_if_any(slot, deadline);
   bool asking = false;
   std::chrono::milliseconds pause = options.retry_pause;
   for (unsigned redirects = 0;; ++redirects) {
+    if (target == nullptr) {
+      const auto now = SteadyClock::now();
+      if (deadline == no_deadline ? redirects >= options.max_redirects : now >= deadline) {
+        if (deadline == no_deadline) throw ServerError(ClusterNodes::unserved(slot));
+        throw TimeoutError(Errc::timed_out, ClusterNodes::unserved(slot) + " until the deadline");
+      }
+      std::this_thread::sleep_until(deadline == no_deadline ? now + pause
+                                                            : std::min(now + pause, deadline));
+      pause = std::min(pause * 2, max_failover_pause);
+      target = nodes.owner_if_any(slot, deadline);  // the map is read again first
+      continue;
+    }
     std::optional<Client::Borrowed> connection;
     try {
       connection.emplace(target->client.borrow(deadline));
@@ -99,7 +115,7 @@ auto route_to_owner(ClusterNodes& nodes, int slot, SteadyClock::time_point deadl
       } catch (const Error&) {
         // No node told the map yet: the next try finds out again.
       }
-      target = &nodes.owner(slot, deadline);
+      target = nodes.owner_if_any(slot, deadline);
       asking = false;
     } catch (const TimeoutError&) {
       nodes.mark_stale();

@@ -102,16 +102,25 @@ class ClusterNodes {
   /// missing: then a failure to read it throws ConnectionError naming the
   /// nodes tried). Throws ServerError if no node serves the slot.
   Node& owner(int slot, SteadyClock::time_point deadline) {
+    Node* node = owner_if_any(slot, deadline);
+    if (node == nullptr) throw ServerError(unserved(slot));
+    return *node;
+  }
+
+  /// As owner(), but null if no node serves the slot; the map is then read
+  /// again before the next look.
+  Node* owner_if_any(int slot, SteadyClock::time_point deadline) {
     check_process();
     refresh_if_due(deadline);
     MutexLock lock(mutex_);
     Node* node = slots_[static_cast<std::size_t>(slot)];
-    if (node == nullptr) {
-      stale_ = true;
-      throw ServerError("CLUSTERDOWN Hash slot " + std::to_string(slot) +
-                        " is not served by any node");
-    }
-    return *node;
+    if (node == nullptr) stale_ = true;
+    return node;
+  }
+
+  /// The CLUSTERDOWN message for a slot the map has no owner for.
+  static std::string unserved(int slot) {
+    return "CLUSTERDOWN Hash slot " + std::to_string(slot) + " is not served by any node";
   }
 
   /// An address distinct for each slot: what renewal batches of one slot
