@@ -60,6 +60,7 @@ const std::vector<Ratio> ratios = {
     {"BM_Mutex_Contended/threads:8", "BM_Raw_Contended_PubSub/threads:8", 1.5},
     {"BM_Cluster_Mutex_LockUnlock", "BM_Raw_Cluster_SetNxPx_EvalshaDel", 1.1},
     {"BM_Cluster_Mutex_LockUnlock", "BM_Raw_Cluster_SetNxPx_EvalshaDelSpublish", 1.05},
+    {"BM_Mutex_LockUnlock_Tls", "BM_Raw_Tls_SetNxPx_EvalshaDel", 1.1},
 };
 
 // The paired benchmarks (paired.hpp): each times a lock's cycle and its
@@ -116,6 +117,15 @@ class RatioReporter : public benchmark::ConsoleReporter {
       const double ratio = subject / baseline;
       std::printf("%-34s %-38s %10.3f %8.2f %s\n", r.subject, r.baseline, ratio, r.target,
                   ratio <= r.target ? "ok" : "OVER");
+    }
+    // Not a ratio with a target: what a new connection's handshake costs.
+    const double tls = time_of("BM_Connect_Tls");
+    const double plain = time_of("BM_Connect_Plain");
+    if (tls > 0 && plain > 0) {
+      std::printf(
+          "\na new connection and its first reply: %.0f us plain, %.0f us over TLS "
+          "(the handshake: %.0f us)\n",
+          plain / 1e3, tls / 1e3, (tls - plain) / 1e3);
     }
     if (paired_.empty()) return;
     std::printf("\n%-48s %-38s %10s %8s\n", "paired, in turns", "floor", "ratio", "target");

@@ -24,6 +24,7 @@
 #include "distlock/reentrant_mutex.hpp"
 #include "distlock/shared_mutex.hpp"
 #include "support/fixture.hpp"
+#include "support/test_certs.hpp"
 
 #ifndef DISTLOCK_CLI_PATH
 #error "DISTLOCK_CLI_PATH must name the built distlock binary"
@@ -605,6 +606,34 @@ TEST_F(Cli, ReentrantRunsInRedissonsLayout) {
   EXPECT_EQ(run({"run", "--reentrant", "tree", "--", "sh", "-c", job}).status(), 0);
   EXPECT_NE(read_file(path("status")).find("\"kind\":\"reentrant\""), std::string::npos);
   EXPECT_FALSE(exists("tree"));
+}
+
+// The tool over TLS: rediss:// (or --tls) with the CA to trust; a server
+// it cannot verify is a Redis failure (69) that says why; TLS options
+// without TLS are a usage error (64).
+TEST_F(Cli, RunsOverTlsWithTheCaGivenAndRefusesAnUnverifiedServer) {
+  testing::TestPki pki(dir_);
+  testing::RedisServerOptions options;
+  options.tls = testing::RedisServerTls{pki.server.cert, pki.server.key, pki.ca.file()};
+  testing::RedisServer tls_server(options);
+  const std::string tls_url = "rediss://127.0.0.1:" + std::to_string(tls_server.port());
+  const std::string plain_url = "redis://127.0.0.1:" + std::to_string(tls_server.port());
+
+  Tool& ran = run({"run", "--url", tls_url, "--tls-ca-file", pki.ca.file(), "job", "--", "sh", "-c",
+                   "echo ran > '" + path("ran") + "'"});
+  EXPECT_EQ(ran.status(), 0) << ran.err();
+  EXPECT_EQ(read_file(path("ran")), "ran\n");
+  Tool& flag = run({"status", "--url", plain_url, "--tls", "--tls-ca-file", pki.ca.file(), "job"});
+  EXPECT_EQ(flag.status(), 1) << flag.err();  // reached it: the lock is free
+
+  Tool& unverified = run({"run", "--url", tls_url, "job", "--", "true"});
+  EXPECT_EQ(unverified.status(), 69);
+  EXPECT_NE(unverified.err().find("certificate verify failed"), std::string::npos)
+      << unverified.err();
+  Tool& no_tls =
+      run({"run", "--url", plain_url, "--tls-ca-file", pki.ca.file(), "job", "--", "true"});
+  EXPECT_EQ(no_tls.status(), 64);
+  EXPECT_NE(no_tls.err().find("need TLS"), std::string::npos) << no_tls.err();
 }
 
 }  // namespace

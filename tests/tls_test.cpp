@@ -288,7 +288,9 @@ TEST_F(TlsTest, MutualTlsAcceptsTheClientCertificateAndRefusesNone) {
   const std::string error = connect_error<ConnectionError>(tls_options(*strict), &took);
   EXPECT_NE(error.find(strict->host() + ":" + std::to_string(strict->port())), std::string::npos)
       << error;
-  EXPECT_NE(error.find("certificate"), std::string::npos) << error;
+  // Refused after the handshake (TLS 1.3), by an alert or, on Redis 7.2, a
+  // reset: either way the error says what is missing.
+  EXPECT_NE(error.find("client certificate and none was given"), std::string::npos) << error;
   EXPECT_LT(took, 1000ms + 500ms);
 }
 

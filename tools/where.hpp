@@ -1,5 +1,5 @@
-// Which Redis the tool talks to and how: the --url, --user, --password-file
-// and --command-timeout options every subcommand shares, turned into
+// Which Redis the tool talks to and how: the --url, --user, --password-file,
+// --command-timeout and --tls* options every subcommand shares, turned into
 // ClientOptions (with $DISTLOCK_URL and $REDIS_URL as fallbacks), and the
 // checks on a lock NAME and on a duration option.
 #pragma once
@@ -13,6 +13,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "duration.hpp"
 #include "exit_status.hpp"
@@ -24,12 +25,14 @@ struct Where {
   std::string user;
   std::string password_file;
   std::string command_timeout = "1s";
+  bool tls = false;
+  TlsOptions tls_options;  // the files and names; enabled by rediss:// or --tls
 };
 
 inline void add_where_options(CLI::App& app, Where& where) {
   app.add_option("--url", where.url,
-                 "Redis to use: redis://[[user]:password@]host[:port][/db] or "
-                 "unix:///path[?db=N]. Default: $DISTLOCK_URL, else $REDIS_URL, else "
+                 "Redis to use: redis://[[user]:password@]host[:port][/db], rediss://... "
+                 "(TLS) or unix:///path[?db=N]. Default: $DISTLOCK_URL, else $REDIS_URL, else "
                  "redis://127.0.0.1:6379")
       ->type_name("URL")
       ->group("Redis");
@@ -45,6 +48,29 @@ inline void add_where_options(CLI::App& app, Where& where) {
          std::string("longest wait for a connect or a reply (") + duration_forms + "; default 1s)")
       ->type_name("DURATION")
       ->group("Redis");
+  app.add_flag("--tls", where.tls, "use TLS (as rediss:// does); the server is verified")
+      ->group("TLS");
+  app.add_option("--tls-ca-file", where.tls_options.ca_file,
+                 "trust these CAs (PEM) instead of the system's")
+      ->type_name("PATH")
+      ->group("TLS");
+  app.add_option("--tls-ca-dir", where.tls_options.ca_dir, "trust the CAs in this folder")
+      ->type_name("PATH")
+      ->group("TLS");
+  app.add_option("--tls-cert", where.tls_options.cert_file,
+                 "client certificate (PEM), for a server that asks for one")
+      ->type_name("PATH")
+      ->group("TLS");
+  app.add_option("--tls-key", where.tls_options.key_file, "the client certificate's key (PEM)")
+      ->type_name("PATH")
+      ->group("TLS");
+  app.add_option("--tls-server-name", where.tls_options.server_name,
+                 "name to send (SNI) and to check the certificate against (default: the host)")
+      ->type_name("NAME")
+      ->group("TLS");
+  app.add_flag("--tls-insecure-skip-verify", where.tls_options.insecure_skip_verify,
+               "accept any server certificate (throwaway test servers only)")
+      ->group("TLS");
 }
 
 // The URL with any credentials masked, for messages.
@@ -89,6 +115,22 @@ inline ClientOptions client_options(const Where& where) {
     throw Failure{status::usage,
                   "bad Redis URL '" + redacted(url) + "' (from " + source + "): " + text_of(error)};
   }
+  if (where.tls) options.tls.enabled = true;
+  const TlsOptions& given = where.tls_options;
+  const bool tls_asked = !given.ca_file.empty() || !given.ca_dir.empty() ||
+                         !given.cert_file.empty() || !given.key_file.empty() ||
+                         !given.server_name.empty() || given.insecure_skip_verify;
+  if (tls_asked && !options.tls.enabled) {
+    throw Failure{status::usage, "--tls-* options need TLS: a rediss:// URL, or --tls"};
+  }
+  for (const auto& [field, value] : {std::pair{&options.tls.ca_file, &given.ca_file},
+                                     {&options.tls.ca_dir, &given.ca_dir},
+                                     {&options.tls.cert_file, &given.cert_file},
+                                     {&options.tls.key_file, &given.key_file},
+                                     {&options.tls.server_name, &given.server_name}}) {
+    if (!value->empty()) *field = *value;
+  }
+  if (given.insecure_skip_verify) options.tls.insecure_skip_verify = true;
   if (!where.user.empty()) options.username = where.user;
   if (!where.password_file.empty()) {
     std::ifstream in(where.password_file);

@@ -196,6 +196,7 @@ class Connection {
   // parse).
   [[noreturn]] void fail(const char* during, const detail::IoStatus& status);
   [[noreturn]] void fail_to_parse();
+  std::string blame() const;
   void remember_verb(std::string_view verb) noexcept {
     verb_size_ = std::min(verb.size(), sizeof verb_);
     std::memcpy(verb_, verb.data(), verb_size_);
@@ -282,8 +283,8 @@ inline const Reply& Connection::read_reply() {
     flush();
     // A timeout cut short (by a caller's deadline) is kept by poll(), to the
     // millisecond: the socket's own timeout is rounded up to the kernel's
-    // tick, and returns 4 to 10 ms late. (A TLS socket always polls.)
-    if (exact_ && !socket_.tls()) {
+    // tick, and returns 4 to 10 ms late.
+    if (exact_) {
       pollfd p{socket_.fd(), POLLIN, 0};
       int ready = 0;
       while ((ready = ::poll(&p, 1, static_cast<int>(timeout_.count()))) < 0 && errno == EINTR) {
@@ -375,29 +376,29 @@ inline void Connection::set_timeout(std::chrono::milliseconds timeout) {
   timeout_ = timeout;
 }
 
-inline void Connection::fail(const char* during, const detail::IoStatus& status) {
-  broken_ = true;
-  // Name the endpoint and the command that was waiting, so that a timeout in
-  // a log says what it was and against whom, not just "EAGAIN".
+inline std::string Connection::blame() const {
+  // The endpoint and the command that was waiting, so that a timeout in a
+  // log says what it was and against whom, not just "EAGAIN".
   std::string reason = options_.endpoint() + ": ";
   if (verb_size_ > 0) reason.append(verb_, verb_size_).append(": ");
+  return reason;
+}
+
+inline void Connection::fail(const char* during, const detail::IoStatus& status) {
+  broken_ = true;
   if (status.kind == detail::IoStatus::timed_out) {
     throw TimeoutError(Errc::timed_out,
-                       reason + "no reply within " + std::to_string(timeout_.count()) + " ms");
+                       blame() + "no reply within " + std::to_string(timeout_.count()) + " ms");
   }
-  reason.append(during).append(": ").append(status.what);
+  std::string reason = blame() + during + ": " + status.what;
   // A TLS port closes (or resets) on a plaintext command without a word.
-  if (!answered_ && !socket_.tls()) {
-    reason += " before any reply (a TLS port? use rediss://)";
-  }
+  if (!answered_ && !socket_.tls()) reason += " before any reply (a TLS port? use rediss://)";
   throw ConnectionError(Errc::io_error, reason);
 }
 
 inline void Connection::fail_to_parse() {
   broken_ = true;
-  std::string reason = options_.endpoint() + ": ";
-  if (verb_size_ > 0) reason.append(verb_, verb_size_).append(": ");
-  reason.append("parse: ").append(reader_->errstr);
+  std::string reason = blame() + "parse: " + reader_->errstr;
   // What a TLS port answers a plaintext command with, where it answers.
   if (!answered_ && !socket_.tls()) reason += " (a TLS port? use rediss://)";
   throw ConnectionError(Errc::protocol_error, reason);

@@ -8,13 +8,14 @@
 // the socket also makes 0.14 and 1.x the same to us: only the reader is
 // theirs.
 //
-// A plain socket blocks, its timeouts kept by the kernel (SO_RCVTIMEO):
-// the fastest path, one syscall a read. A TLS socket never blocks; reads
-// and writes wait in poll() for what OpenSSL asks (readable or writable),
-// because a readable socket may hold only a record that carries no data (a
-// session ticket), and a blocking read there would wait for the next reply.
-// Connecting (and the handshake) is non-blocking either way, bounded by
-// the connect timeout.
+// Once connected, a socket blocks, its timeouts kept by the kernel
+// (SO_RCVTIMEO, SO_SNDTIMEO): one system call a read, TLS or not, as a raw
+// client's. The few calls that must not wait (a subscriber reading what
+// poll() saw, the check of an idle connection, a write that must not block)
+// take it out of blocking mode for their length where TLS needs that: a
+// readable TLS socket may hold only a record with no data in it (a session
+// ticket), which a blocking read would wait past. Connecting (and the
+// handshake) is non-blocking, bounded by the connect timeout.
 #pragma once
 
 #include <arpa/inet.h>
@@ -31,6 +32,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -65,8 +67,9 @@ class Socket {
   void set_timeout(std::chrono::milliseconds timeout);
 
   /// Reads what is there, waiting up to the timeout for something (or not
-  /// at all with `wait` false: then 0 bytes is "nothing yet"). More than one
-  /// record's worth may be read: OpenSSL keeps none back.
+  /// at all with `wait` false: then 0 bytes is "nothing yet"). Over TLS it
+  /// reads until OpenSSL holds no decrypted byte back, where poll() would
+  /// not see it.
   std::size_t read(char* buffer, std::size_t size, bool wait, IoStatus& status);
   /// Writes all of `data` within the timeout.
   IoStatus write_all(std::string_view data);
@@ -85,22 +88,26 @@ class Socket {
   void connect_unix(const std::string& path, clock::time_point deadline);
   int connect_to(int family, const sockaddr* address, socklen_t length, clock::time_point deadline,
                  std::string& error);
-  void handshake(const ConnectionOptions& options, clock::time_point deadline);
-  // Waits for what OpenSSL asked (`ssl_error`), up to `timeout_ms` (-1 for
-  // ever); false if it did not come.
-  bool wait_for(int ssl_error, int timeout_ms) const noexcept;
+  // Blocking (the usual) or not.
+  void set_blocking(bool on) const noexcept;
+  // For a call that must not wait: out of blocking mode, where TLS needs it.
+  struct NoWait {
+    const Socket& socket;
+    explicit NoWait(const Socket& s) : socket(s) {
+      if (socket.ssl_) socket.set_blocking(false);
+    }
+    ~NoWait() {
+      if (socket.ssl_) socket.set_blocking(true);
+    }
+  };
+  std::size_t read_tls(char* buffer, std::size_t size, bool wait, IoStatus& status);
+  // What a TLS failure says, with the likely cause where it is known.
+  std::string tls_failure(const char* otherwise) const;
   void close() noexcept;
 
   int fd_ = -1;
   SslPtr ssl_;
-  std::chrono::milliseconds timeout_{1000};
 };
-
-inline int remaining_ms(std::chrono::steady_clock::time_point deadline) {
-  const auto left =
-      std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-  return left.count() <= 0 ? 0 : static_cast<int>(std::min<long long>(left.count(), 1 << 30));
-}
 
 inline Socket::Socket(const ConnectionOptions& options, clock::time_point deadline) {
   try {
@@ -109,7 +116,8 @@ inline Socket::Socket(const ConnectionOptions& options, clock::time_point deadli
     } else {
       connect_unix(options.unix_socket, deadline);
     }
-    if (options.tls.enabled) handshake(options, deadline);
+    if (options.tls.enabled) ssl_ = start_tls(fd_, options, deadline);
+    set_blocking(true);
   } catch (...) {
     close();
     throw;
@@ -195,7 +203,6 @@ inline void Socket::connect_tcp(const ConnectionOptions& options, clock::time_po
     ::setsockopt(fd_, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof idle);
 #endif
   }
-  if (!options.tls.enabled) ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
 }
 
 inline void Socket::connect_unix(const std::string& path, clock::time_point deadline) {
@@ -212,42 +219,9 @@ inline void Socket::connect_unix(const std::string& path, clock::time_point dead
     if (error == "timed out") throw TimeoutError(Errc::timed_out, path + ": connect: timed out");
     throw ConnectionError(Errc::connect_failed, path + ": connect: " + error);
   }
-  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
-}
-
-inline void Socket::handshake(const ConnectionOptions& options, clock::time_point deadline) {
-  SSL_CTX* context = ssl_context_for(options.tls);
-  ssl_.reset(SSL_new(context));
-  if (!ssl_ || SSL_set_fd(ssl_.get(), fd_) != 1) {
-    throw ConnectionError(Errc::connect_failed,
-                          options.endpoint() + ": TLS: " + take_ssl_error("no memory"));
-  }
-  name_the_peer(ssl_.get(), options.tls, options.host);
-  for (;;) {
-    ERR_clear_error();
-    errno = 0;
-    const int result = SSL_connect(ssl_.get());
-    if (result == 1) return;
-    const int saved_errno = errno;
-    const int error = SSL_get_error(ssl_.get(), result);
-    if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
-      if (wait_for(error, remaining_ms(deadline))) continue;
-      // A plaintext Redis reads a ClientHello as an inline command, and
-      // waits for the rest of it.
-      throw TimeoutError(Errc::timed_out, options.endpoint() +
-                                              ": TLS handshake: no answer within " +
-                                              std::to_string(options.connect_timeout.count()) +
-                                              " ms (a plaintext port? use redis://)");
-    }
-    throw ConnectionError(Errc::connect_failed,
-                          options.endpoint() + ": TLS handshake: " +
-                              handshake_failure(ssl_.get(), error, saved_errno));
-  }
 }
 
 inline void Socket::set_timeout(std::chrono::milliseconds timeout) {
-  timeout_ = timeout;
-  if (ssl_) return;  // poll() keeps it
   const timeval tv = to_timeval(timeout);
   if (::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
       ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0) {
@@ -255,35 +229,33 @@ inline void Socket::set_timeout(std::chrono::milliseconds timeout) {
   }
 }
 
-inline bool Socket::wait_for(int ssl_error, int timeout_ms) const noexcept {
-  pollfd p{fd_, static_cast<short>(ssl_error == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN), 0};
-  int ready = 0;
-  while ((ready = ::poll(&p, 1, timeout_ms)) < 0 && errno == EINTR) {
-  }
-  return ready > 0;
+inline void Socket::set_blocking(bool on) const noexcept {
+  const int flags = ::fcntl(fd_, F_GETFL);
+  ::fcntl(fd_, F_SETFL, on ? flags & ~O_NONBLOCK : flags | O_NONBLOCK);
 }
 
 inline std::size_t Socket::read(char* buffer, std::size_t size, bool wait, IoStatus& status) {
-  if (!ssl_) {
-    for (;;) {
-      const ssize_t n = wait ? ::read(fd_, buffer, size) : ::recv(fd_, buffer, size, MSG_DONTWAIT);
-      if (n > 0) return static_cast<std::size_t>(n);
-      if (n == 0) {
-        status = {IoStatus::closed, "Server closed the connection"};
-      } else if (errno == EINTR) {
-        continue;
-      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        if (wait) status = {IoStatus::timed_out, {}};
-      } else {
-        status = {IoStatus::failed, std::strerror(errno)};
-      }
-      return 0;
+  if (ssl_) return read_tls(buffer, size, wait, status);
+  for (;;) {
+    const ssize_t n = wait ? ::read(fd_, buffer, size) : ::recv(fd_, buffer, size, MSG_DONTWAIT);
+    if (n > 0) return static_cast<std::size_t>(n);
+    if (n == 0) {
+      status = {IoStatus::closed, "Server closed the connection"};
+    } else if (errno == EINTR) {
+      continue;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (wait) status = {IoStatus::timed_out, {}};
+    } else {
+      status = {IoStatus::failed, std::strerror(errno)};
     }
+    return 0;
   }
+}
+
+inline std::size_t Socket::read_tls(char* buffer, std::size_t size, bool wait, IoStatus& status) {
+  std::optional<NoWait> no_wait;
+  if (!wait) no_wait.emplace(*this);
   std::size_t got = 0;
-  const auto deadline = clock::now() + timeout_;
-  // Until the buffer is full or OpenSSL holds nothing more: a subscriber
-  // polls the socket, and cannot see what OpenSSL kept back.
   while (got < size) {
     ERR_clear_error();
     errno = 0;
@@ -291,25 +263,21 @@ inline std::size_t Socket::read(char* buffer, std::size_t size, bool wait, IoSta
                            static_cast<int>(std::min<std::size_t>(size - got, 1 << 30)));
     if (n > 0) {
       got += static_cast<std::size_t>(n);
-      if (SSL_pending(ssl_.get()) == 0) break;
+      if (SSL_has_pending(ssl_.get()) == 0) break;
       continue;
     }
     const int saved_errno = errno;
     const int error = SSL_get_error(ssl_.get(), n);
     if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
-      if (got > 0 || !wait) break;
-      if (wait_for(error, remaining_ms(deadline))) continue;
-      status = {IoStatus::timed_out, {}};
-    } else if (error == SSL_ERROR_ZERO_RETURN) {
-      status = {IoStatus::closed, "Server closed the connection"};
+      // Nothing (more) yet; or, blocking, the socket's timeout ran out.
+      if (got == 0 && wait) status = {IoStatus::timed_out, {}};
+    } else if (error == SSL_ERROR_ZERO_RETURN ||
+               (error == SSL_ERROR_SYSCALL && saved_errno == 0 && ERR_peek_error() == 0)) {
+      status = {IoStatus::closed, tls_failure("Server closed the connection")};
+    } else if (error == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) {
+      status = {IoStatus::failed, tls_failure(std::strerror(saved_errno))};
     } else {
-      if (error != SSL_ERROR_SYSCALL || ERR_peek_error() != 0) {
-        status = {IoStatus::failed, "TLS: " + take_ssl_error("read failed")};
-      } else if (saved_errno == 0) {
-        status = {IoStatus::closed, "Server closed the connection"};
-      } else {
-        status = {IoStatus::failed, std::strerror(saved_errno)};
-      }
+      status = {IoStatus::failed, "TLS: " + tls_failure("read failed")};
     }
     break;
   }
@@ -317,42 +285,44 @@ inline std::size_t Socket::read(char* buffer, std::size_t size, bool wait, IoSta
 }
 
 inline IoStatus Socket::write_all(std::string_view data) {
-  if (!ssl_) {
-    while (!data.empty()) {
-      // write(2), as hiredis writes: SIGPIPE is handled as it always was
-      // (ClientOptions::ignore_sigpipe).
-      const ssize_t n = ::write(fd_, data.data(), data.size());
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return {IoStatus::timed_out, {}};
-        return {IoStatus::failed, std::strerror(errno)};
-      }
-      data.remove_prefix(static_cast<std::size_t>(n));
-    }
-    return {};
-  }
-  const auto deadline = clock::now() + timeout_;
   while (!data.empty()) {
     ERR_clear_error();
     errno = 0;
-    const int n = SSL_write(ssl_.get(), data.data(),
-                            static_cast<int>(std::min<std::size_t>(data.size(), 1 << 30)));
+    // write(2), as hiredis writes (OpenSSL's too): SIGPIPE is handled as
+    // it always was (ClientOptions::ignore_sigpipe).
+    const long n = ssl_ ? SSL_write(ssl_.get(), data.data(),
+                                    static_cast<int>(std::min<std::size_t>(data.size(), 1 << 30)))
+                        : ::write(fd_, data.data(), data.size());
     if (n > 0) {
       data.remove_prefix(static_cast<std::size_t>(n));
       continue;
     }
     const int saved_errno = errno;
-    const int error = SSL_get_error(ssl_.get(), n);
+    if (!ssl_) {
+      if (saved_errno == EINTR) continue;
+      if (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK) return {IoStatus::timed_out, {}};
+      return {IoStatus::failed, std::strerror(saved_errno)};
+    }
+    const int error = SSL_get_error(ssl_.get(), static_cast<int>(n));
     if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
-      if (wait_for(error, remaining_ms(deadline))) continue;
       return {IoStatus::timed_out, {}};
     }
     if (error == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) {
-      return {IoStatus::failed, std::strerror(saved_errno == 0 ? EPIPE : saved_errno)};
+      return {IoStatus::failed, tls_failure(std::strerror(saved_errno == 0 ? EPIPE : saved_errno))};
     }
-    return {IoStatus::failed, "TLS: " + take_ssl_error("write failed")};
+    return {IoStatus::failed, "TLS: " + tls_failure("write failed")};
   }
   return {};
+}
+
+inline std::string Socket::tls_failure(const char* otherwise) const {
+  std::string text = take_ssl_error(otherwise);
+  if (server_asked_for_certificate(ssl_.get())) {
+    text +=
+        " (the server asks for a client certificate and none was given: set cert_file and "
+        "key_file)";
+  }
+  return text;
 }
 
 inline long Socket::send_now(std::string_view data) noexcept {
@@ -363,6 +333,7 @@ inline long Socket::send_now(std::string_view data) noexcept {
   // A record is written whole or not at all as far as the caller can
   // tell; one cut short leaves the connection to be dropped (the server
   // runs no command cut short by a close).
+  const NoWait no_wait(*this);
   ERR_clear_error();
   const int n = SSL_write(ssl_.get(), data.data(), static_cast<int>(data.size()));
   if (n <= 0) ERR_clear_error();
@@ -376,6 +347,7 @@ inline void Socket::drain() noexcept {
     }
     return;
   }
+  const NoWait no_wait(*this);
   while (SSL_read(ssl_.get(), sink, sizeof sink) > 0) {
   }
   ERR_clear_error();
@@ -386,6 +358,7 @@ inline bool Socket::sent_unasked() noexcept {
   if (::poll(&p, 1, 0) == 0) return false;
   if (!ssl_) return true;
   // Readable: a reply nobody asked for, a close, or only TLS's own records.
+  const NoWait no_wait(*this);
   char byte = 0;
   ERR_clear_error();
   const int n = SSL_peek(ssl_.get(), &byte, 1);

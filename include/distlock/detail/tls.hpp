@@ -1,6 +1,6 @@
 // The OpenSSL side of a TLS connection (detail/socket.hpp): one SSL_CTX per
-// distinct TlsOptions, kept for the life of the process, and the words a
-// failed handshake is reported in.
+// distinct TlsOptions, kept for the life of the process, the handshake, and
+// the words a failed one is reported in.
 //
 // Contexts are shared because loading a CA store costs milliseconds and a
 // pool, a cluster or a renewal round opens connections by the dozen. A
@@ -14,7 +14,11 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <poll.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -22,6 +26,7 @@
 #include <string>
 #include <tuple>
 
+#include "distlock/connection_options.hpp"
 #include "distlock/error.hpp"
 #include "distlock/tls_options.hpp"
 
@@ -51,6 +56,22 @@ inline std::string take_ssl_error(const char* otherwise) {
   return text;
 }
 
+// Where an SSL notes that its server asked for a client certificate and
+// none was configured: in TLS 1.3 the server refuses it only after the
+// handshake, at the first command, with a reset or an alert that does not
+// say why by itself.
+inline int certificate_request_index() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return index;
+}
+inline int note_certificate_request(SSL* ssl, X509**, EVP_PKEY**) {
+  SSL_set_ex_data(ssl, certificate_request_index(), ssl);
+  return 0;  // none to give
+}
+inline bool server_asked_for_certificate(SSL* ssl) {
+  return ssl != nullptr && SSL_get_ex_data(ssl, certificate_request_index()) != nullptr;
+}
+
 inline SSL_CTX* make_ssl_context(const TlsOptions& tls) {
   std::unique_ptr<SSL_CTX, FreeSslContext> context(SSL_CTX_new(TLS_client_method()));
   if (!context) throw ConnectionError(Errc::connect_failed, "TLS: " + take_ssl_error("no memory"));
@@ -58,6 +79,9 @@ inline SSL_CTX* make_ssl_context(const TlsOptions& tls) {
   // Writes are whole or fail (the connection then breaks); the buffer may
   // move between calls (a pipeline's string grows).
   SSL_CTX_set_mode(context.get(), SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  // A reply's record in one read(2), not its header and then its body. What
+  // is read ahead is drained by Socket::read_tls before poll() is asked.
+  SSL_CTX_set_read_ahead(context.get(), 1);
   const auto refuse = [&](const std::string& what, const std::string& file) {
     return ConnectionError(Errc::connect_failed,
                            "TLS: " + what + " '" + file + "': " + take_ssl_error("unreadable"));
@@ -79,6 +103,7 @@ inline SSL_CTX* make_ssl_context(const TlsOptions& tls) {
   if (tls.cert_file.empty() != tls.key_file.empty()) {
     throw InvalidArgument("TLS: a client certificate needs both cert_file and key_file");
   }
+  if (tls.cert_file.empty()) SSL_CTX_set_client_cert_cb(context.get(), note_certificate_request);
   if (!tls.cert_file.empty()) {
     if (SSL_CTX_use_certificate_chain_file(context.get(), tls.cert_file.c_str()) != 1) {
       throw refuse("cannot load the client certificate", tls.cert_file);
@@ -123,11 +148,17 @@ inline std::string handshake_failure(SSL* ssl, int ssl_error, int saved_errno) {
     ERR_clear_error();
     return std::string("certificate verify failed: ") + X509_verify_cert_error_string(verdict);
   }
+  std::string text;
   if (ssl_error == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) {
-    return saved_errno == 0 ? "the server closed the connection (a plaintext port? use redis://)"
+    text = saved_errno == 0 ? "the server closed the connection (a plaintext port? use redis://)"
                             : std::string(std::strerror(saved_errno));
+  } else {
+    text = take_ssl_error("handshake failed");
   }
-  return take_ssl_error("handshake failed");
+  if (server_asked_for_certificate(ssl)) {
+    text += " (the server asks for a client certificate and none was given)";
+  }
+  return text;
 }
 
 /// The name a TLS connection checks the certificate against, and sends as
@@ -147,6 +178,54 @@ inline void name_the_peer(SSL* ssl, const TlsOptions& tls, const std::string& ho
   } else {
     X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
     X509_VERIFY_PARAM_set1_host(param, name.c_str(), name.size());
+  }
+}
+
+inline int remaining_ms(std::chrono::steady_clock::time_point deadline) {
+  const auto left =
+      std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  return left.count() <= 0 ? 0 : static_cast<int>(std::min<long long>(left.count(), 1 << 30));
+}
+
+/// Waits for what OpenSSL asked (`ssl_error`: readable, or writable) up to
+/// `timeout_ms` (-1 for ever); false if it did not come.
+inline bool wait_for_ssl(int fd, int ssl_error, int timeout_ms) noexcept {
+  pollfd p{fd, static_cast<short>(ssl_error == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN), 0};
+  int ready = 0;
+  while ((ready = ::poll(&p, 1, timeout_ms)) < 0 && errno == EINTR) {
+  }
+  return ready > 0;
+}
+
+/// The TLS handshake on the connected, non-blocking socket `fd`, by
+/// `deadline`. Throws ConnectionError naming the cause, or TimeoutError.
+inline SslPtr start_tls(int fd, const ConnectionOptions& options,
+                        std::chrono::steady_clock::time_point deadline) {
+  SslPtr ssl(SSL_new(ssl_context_for(options.tls)));
+  if (!ssl || SSL_set_fd(ssl.get(), fd) != 1) {
+    throw ConnectionError(Errc::connect_failed,
+                          options.endpoint() + ": TLS: " + take_ssl_error("no memory"));
+  }
+  name_the_peer(ssl.get(), options.tls, options.host);
+  for (;;) {
+    ERR_clear_error();
+    errno = 0;
+    const int result = SSL_connect(ssl.get());
+    if (result == 1) return ssl;
+    const int saved_errno = errno;
+    const int error = SSL_get_error(ssl.get(), result);
+    if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
+      if (wait_for_ssl(fd, error, remaining_ms(deadline))) continue;
+      // A plaintext Redis reads a ClientHello as an inline command, and
+      // waits for the rest of it.
+      throw TimeoutError(Errc::timed_out, options.endpoint() +
+                                              ": TLS handshake: no answer within " +
+                                              std::to_string(options.connect_timeout.count()) +
+                                              " ms (a plaintext port? use redis://)");
+    }
+    throw ConnectionError(Errc::connect_failed,
+                          options.endpoint() + ": TLS handshake: " +
+                              handshake_failure(ssl.get(), error, saved_errno));
   }
 }
 
