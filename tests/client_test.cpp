@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/faults.hpp"
 #include "support/fixture.hpp"
 #include "support/options.hpp"
 
@@ -137,6 +138,53 @@ TEST_F(ClientTest, WriteToAConnectionTheServerClosedIsAnErrorNotSigpipe) {
     }
   }
   EXPECT_TRUE(failed);
+}
+
+// A pooled connection is lent again until max_connection_age, then closed
+// instead: on its return when it aged while lent, on the next borrow when
+// it aged idle in the pool. The pool does not count it any more.
+TEST_F(ClientTest, PooledConnectionsAreReplacedPastMaxConnectionAge) {
+  ClientOptions options = client_options(server());
+  options.pool_size = 1;
+  options.max_connection_age = 300ms;
+  Client client(options);
+  const auto id_of = [](Client::Borrowed& connection) {
+    return connection->command("CLIENT", "ID").integer();
+  };
+  // Asked by the harness's own connection: the pool is not touched.
+  const auto is_open = [&](long long id) {
+    return !server().command({"CLIENT", "LIST", "ID", std::to_string(id)}).empty();
+  };
+  long long first = 0;
+  {
+    auto lent = client.borrow();
+    first = id_of(lent);
+  }
+  {
+    auto lent = client.borrow();
+    // Young, it was lent again (asked only while the machine kept up).
+    if (!lent->aged()) {
+      EXPECT_EQ(id_of(lent), first);
+    }
+    // Aged while lent: closed when it comes back.
+    ASSERT_TRUE(testing::eventually([&] { return lent->aged(); }));
+  }
+  EXPECT_TRUE(testing::eventually([&] { return !is_open(first); })) << "the aged one stayed open";
+  long long second = 0;
+  bool returned_young = false;
+  {
+    auto lent = client.borrow();
+    second = id_of(lent);
+    returned_young = !lent->aged();
+  }
+  EXPECT_NE(second, first);
+  // Aged while idle in the pool (the age is the time that must pass here):
+  // not lent again.
+  std::this_thread::sleep_for(options.max_connection_age);
+  auto lent = client.borrow();
+  if (returned_young) {
+    EXPECT_NE(id_of(lent), second);
+  }
 }
 
 TEST(ClientOptionsTest, RejectsBadPoolSettings) {

@@ -577,6 +577,21 @@ TEST(ClientOptionsUri, ParsesPoolOptionsBesideTheConnection) {
   EXPECT_EQ(ClientOptions::from_uri("redis://h?max_waiters=0").max_waiters, 0u);
 }
 
+TEST(ClientOptionsUri, ParsesMaxConnectionAge) {
+  EXPECT_EQ(ClientOptions{}.max_connection_age, 0ms);  // off unless asked
+  EXPECT_EQ(ClientOptions::from_uri("redis://h?max_connection_age=15s").max_connection_age, 15s);
+  EXPECT_EQ(ClientOptions::from_uri("redis://h?max_connection_age=250").max_connection_age, 250ms);
+  EXPECT_EQ(ClientOptions::from_uri("unix:///r.sock?max_connection_age=0").max_connection_age, 0ms);
+  EXPECT_URI_ERROR(ClientOptions, "redis://h?max_connection_age=1h", "bad max_connection_age '1h'");
+  EXPECT_URI_ERROR(ClientOptions, "redis://h?max_connection_age=-1s",
+                   "bad max_connection_age '-1s'");
+  // It is the pool's (and the Notifier's), not a lone Connection's.
+  EXPECT_URI_ERROR(ConnectionOptions, "redis://h?max_connection_age=15s", "is the pool's");
+  ConnectionOptions negative;
+  negative.max_connection_age = -1ms;
+  EXPECT_THROW(negative.validate(), InvalidArgument);
+}
+
 TEST(ClientOptionsUri, RejectsBadPoolOptionsNamingThem) {
   EXPECT_URI_ERROR(ClientOptions, "redis://h?pool_size=0", "bad pool_size '0'");
   EXPECT_URI_ERROR(ClientOptions, "redis://h?pool_size=-1", "bad pool_size '-1'");

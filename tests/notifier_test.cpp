@@ -6,10 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -488,6 +490,77 @@ TEST_F(NotifierTest, WakeReachesAWaiterReadingTheConnection) {
   notifier.wake("a");
   EXPECT_TRUE(waiter.result.get().first);
   EXPECT_LT(Clock::now() - start, 10s);  // not at the end of its 20 s sleep
+}
+
+// Past max_connection_age the subscriber connection is replaced, the lone
+// waiter's sleep included (it reads the connection itself, and is asked to
+// give it back). The holder's lease is long and the waiter's policy sleeps
+// an hour, so only the release's announcement, heard on the connection made
+// after the replacements, can let it in before its deadline.
+TEST_F(NotifierTest, AWaiterIsWokenByAReleaseAfterItsSubscriberWasReplaced) {
+  ClientOptions options = testing::client_options(server());
+  options.max_connection_age = 300ms;
+  Client aging(options);
+  SleepyMutex holder(aging, "k", LockOptions{}.ttl(60s), an_hour);
+  SleepyMutex waiter(aging, "k", LockOptions{}.ttl(60s), an_hour);
+  ASSERT_TRUE(holder.try_lock());
+  auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(30s); });
+  Notifier& notifier = aging.notifier();
+  ASSERT_TRUE(eventually_lent(notifier, 1)) << "the waiter never read it itself";
+  const std::uint64_t connects = notifier.connects();
+  ASSERT_TRUE(testing::eventually([&] { return notifier.connects() >= connects + 2; }))
+      << "the subscriber was not replaced";
+  // The old connections are gone: one subscriber connection is left.
+  const auto subscribers = [&] {
+    const std::string list(client().command("CLIENT", "LIST", "TYPE", "pubsub").str());
+    return std::count(list.begin(), list.end(), '\n');
+  };
+  EXPECT_TRUE(testing::eventually([&] { return subscribers() == 1; })) << subscribers();
+  const auto released = Clock::now();
+  holder.unlock();
+  ASSERT_TRUE(waiting.get()) << "the release went unheard";
+  EXPECT_LT(Clock::now() - released, 15s);  // far below the lease and the hour
+  EXPECT_EQ(get("k"), waiter.token());
+  waiter.unlock();
+}
+
+// The same with many waiters of many channels, each woken by its own
+// release while the subscriber is replaced every 50 ms. A waiter that
+// missed its release would get in at its deadline only (its last attempt).
+TEST_F(NotifierTest, ReplacingTheSubscriberLosesNoReleaseOfManyChannels) {
+  ClientOptions options = testing::client_options(server());
+  options.max_connection_age = 50ms;
+  Client aging(options);
+  constexpr std::size_t channels = 8;
+  std::vector<std::unique_ptr<SleepyMutex>> holders;
+  std::vector<std::unique_ptr<SleepyMutex>> waiters;
+  std::vector<std::future<Clock::time_point>> got_in;  // max(): never
+  for (std::size_t i = 0; i < channels; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    holders.push_back(std::make_unique<SleepyMutex>(aging, key, LockOptions{}.ttl(60s), an_hour));
+    waiters.push_back(std::make_unique<SleepyMutex>(aging, key, LockOptions{}.ttl(60s), an_hour));
+    ASSERT_TRUE(holders.back()->try_lock());
+    SleepyMutex& mine = *waiters.back();
+    got_in.push_back(std::async(std::launch::async, [&mine] {
+      return mine.try_lock_for(30s) ? Clock::now() : Clock::time_point::max();
+    }));
+  }
+  ASSERT_TRUE(
+      testing::eventually([&] { return pubsub_channels() == static_cast<long long>(channels); }));
+  Notifier& notifier = aging.notifier();
+  std::vector<Clock::time_point> released;
+  for (std::size_t i = 0; i < channels; ++i) {
+    // Released one by one, each after the subscriber was replaced again.
+    const std::uint64_t connects = notifier.connects();
+    ASSERT_TRUE(testing::eventually([&] { return notifier.connects() > connects; })) << i;
+    released.push_back(Clock::now());
+    holders[i]->unlock();
+  }
+  for (std::size_t i = 0; i < channels; ++i) {
+    const Clock::time_point in = got_in[i].get();
+    EXPECT_LT(in - released[i], 15s) << "release " << i << " went unheard";
+    if (in != Clock::time_point::max()) waiters[i]->unlock();
+  }
 }
 
 }  // namespace

@@ -92,6 +92,29 @@ class WatchdogTest : public testing::RedisClientTest {
   }
 };
 
+// Renewals borrow pooled connections; with a short max_connection_age those
+// are replaced again and again while the lease is held, and it is kept.
+TEST_F(WatchdogTest, RenewalsKeepTheLeaseWhileTheirConnectionsAreReplaced) {
+  ClientOptions options = testing::client_options(server());
+  options.pool_size = 1;
+  options.max_connection_age = 50ms;
+  Client aging(options);
+  const auto connections_made = [&] {
+    const Reply info = client().command("INFO", "stats");
+    return std::stoll(
+        std::string(detail::server_info_field(info.str(), "total_connections_received")));
+  };
+  Mutex lock(aging, "k", LockOptions{}.ttl(300ms).auto_renew(true));
+  ASSERT_TRUE(lock.try_lock());
+  const long long before = connections_made();
+  // Each renewal (about every 100 ms) is on a connection made for it; ten
+  // of them outlast the 300 ms lease several times over.
+  ASSERT_TRUE(testing::eventually([&] { return connections_made() >= before + 10; }, 20s));
+  EXPECT_FALSE(lock.lost());
+  EXPECT_EQ(get("k"), lock.token());
+  EXPECT_EQ(lock.release(), Release::released);
+}
+
 TEST_F(WatchdogTest, DefaultLeaseIsRenewedAndAnExplicitOneIsNot) {
   EXPECT_TRUE(LockOptions{}.auto_renew());
   EXPECT_FALSE(LockOptions{}.ttl(5s).auto_renew());

@@ -90,9 +90,11 @@ struct ClientOptions : ConnectionOptions {
   ClientOptions() = default;
   ClientOptions(ConnectionOptions connection) : ConnectionOptions(std::move(connection)) {}
   /// ConnectionOptions::from_uri, plus the pool's options: pool_size (a
-  /// whole number, at least 1), max_waiters (a whole number, 0 allowed) and
-  /// pool_wait_timeout (milliseconds, or with a unit: "250ms", "2s"; 0
-  /// allowed). Any other option is an InvalidArgument naming it.
+  /// whole number, at least 1), max_waiters (a whole number, 0 allowed),
+  /// pool_wait_timeout and max_connection_age (milliseconds, or with a
+  /// unit: "250ms", "2s"; 0 allowed). Any other option is an
+  /// InvalidArgument naming it. (A credentials provider is code: set it on
+  /// the options made.)
   static ClientOptions from_uri(std::string_view uri);
 };
 
@@ -108,11 +110,14 @@ inline ClientOptions ClientOptions::from_uri(std::string_view uri) {
     } else if (option.name == "max_waiters") {
       options.max_waiters =
           detail::parse_uri_number<std::size_t>(option.value, "max_waiters", 0, most);
+    } else if (option.name == "max_connection_age") {
+      options.max_connection_age = detail::parse_uri_duration(option.value, "max_connection_age");
     } else {
       throw detail::uri_error("unknown option '" + option.name +
                               "' (known: db, connect_timeout, command_timeout, pool_size, "
-                              "pool_wait_timeout, max_waiters; with rediss:// ca_file, ca_dir, "
-                              "cert_file, key_file, server_name, insecure_skip_verify)");
+                              "pool_wait_timeout, max_waiters, max_connection_age; with "
+                              "rediss:// ca_file, ca_dir, cert_file, key_file, server_name, "
+                              "insecure_skip_verify)");
     }
   }
   return options;
@@ -305,9 +310,12 @@ inline std::unique_ptr<Connection> Endpoint::take(SteadyClock::time_point deadli
   while (!idle_.empty()) {
     std::unique_ptr<Connection> connection = std::move(idle_.back());
     idle_.pop_back();
-    if (!connection->stale_after_idle(idle_check_after)) return connection;
-    --open_;  // closed under us while idle: drop it and look again
-    reconnecting_.store(true, std::memory_order_relaxed);
+    // Aged while idle: replaced by one that asks for credentials afresh
+    // (the same server: no lease needs revalidating).
+    const bool aged = connection->aged();
+    if (!aged && !connection->stale_after_idle(idle_check_after)) return connection;
+    --open_;  // aged, or closed under us while idle: drop it and look again
+    if (!aged) reconnecting_.store(true, std::memory_order_relaxed);
   }
   // Connect outside the lock: other borrowers need not wait for our handshake.
   ++open_;
@@ -351,7 +359,10 @@ inline bool Endpoint::new_process(Connection& connection) {
 }
 
 inline void Endpoint::give_back(std::unique_ptr<Connection> connection) noexcept {
-  bool reusable = connection && !connection->broken() && connection->pending() == 0;
+  // One past max_connection_age is closed rather than lent again: a lender
+  // holds it for one call, so none outlives its age by more than that.
+  bool reusable =
+      connection && !connection->broken() && connection->pending() == 0 && !connection->aged();
   if (reusable) {
     try {
       connection->set_timeout(options_.command_timeout);

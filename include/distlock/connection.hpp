@@ -27,6 +27,7 @@
 
 #include "distlock/connection_options.hpp"
 #include "distlock/detail/args.hpp"
+#include "distlock/detail/authenticate.hpp"
 #include "distlock/detail/command_format.hpp"
 #include "distlock/detail/sharded_scripts.hpp"
 #include "distlock/detail/socket.hpp"
@@ -39,7 +40,8 @@ namespace distlock {
 /// time (Client hands connections out one borrower at a time).
 class Connection {
  public:
-  /// Connects (with TLS where options.tls asks), authenticates and selects
+  /// Connects (with TLS where options.tls asks), authenticates (asking
+  /// options.credentials when set: detail/authenticate.hpp) and selects
   /// the db. Throws ConnectionError, TimeoutError or ServerError (e.g.
   /// WRONGPASS) on failure.
   explicit Connection(ConnectionOptions options);
@@ -168,6 +170,17 @@ class Connection {
   /// Records that the connection was just used (Client does so on return).
   void touch() noexcept { last_used_ = std::chrono::steady_clock::now(); }
 
+  /// True once it has been open options().max_connection_age (never when
+  /// that is 0): whoever keeps it should replace it.
+  bool aged(
+      std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now()) const noexcept {
+    return options_.max_connection_age.count() > 0 && now >= aged_at();
+  }
+  /// When it ages (meaningful only with a max_connection_age).
+  std::chrono::steady_clock::time_point aged_at() const noexcept {
+    return opened_ + options_.max_connection_age;
+  }
+
   /// The socket, for callers that wait on several connections with poll().
   /// What poll() calls readable has been read by read_available() once it
   /// returns: nothing is kept back where poll() cannot see it (TLS).
@@ -225,6 +238,7 @@ class Connection {
   bool asking_ = false;
   bool sharded_publish_ = false;
   std::chrono::steady_clock::time_point last_used_{};
+  const std::chrono::steady_clock::time_point opened_ = std::chrono::steady_clock::now();
   Reply last_{nullptr};
   std::string unsent_;                // appended commands, formatted, not yet written
   std::vector<std::string> trailer_;  // trail()ed, not yet sent
@@ -241,13 +255,13 @@ inline Connection::Connection(ConnectionOptions options)
       socket_(validated(options_), std::chrono::steady_clock::now() + options_.connect_timeout) {
   if (!reader_) throw ConnectionError(Errc::connect_failed, options_.endpoint() + ": no memory");
   set_timeout(options_.command_timeout);
-  if (!options_.password.empty()) {
-    if (options_.username.empty()) {
-      command("AUTH", options_.password);
+  detail::authenticate(options_, [this](const std::string& user, const std::string& password) {
+    if (user.empty()) {
+      command("AUTH", password);
     } else {
-      command("AUTH", options_.username, options_.password);
+      command("AUTH", user, password);
     }
-  }
+  });
   if (options_.db != 0) command("SELECT", detail::Decimal(options_.db));
 }
 

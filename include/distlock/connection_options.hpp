@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "distlock/credentials.hpp"
 #include "distlock/error.hpp"
 #include "distlock/tls_options.hpp"
 
@@ -31,6 +32,10 @@ struct ConnectionOptions {
   std::string unix_socket;  ///< when set, used instead of host and port
   std::string username;     ///< ACL user; empty sends the legacy AUTH <password>
   std::string password;     ///< empty: no AUTH
+  /// When set, asked on every new connection in place of username and
+  /// password: for credentials that rotate (credentials.hpp). Thread-safe
+  /// it must be; set in code, never from a URI.
+  CredentialsProvider credentials;
   int db = 0;
   std::chrono::milliseconds connect_timeout{1000};
   /// The longest one reply may take. A command that times out may still have
@@ -39,6 +44,13 @@ struct ConnectionOptions {
   bool keepalive = true;
   /// TLS, when tls.enabled (tls_options.hpp); verified by default.
   TlsOptions tls;
+  /// The longest a kept connection is used: past it, a Client's pooled
+  /// connection is closed when it comes back instead of lent again, and
+  /// the Notifier's subscriber is replaced at its next safe point (with no
+  /// release lost). So a connection never outlives the token that opened
+  /// it by more than this. 0 (the default): kept until it breaks. A
+  /// Connection of your own is yours to replace (Connection::aged()).
+  std::chrono::milliseconds max_connection_age{0};
 
   /// Parses
   ///   redis://[user[:password]@]host[:port][/db][?option=value&...]
@@ -54,8 +66,8 @@ struct ConnectionOptions {
   /// insecure_skip_verify (true or false). Throws InvalidArgument, with a
   /// message that never shows the password, on anything else: another
   /// scheme, a TLS option without rediss://, an unknown or repeated option,
-  /// a value out of range. The pool's options
-  /// (pool_size, ...) are ClientOptions::from_uri's and refused here.
+  /// a value out of range. The pool's options (pool_size, ...,
+  /// max_connection_age) are ClientOptions::from_uri's and refused here.
   static ConnectionOptions from_uri(std::string_view uri);
 
   /// Throws InvalidArgument if a field is out of range.
@@ -341,7 +353,8 @@ inline ConnectionOptions ConnectionOptions::from_uri(std::string_view uri) {
   detail::ParsedUri parsed = detail::parse_uri(uri);
   if (!parsed.rest.empty()) {
     const std::string& name = parsed.rest.front().name;
-    if (name == "pool_size" || name == "pool_wait_timeout" || name == "max_waiters") {
+    if (name == "pool_size" || name == "pool_wait_timeout" || name == "max_waiters" ||
+        name == "max_connection_age") {
       throw detail::uri_error("option '" + name +
                               "' is the pool's: parse the URI with ClientOptions::from_uri");
     }
@@ -361,6 +374,9 @@ inline void ConnectionOptions::validate() const {
   if (db < 0) throw InvalidArgument("db index must not be negative");
   if (connect_timeout.count() <= 0) throw InvalidArgument("connect_timeout must be positive");
   if (command_timeout.count() <= 0) throw InvalidArgument("command_timeout must be positive");
+  if (max_connection_age.count() < 0) {
+    throw InvalidArgument("max_connection_age must not be negative (0: no limit)");
+  }
 }
 
 }  // namespace distlock

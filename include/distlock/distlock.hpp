@@ -13,6 +13,7 @@
 #include "distlock/connection.hpp"
 #include "distlock/connection_options.hpp"
 #include "distlock/counting_scripts.hpp"
+#include "distlock/credentials.hpp"
 #include "distlock/error.hpp"
 #include "distlock/events.hpp"
 #include "distlock/hash_scripts.hpp"

@@ -22,7 +22,9 @@
 // Pub/sub delivers at most once. A lost message (or a subscriber connection
 // that dropped) only delays a waiter until its timer, which the lock never
 // sets beyond the holder's remaining lease; after a reconnect every waiter is
-// woken to look again, since releases may have been missed meanwhile.
+// woken to look again, since releases may have been missed meanwhile. A
+// connection past max_connection_age is not lost but replaced: the new one
+// is subscribed before the old one goes, and nobody is woken for it.
 //
 // A waiter may also leave its next attempt armed on its subscription
 // (detail/armed_attempt.hpp): the notifier thread writes it the moment the
@@ -32,7 +34,8 @@
 // connection itself while it sleeps (detail/notifier_lent.hpp): the release
 // message then wakes the thread that acts on it, with no hop through the
 // notifier thread. The connection goes back the moment a second waiter, a
-// new channel, a reconnect or a retarget needs the notifier thread.
+// new channel, a reconnect, a retarget or a replacement (its age) needs the
+// notifier thread.
 #pragma once
 
 #include <poll.h>
@@ -178,6 +181,14 @@ class Notifier {
 
   void run();
   bool connect_once();
+  // Replacing a connection past max_connection_age (notifier_thread.hpp).
+  bool due_for_replacement() const;
+  void replace_if_due();
+  bool replace_aged();
+  bool subscribe_fresh(Connection& fresh, const std::vector<std::string>& names,
+                       std::unordered_map<std::string, bool>& confirmed, clock::time_point until);
+  bool read_to_barrier(clock::time_point until);
+  int until_replacement(int timeout_ms) const;
   int sync_subscriptions();
   void handle(const Reply& reply);
   void drop_connection();
@@ -233,6 +244,10 @@ class Notifier {
   // Made, dropped and written by the notifier thread only; read by a lone
   // waiter while lent to it (see busy_ and lent_).
   std::unique_ptr<Connection> connection_;
+  // The notifier thread's: after a replacement that failed, the next try
+  // waits until replace_after_, and the pause doubles.
+  clock::time_point replace_after_{};
+  std::chrono::milliseconds replace_pause_{10};
   std::thread thread_;
 };
 

@@ -81,7 +81,8 @@ class SpareConnection {
       lent_ = true;
       connection = std::move(idle_);
     }
-    if (connection && !connection->stale()) return connection;
+    // One past max_connection_age is made again, as a pooled one would be.
+    if (connection && !connection->stale() && !connection->aged()) return connection;
     try {
       connection = std::make_unique<Connection>(cut_to(where, deadline));
       connection->set_usual_timeout(where.command_timeout);

@@ -1,5 +1,6 @@
 // The notifier thread's side of Notifier (notifier.hpp): its loop, the
-// subscriber connection (made, lost, moved), the SUBSCRIBE and UNSUBSCRIBE
+// subscriber connection (made, lost, moved, replaced past its
+// max_connection_age), the SUBSCRIBE and UNSUBSCRIBE
 // it sends, and the replies and messages it reads; on a release message it
 // also writes the armed attempt left on that channel
 // (detail/armed_attempt.hpp). While the connection is lent to a lone waiter
@@ -11,18 +12,35 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "distlock/notifier.hpp"
 
 namespace distlock {
+namespace detail {
+
+// Waits until `fd` is readable or `until` passes; true if readable.
+inline bool wait_readable(int fd, std::chrono::steady_clock::time_point until) {
+  for (;;) {
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    pollfd ready{fd, POLLIN, 0};
+    const long long ms = std::clamp<long long>(left.count(), 0, 3600 * 1000);
+    const int got = ::poll(&ready, 1, static_cast<int>(ms));
+    if (got >= 0 || errno != EINTR) return got > 0;
+  }
+}
+
+}  // namespace detail
 
 inline void Notifier::run() {
   auto retry_pause = std::chrono::milliseconds(10);
@@ -38,6 +56,9 @@ inline void Notifier::run() {
       busy_ = !lent;
       watching_ = !lent;
       if (lent) parked_.notify_all();
+      // Past its age while lent: asked back, to be replaced (the waiter
+      // gives it back at once and wakes this thread).
+      if (lent && due_for_replacement()) call_back();
       if (!lent) {
         moved = std::exchange(retarget_, false);
         broken = std::exchange(lent_failed_, false);
@@ -57,8 +78,9 @@ inline void Notifier::run() {
       continue;
     }
     retry_pause = std::chrono::milliseconds(10);
+    replace_if_due();
     try {
-      const int timeout_ms = sync_subscriptions();
+      const int timeout_ms = until_replacement(sync_subscriptions());
       pollfd fds[2] = {{connection_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
       {
         // Parked in poll(): a lone waiter may take the connection meanwhile.
@@ -114,6 +136,134 @@ inline bool Notifier::connect_once() {
     detail::emit_about(events_, LockEventType::notifier_reconnected, endpoint);
   }
   return true;
+}
+
+inline bool Notifier::due_for_replacement() const {
+  return connection_ && connection_->aged() && clock::now() >= replace_after_;
+}
+
+inline void Notifier::replace_if_due() {
+  if (!due_for_replacement()) return;
+  if (replace_aged()) {
+    replace_pause_ = std::chrono::milliseconds(10);
+    return;
+  }
+  // The old connection still serves; a provider or server that fails now
+  // is asked again later, not in a loop.
+  replace_after_ = clock::now() + replace_pause_;
+  replace_pause_ = std::min(replace_pause_ * 2, std::chrono::milliseconds(1000));
+}
+
+// `timeout_ms` (poll()'s; -1 for none), cut to when the connection is due
+// for replacement, so that an idle one is replaced on time too.
+inline int Notifier::until_replacement(int timeout_ms) const {
+  if (!connection_ || connection_->options().max_connection_age.count() == 0) return timeout_ms;
+  const clock::time_point due = std::max(connection_->aged_at(), replace_after_);
+  const int due_ms = poll_timeout(due);
+  return timeout_ms < 0 ? due_ms : std::min(timeout_ms, due_ms);
+}
+
+// Replaces the subscriber connection past max_connection_age without
+// losing a release: the fresh connection subscribes to every channel the
+// old one has, and the server confirms them all, before the old one goes;
+// what the old one was sent before that is read (and handled) up to the
+// answer of a PING written behind it. Until the swap the old connection
+// serves as before; nobody is woken for the swap. False, the old one kept,
+// if the fresh one cannot be made or does not confirm in time. Should the
+// old one break before its PING is answered, releases may have been
+// missed: every waiter is woken to look again, as after a reconnect.
+inline bool Notifier::replace_aged() {
+  ConnectionOptions where;
+  std::vector<std::string> names;
+  {
+    detail::MutexLock lock(mutex_);
+    where = options_;
+    for (const auto& [name, channel] : channels_) {
+      if (channel->sent && !channel->moved) names.push_back(name);
+    }
+  }
+  std::unique_ptr<Connection> fresh;
+  std::unordered_map<std::string, bool> confirmed;
+  try {
+    fresh = std::make_unique<Connection>(where);
+    if (!subscribe_fresh(*fresh, names, confirmed, clock::now() + where.command_timeout)) {
+      return false;
+    }
+  } catch (const Error&) {
+    return false;
+  }
+  const bool caught_up = read_to_barrier(clock::now() + where.command_timeout);
+  connection_ = std::move(fresh);
+  detail::MutexLock lock(mutex_);
+  ++connects_;
+  for (auto& [name, channel] : channels_) {
+    if (!caught_up) {
+      ++channel->generation;
+      channel->changed.notify_all();
+    }
+    if (channel->moved) continue;  // left "sent", as on the old one
+    const auto answer = confirmed.find(name);
+    channel->sent = answer != confirmed.end();
+    channel->confirmed = channel->sent && answer->second;
+    // A sharded node that refused the channel serves its slot no more.
+    if (sharded_ && channel->sent && !answer->second) mark_moved(*channel);
+  }
+  return true;
+}
+
+// Subscribes `fresh` to `names`, one command each (a cluster node refuses a
+// SSUBSCRIBE naming channels of several slots), and reads until each is
+// answered or `until` passes; releases it already hears are handled.
+// `confirmed[name]`: true if confirmed, false if refused.
+inline bool Notifier::subscribe_fresh(Connection& fresh, const std::vector<std::string>& names,
+                                      std::unordered_map<std::string, bool>& confirmed,
+                                      clock::time_point until) {
+  const std::string_view verb = sharded_ ? "SSUBSCRIBE" : "SUBSCRIBE";
+  for (const std::string& name : names) fresh.append(verb, name);
+  fresh.flush();
+  std::size_t answered = 0;
+  for (;;) {
+    while (std::optional<Reply> reply = fresh.next_buffered_reply()) {
+      // Answers come in the order asked; an error names no channel.
+      if (reply->is_error() && answered < names.size()) {
+        confirmed[names[answered++]] = false;
+      } else if (reply->is_array() && reply->size() >= 3 &&
+                 ((*reply)[0].str() == "subscribe" || (*reply)[0].str() == "ssubscribe")) {
+        confirmed[std::string((*reply)[1].str())] = true;
+        ++answered;
+      } else {
+        handle(*reply);
+      }
+    }
+    if (answered >= names.size()) return true;
+    if (!detail::wait_readable(fresh.fd(), until)) return false;
+    fresh.read_available();
+  }
+}
+
+// Reads the old connection up to the answer of a PING sent behind all it
+// was sent: a release published before the fresh connection's
+// subscriptions took is in what comes before it. False if it broke or did
+// not answer by `until`.
+inline bool Notifier::read_to_barrier(clock::time_point until) {
+  try {
+    connection_->append("PING");
+    connection_->flush();
+    for (;;) {
+      while (std::optional<Reply> reply = connection_->next_buffered_reply()) {
+        // "pong" in an array on a subscribed connection, +PONG on one that is not.
+        const bool pong = reply->is_array() && reply->size() >= 1
+                              ? (*reply)[0].str() == "pong"
+                              : reply->type() == ReplyType::status && reply->str() == "PONG";
+        if (pong) return true;
+        handle(*reply);
+      }
+      if (!detail::wait_readable(connection_->fd(), until)) return false;
+      connection_->read_available();
+    }
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 // Sends SUBSCRIBE for new channels and UNSUBSCRIBE for channels abandoned
