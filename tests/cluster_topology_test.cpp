@@ -157,6 +157,40 @@ TEST(ClusterTopology, ShardsWithTheDeadMasterInAShardOfItsOwnAreBelieved) {
   EXPECT_TRUE(same(told.ranges[0], 0, 5460, "127.0.0.1", 7003));
 }
 
+TEST(ClusterTopology, ATlsClientDialsTheTlsPort) {
+  // A node on both ports lists both; a TLS-only one (port 0) lists no
+  // "port" (Redis 7.0 to Valkey 8.0, with tls-cluster).
+  const auto node = [](std::initializer_list<std::string> ports) {
+    std::string fields = bulk("id") + bulk("e5a3c2");
+    for (const std::string& port : ports) fields += port;
+    fields += bulk("ip") + bulk("10.0.0.1") + bulk("role") + bulk("master");
+    return "*" + std::to_string(6 + ports.size()) + "\r\n" + fields;
+  };
+  const Reply reply = parsed(
+      list({list({bulk("slots"), list({number(0), number(8191)}), bulk("nodes"),
+                  list({node({bulk("port"), number(6379), bulk("tls-port"), number(6380)})})}),
+            list({bulk("slots"), list({number(8192), number(16383)}), bulk("nodes"),
+                  list({node({bulk("tls-port"), number(7380)})})})}));
+  const detail::ShardRanges tls = detail::ranges_from_shards(reply.view(), "asked", true);
+  EXPECT_FALSE(tls.doubtful);
+  ASSERT_EQ(tls.ranges.size(), 2u);
+  EXPECT_TRUE(same(tls.ranges[0], 0, 8191, "10.0.0.1", 6380));
+  EXPECT_TRUE(same(tls.ranges[1], 8192, 16383, "10.0.0.1", 7380));
+  // In plain text the TLS-only shard has no port to dial: the reply is
+  // checked with CLUSTER SLOTS.
+  const detail::ShardRanges plain = detail::ranges_from_shards(reply.view(), "asked", false);
+  EXPECT_TRUE(plain.doubtful);
+  ASSERT_EQ(plain.ranges.size(), 1u);
+  EXPECT_TRUE(same(plain.ranges[0], 0, 8191, "10.0.0.1", 6379));
+  // A TLS client of a node that names only "port" dials that.
+  const Reply port_only =
+      three_shards(list({number(0), number(5460)}),
+                   list({shard_node("127.0.0.1", "", 7000, "master", "online")}));
+  const detail::ShardRanges named = detail::ranges_from_shards(port_only.view(), "asked", true);
+  ASSERT_FALSE(named.ranges.empty());
+  EXPECT_TRUE(same(named.ranges[0], 0, 5460, "127.0.0.1", 7000));
+}
+
 TEST(ClusterTopology, SlotsNameEachRangesMaster) {
   const auto node = [](const std::string& host, long long port) {
     return list({bulk(host), number(port), bulk("e5a3c2")});

@@ -38,10 +38,12 @@ struct ClusterOptions : ClientOptions {
   ClusterOptions(std::vector<std::string> seed_nodes, ClientOptions client = {})
       : ClientOptions(std::move(client)), seeds(std::move(seed_nodes)) {}
 
-  /// Parses "redis://[user:password@]host1:port1,host2:port2[?option=value&...]":
-  /// the seeds, comma-separated where a URI has one host, and the options
-  /// of ClientOptions::from_uri (a db other than 0 is refused: a cluster
-  /// has only db 0). Throws InvalidArgument as ClientOptions::from_uri does.
+  /// Parses "redis://[user:password@]host1:port1,host2:port2[?option=value&...]",
+  /// or "rediss://..." for a cluster over TLS (every node, with the TLS
+  /// options of the query: ca_file, server_name, ...): the seeds,
+  /// comma-separated where a URI has one host, and the options of
+  /// ClientOptions::from_uri (a db other than 0 is refused: a cluster has
+  /// only db 0). Throws InvalidArgument as ClientOptions::from_uri does.
   static ClusterOptions from_uri(std::string_view uri);
 
   /// Throws InvalidArgument if there is no seed, a seed is not
@@ -70,10 +72,11 @@ inline ConnectionOptions parse_seed(std::string_view seed) {
 }  // namespace detail
 
 inline ClusterOptions ClusterOptions::from_uri(std::string_view uri) {
-  constexpr std::string_view scheme = "redis://";
-  if (!detail::starts_with_nocase(uri, scheme)) {
-    throw detail::uri_error("a cluster URI must start with redis://");
-  }
+  const std::string_view scheme = detail::starts_with_nocase(uri, "rediss://")  ? "rediss://"
+                                  : detail::starts_with_nocase(uri, "redis://") ? "redis://"
+                                                                                : "";
+  if (scheme.empty())
+    throw detail::uri_error("a cluster URI must start with redis:// or rediss://");
   // The host list runs from after the credentials to the first '/' or '?'.
   const std::string_view rest = uri.substr(scheme.size());
   const auto at = rest.rfind('@');

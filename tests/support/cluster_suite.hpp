@@ -3,7 +3,8 @@
 // 3 masters and no replicas unless it calls start() with others, and each
 // test gets a fresh ClusterClient on it; the helpers look at one node
 // directly (its replies as RedisServer renders them, its command and error
-// counts, its shard-channel subscribers).
+// counts, its shard-channel subscribers). A suite that starts its cluster
+// with TLS gets clients that speak it (client_tls_).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -15,11 +16,13 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "distlock/cluster_client.hpp"
 #include "distlock/detail/cluster_slots.hpp"
 #include "distlock/events.hpp"
+#include "distlock/tls_options.hpp"
 #include "support/fixture.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
@@ -31,11 +34,14 @@ class ClusterSuite : public ::testing::Test {
   using Clock = std::chrono::steady_clock;
   static void SetUpTestSuite() { start(0); }
   /// Starts the suite's cluster: `masters` masters with `replicas`
-  /// replicas each.
-  static void start(std::size_t replicas, std::size_t masters = 3) {
+  /// replicas each; TLS-only with `tls`, reached with `client_tls`.
+  static void start(std::size_t replicas, std::size_t masters = 3,
+                    std::optional<RedisServerTls> tls = std::nullopt,
+                    distlock::TlsOptions client_tls = {}) {
     if (!RedisServer::available()) return;
+    client_tls_ = std::move(client_tls);
     try {
-      cluster_ = new RedisCluster(masters, replicas);
+      cluster_ = new RedisCluster(masters, replicas, std::move(tls));
     } catch (const std::exception& error) {
       start_error_ = new std::string(error.what());
     }
@@ -45,6 +51,7 @@ class ClusterSuite : public ::testing::Test {
     cluster_ = nullptr;
     delete start_error_;
     start_error_ = nullptr;
+    client_tls_ = {};
   }
 
   void SetUp() override {
@@ -58,6 +65,7 @@ class ClusterSuite : public ::testing::Test {
     distlock::ClusterOptions options(cluster_->seed_list());
     options.connect_timeout = std::chrono::seconds(1);
     options.command_timeout = std::chrono::seconds(1);
+    options.tls = client_tls_;
     return options;
   }
 
@@ -154,6 +162,7 @@ class ClusterSuite : public ::testing::Test {
 
   inline static RedisCluster* cluster_ = nullptr;
   inline static std::string* start_error_ = nullptr;
+  inline static distlock::TlsOptions client_tls_;
   std::optional<distlock::ClusterClient> client_;
 };
 

@@ -12,17 +12,22 @@
 // master gets its own, attached with CLUSTER REPLICATE and in sync before
 // the constructor returns; fail_over() then kills a master (kill -9) and
 // promotes its replica with CLUSTER FAILOVER TAKEOVER, or hands over
-// gracefully with CLUSTER FAILOVER. Like RedisServer it depends only on
-// POSIX and hiredis, not on GoogleTest.
+// gracefully with CLUSTER FAILOVER. Given a RedisServerTls, every node
+// speaks TLS only, to clients (port 0, tls-port: node(i).port()), on the
+// cluster bus (tls-cluster) and to its master (tls-replication); the
+// harness's own commands go through each node's unix socket. Like
+// RedisServer it depends only on POSIX and hiredis, not on GoogleTest.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "support/redis_server.hpp"
@@ -35,7 +40,10 @@ class RedisCluster {
 
   /// `masters` masters with `replicas` replicas each. Node indexes: the
   /// masters first (0 .. masters-1), then the replicas.
-  explicit RedisCluster(std::size_t masters = 3, std::size_t replicas = 0) : masters_(masters) {
+  /// With `tls`, a TLS-only cluster (see the top of this file).
+  explicit RedisCluster(std::size_t masters = 3, std::size_t replicas = 0,
+                        std::optional<RedisServerTls> tls = std::nullopt)
+      : masters_(masters), tls_(std::move(tls)) {
     if (masters == 0) throw std::invalid_argument("RedisCluster: at least one master");
     for (std::size_t i = 0; i < masters * (1 + replicas); ++i) start_node();
     owner_.assign(slots, 0);
@@ -300,6 +308,11 @@ class RedisCluster {
     options.config_lines = {"cluster-enabled yes", "cluster-config-file nodes.conf",
                             "cluster-port " + std::to_string(bus_port), "cluster-node-timeout 5000",
                             "cluster-require-full-coverage yes"};
+    if (tls_) {
+      options.tls = tls_;
+      options.config_lines.push_back("tls-cluster yes");
+      options.config_lines.push_back("tls-replication yes");
+    }
     nodes_.push_back(std::make_unique<RedisServer>(options));
     bus_ports_.push_back(bus_port);
     alive_.push_back(true);
@@ -356,6 +369,7 @@ class RedisCluster {
   }
 
   const std::size_t masters_;
+  const std::optional<RedisServerTls> tls_;
   std::vector<std::unique_ptr<RedisServer>> nodes_;
   std::vector<bool> alive_;
   std::vector<std::size_t> master_of_;  // per node: the node it replicates, or no_master

@@ -2,7 +2,8 @@
 // the tests: a CA, certificates it signs (for a server at 127.0.0.1 and
 // localhost, for a client, one long expired), and a second CA that nobody
 // trusts. EC P-256 keys: made in microseconds, so every fixture makes its
-// own. Written as PEM files into a folder the caller owns.
+// own. Written as PEM files into a folder the caller owns (TestPki), or
+// into one of its own (TempPki).
 #pragma once
 
 #include <openssl/ec.h>
@@ -12,6 +13,8 @@
 #include <openssl/x509v3.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -148,6 +151,32 @@ struct TestPki {
   CertFiles expired;    ///< like server, expired yesterday
   CertFiles stranger;   ///< like server, signed by other_ca
   CertFiles elsewhere;  ///< signed by ca, for redis.example.com only
+};
+
+/// A TestPki in a temporary folder of its own, removed with it: for a
+/// suite that starts TLS servers once (the cluster's, the Sentinels').
+class TempPki {
+ public:
+  TempPki() : folder_(make_folder()), pki_(folder_) {}
+  ~TempPki() {
+    std::error_code ignored;
+    std::filesystem::remove_all(folder_, ignored);
+  }
+  TempPki(const TempPki&) = delete;
+  TempPki& operator=(const TempPki&) = delete;
+
+  const TestPki& operator*() const { return pki_; }
+  const TestPki* operator->() const { return &pki_; }
+
+ private:
+  static std::string make_folder() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "distlock-pki-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("test certs: mkdtemp");
+    return pattern;
+  }
+
+  std::string folder_;
+  TestPki pki_;
 };
 
 }  // namespace testing

@@ -13,6 +13,10 @@
 // again after a MOVED, after a node could not be reached, and when it is
 // older than refresh_interval; a read that fails leaves the old map.
 //
+// Every connection to a node (its pool, its notifier) has
+// the ClusterOptions' own, TLS included, with only host and port changed:
+// a cluster speaks TLS at every node or at none (tls-cluster).
+//
 // A map read that finds a slot with a new owner has the Watchdog re-read
 // that slot's leases at once (Watchdog::revalidate): after a failover the
 // promoted replica may have missed a lease's key (replication is
@@ -308,7 +312,8 @@ inline bool ClusterNodes::read_map_from(Node& node, SteadyClock::time_point dead
     std::optional<ShardRanges> told;
     if (!node.shards_refused.load(std::memory_order_relaxed)) {
       try {
-        told = ranges_from_shards(connection->command("CLUSTER", "SHARDS").view(), node.host());
+        told = ranges_from_shards(connection->command("CLUSTER", "SHARDS").view(), node.host(),
+                                  options_.tls.enabled);
       } catch (const ServerError&) {
         // Refused (unknown to the server, or denied): the older command.
       }

@@ -5,9 +5,17 @@
 //
 // CLUSTER SHARDS answers one entry per shard, each a flat list of names and
 // values: "slots" (first, last, first, last, ...) and "nodes" (one flat
-// list of names and values per node: "ip", "endpoint", "port", "role",
-// "health", ...). CLUSTER SLOTS answers one entry per range: first, last,
-// then the master as [host, port, id, ...], then its replicas. Either way a
+// list of names and values per node: "ip", "endpoint", "port", "tls-port",
+// "role", "health", ...). CLUSTER SLOTS answers one entry per range: first,
+// last, then the master as [host, port, id, ...], then its replicas.
+//
+// Over TLS the port to dial is "tls-port": a node that listens for clients
+// on TLS only (port 0) lists no "port" at all (Redis 7.0 to Valkey 8.0),
+// and one that listens on both lists both. CLUSTER SLOTS and MOVED name
+// the port of the asking connection's kind (7.2 and later; 7.0 names the
+// TLS port whenever tls-cluster is on), so over TLS they need no choice.
+//
+// Either way a
 // host that is empty or "?" means the node asked (it does not know the
 // address it is reached at), and an entry that is not understood is left
 // out rather than failing the whole map.
@@ -88,8 +96,11 @@ struct ShardRanges {
 
 /// The ranges of a CLUSTER SHARDS reply: each shard's slots, served by the
 /// node of the shard whose role is "master" (if there are two, the first
-/// whose health is "online", and the whole reply is doubtful).
-inline ShardRanges ranges_from_shards(const ReplyView& reply, const std::string& asked_host) {
+/// whose health is "online", and the whole reply is doubtful), at its
+/// "tls-port" for a client that speaks `tls` (its "port" if it names none),
+/// else at its "port".
+inline ShardRanges ranges_from_shards(const ReplyView& reply, const std::string& asked_host,
+                                      bool tls = false) {
   ShardRanges told;
   std::size_t served = 0;
   for (std::size_t i = 0; i < reply.size(); ++i) {
@@ -112,7 +123,8 @@ inline ShardRanges ranges_from_shards(const ReplyView& reply, const std::string&
       }
     }
     if (master == nullptr) continue;  // a shard that serves nothing now
-    const redisReply* port_field = field_of(ReplyView(master), "port");
+    const redisReply* port_field = tls ? field_of(ReplyView(master), "tls-port") : nullptr;
+    if (port_field == nullptr) port_field = field_of(ReplyView(master), "port");
     const long long port = port_field == nullptr ? -1 : reply_number(ReplyView(port_field));
     if (port <= 0 || port > 65535) continue;
     // "endpoint" is the address the cluster tells clients to use
