@@ -2,6 +2,14 @@
 // master's name, the Sentinels to ask, the Sentinels' own credentials, and
 // for the data nodes everything a ClientOptions says (their host and port
 // are ignored: the Sentinels tell them).
+//
+// TLS is set apart the same way: `tls` (from ClientOptions) is the data
+// nodes', `sentinel_tls` the Sentinels'. TLS to the data nodes does not
+// turn it on to the Sentinels, since many deployments encrypt the data
+// and leave the Sentinels, which hold no data and are often reached only
+// from inside, in plain text (redis-py's sentinel_kwargs leave it out
+// too); a Sentinel that speaks TLS only (tls-port, port 0) is asked for
+// by setting sentinel_tls.enabled, with its own CA and certificates.
 #pragma once
 
 #include <chrono>
@@ -13,6 +21,7 @@
 #include "distlock/client.hpp"
 #include "distlock/connection_options.hpp"
 #include "distlock/error.hpp"
+#include "distlock/tls_options.hpp"
 
 namespace distlock {
 
@@ -29,6 +38,9 @@ struct SentinelOptions : ClientOptions {
   /// and password above); empty password: no AUTH.
   std::string sentinel_username;
   std::string sentinel_password;
+  /// TLS to the Sentinels, separate from `tls` (the data nodes'): off
+  /// unless enabled here, whatever `tls` says (see the top of this file).
+  TlsOptions sentinel_tls;
   /// The pause between two rounds of asking the Sentinels while none names
   /// a master that answers (during a failover), doubled each round up to
   /// a second, within the caller's deadline.
@@ -66,6 +78,7 @@ inline ConnectionOptions SentinelOptions::sentinel_connection(std::string_view a
   where.connect_timeout = connect_timeout;
   where.command_timeout = command_timeout;
   where.keepalive = keepalive;
+  where.tls = sentinel_tls;
   return where;
 }
 

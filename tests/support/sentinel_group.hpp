@@ -11,11 +11,21 @@
 // (SENTINEL FAILOVER), kill -9 the master, SIGSTOP/SIGCONT a replica, and
 // wait until all three Sentinels name the same new master and it says
 // ROLE master. Everything is killed in the destructor.
+//
+// With a SentinelGroupTls the data nodes speak TLS only (port 0, tls-port:
+// port()) and replicate over it (tls-replication), and the Sentinels talk
+// TLS to them and to each other (tls-replication in a Sentinel covers
+// every link it makes). The Sentinels themselves take clients over TLS
+// only, or, with sentinels_tls_only false, in plain text at port() and
+// over TLS at a tls-port of their own, which they announce to each other.
+// The harness's commands go through unix sockets where TLS is the only
+// way in.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -26,6 +36,12 @@
 
 namespace distlock::testing {
 
+/// How a SentinelGroup speaks TLS (see the top of this file).
+struct SentinelGroupTls {
+  RedisServerTls certs;  ///< every process's certificate, key and CA
+  bool sentinels_tls_only = true;
+};
+
 class SentinelGroup {
  public:
   static constexpr const char* master_name = "distlock-master";
@@ -33,11 +49,17 @@ class SentinelGroup {
   /// Starts the master, two replicas and three Sentinels, and waits until
   /// they agree (see the top of this file). With passwords, the data nodes
   /// require `data_password` (and replicate with it), the Sentinels
-  /// require `sentinel_password` (and tell each other with it).
+  /// require `sentinel_password` (and tell each other with it). With
+  /// `tls`, TLS as the top of this file says.
   explicit SentinelGroup(const std::string& data_password = {},
-                         const std::string& sentinel_password = {}) {
+                         const std::string& sentinel_password = {},
+                         const std::optional<SentinelGroupTls>& tls = std::nullopt) {
     RedisServerOptions master_options;
     master_options.config_lines = {"repl-diskless-sync yes", "repl-diskless-sync-delay 0"};
+    if (tls) {
+      master_options.tls = tls->certs;
+      master_options.config_lines.push_back("tls-replication yes");
+    }
     if (!data_password.empty()) {
       master_options.requirepass = data_password;
       master_options.config_lines.push_back("masterauth " + data_password);
@@ -64,6 +86,7 @@ class SentinelGroup {
         options.requirepass = sentinel_password;
         options.config_lines.push_back("sentinel sentinel-pass " + sentinel_password);
       }
+      if (tls) add_sentinel_tls(*tls, options);
       sentinels_.push_back(std::make_unique<RedisServer>(options));
     }
     wait_agreed(2);
@@ -169,6 +192,20 @@ class SentinelGroup {
 
  private:
   int master_port_() const { return servers_.at(0)->port(); }
+
+  static void add_sentinel_tls(const SentinelGroupTls& tls, RedisServerOptions& options) {
+    options.config_lines.push_back("tls-replication yes");
+    if (tls.sentinels_tls_only) {
+      options.tls = tls.certs;
+      return;
+    }
+    const auto quoted = [](const std::string& path) { return detail::quote_config_value(path); };
+    options.config_lines.push_back("tls-port " + std::to_string(detail::pick_free_port()));
+    options.config_lines.push_back("tls-cert-file " + quoted(tls.certs.cert_file));
+    options.config_lines.push_back("tls-key-file " + quoted(tls.certs.key_file));
+    options.config_lines.push_back("tls-ca-cert-file " + quoted(tls.certs.ca_file));
+    options.config_lines.push_back("tls-auth-clients " + tls.certs.auth_clients);
+  }
 
   static int named_master_port(const RedisServer& sentinel) {
     const std::string reply =
