@@ -23,6 +23,10 @@ namespace distlock::bench {
 /// Where the benchmarks' server is; starts it on first use.
 const ClientOptions& server_options();
 
+/// A TLS-only server (tls_bench.cpp), with certificates made for the run,
+/// and options that reach it trusting them; started on first use.
+const ClientOptions& tls_server_options();
+
 /// A master with one replica of its own (started on first use), for the
 /// replica-acknowledgement benchmarks; always local.
 const ClientOptions& replicated_master_options();

@@ -14,8 +14,9 @@ namespace distlock::bench {
 namespace {
 
 template <class Lock>
-void lock_unlock(benchmark::State& state, const LockOptions& options) {
-  Client client(server_options());
+void lock_unlock(benchmark::State& state, const LockOptions& options,
+                 const ClientOptions& where = server_options()) {
+  Client client(where);
   Lock lock(client, "bench:lock", options);
   const CycleCounters counters;
   for (auto _ : state) {
@@ -30,6 +31,12 @@ void lock_unlock(benchmark::State& state, const LockOptions& options) {
 
 void BM_Mutex_LockUnlock(benchmark::State& state) { lock_unlock<Mutex>(state, LockOptions{}); }
 BENCHMARK(BM_Mutex_LockUnlock)->UseRealTime();
+
+// Over TLS, against BM_Raw_Tls_SetNxPx_EvalshaDel (tls_bench.cpp).
+void BM_Mutex_LockUnlock_Tls(benchmark::State& state) {
+  lock_unlock<Mutex>(state, LockOptions{}, tls_server_options());
+}
+BENCHMARK(BM_Mutex_LockUnlock_Tls)->UseRealTime();
 
 void BM_Mutex_LockUnlock_Fenced(benchmark::State& state) {
   lock_unlock<Mutex>(state, LockOptions{}.fencing(true));

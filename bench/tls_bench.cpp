@@ -1,4 +1,5 @@
-// Mutex over TLS against its raw floor over TLS: the same two commands on
+// The TLS server of the benchmarks, the raw floor of Mutex over TLS
+// (BM_Mutex_LockUnlock_Tls, in mutex_bench.cpp): the same two commands on
 // one blocking OpenSSL connection, replies parsed by hiredis's reader, so
 // the ratio is what distlock adds, not what TLS costs. And the price of a
 // new connection: TCP and the TLS handshake against TCP alone.
@@ -20,16 +21,13 @@
 
 #include "bench_support.hpp"
 #include "counters.hpp"
+#include "distlock/connection.hpp"
 #include "distlock/detail/command_format.hpp"
-#include "distlock/mutex.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_certs.hpp"
 
 namespace distlock::bench {
-namespace {
 
-// A TLS-only server with certificates made for this run, and options that
-// reach it trusting them.
 const ClientOptions& tls_server_options() {
   static std::string folder;
   static std::unique_ptr<testing::TestPki> pki;
@@ -51,6 +49,8 @@ const ClientOptions& tls_server_options() {
   }();
   return options;
 }
+
+namespace {
 
 // The floor's connection: blocking TCP, OpenSSL verifying as distlock does,
 // commands formatted into one buffer, replies read by hiredis's reader.
@@ -134,21 +134,6 @@ void BM_Raw_Tls_SetNxPx_EvalshaDel(benchmark::State& state) {
   counters.report(state);
 }
 BENCHMARK(BM_Raw_Tls_SetNxPx_EvalshaDel)->UseRealTime();
-
-void BM_Mutex_LockUnlock_Tls(benchmark::State& state) {
-  Client client(tls_server_options());
-  Mutex lock(client, "bench:lock");
-  const CycleCounters counters;
-  for (auto _ : state) {
-    if (!lock.try_lock()) {
-      state.SkipWithError("lock was not free");
-      break;
-    }
-    lock.unlock();
-  }
-  counters.report(state);
-}
-BENCHMARK(BM_Mutex_LockUnlock_Tls)->UseRealTime();
 
 // A new connection and its first reply (PING), plain and over TLS: the
 // difference is the handshake's price, paid once per pooled connection.

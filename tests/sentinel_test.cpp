@@ -25,6 +25,7 @@
 #include "distlock/sentinel_client.hpp"
 #include "distlock/sentinel_options.hpp"
 #include "distlock/striped_mutex.hpp"
+#include "support/eventually.hpp"
 #include "support/fixture.hpp"
 #include "support/options.hpp"
 #include "support/redis_server.hpp"
@@ -36,16 +37,6 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using std::chrono::steady_clock;
-
-template <class Condition>
-bool eventually(Condition&& condition, steady_clock::duration limit = seconds(10)) {
-  const auto deadline = steady_clock::now() + limit;
-  while (steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return condition();
-}
 
 // A thread joined when it goes out of scope, so that a failed assertion
 // in the test body does not end the process with a joinable thread.

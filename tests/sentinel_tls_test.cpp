@@ -15,6 +15,7 @@
 #include "distlock/lock_options.hpp"
 #include "distlock/sentinel_client.hpp"
 #include "distlock/sentinel_options.hpp"
+#include "support/eventually.hpp"
 #include "support/fixture.hpp"
 #include "support/redis_server.hpp"
 #include "support/sentinel_group.hpp"
@@ -26,16 +27,6 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using std::chrono::steady_clock;
-
-template <class Condition>
-bool eventually(Condition&& condition, steady_clock::duration limit = seconds(10)) {
-  const auto deadline = steady_clock::now() + limit;
-  while (steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return condition();
-}
 
 TEST(SentinelTlsOptions, SentinelsHaveTheirOwnTlsAndNoneUnlessAsked) {
   SentinelOptions options("master", {"s1:26379"});

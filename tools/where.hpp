@@ -50,24 +50,26 @@ inline void add_where_options(CLI::App& app, Where& where) {
       ->group("Redis");
   app.add_flag("--tls", where.tls, "use TLS (as rediss:// does); the server is verified")
       ->group("TLS");
-  app.add_option("--tls-ca-file", where.tls_options.ca_file,
-                 "trust these CAs (PEM) instead of the system's")
-      ->type_name("PATH")
-      ->group("TLS");
-  app.add_option("--tls-ca-dir", where.tls_options.ca_dir, "trust the CAs in this folder")
-      ->type_name("PATH")
-      ->group("TLS");
-  app.add_option("--tls-cert", where.tls_options.cert_file,
-                 "client certificate (PEM), for a server that asks for one")
-      ->type_name("PATH")
-      ->group("TLS");
-  app.add_option("--tls-key", where.tls_options.key_file, "the client certificate's key (PEM)")
-      ->type_name("PATH")
-      ->group("TLS");
-  app.add_option("--tls-server-name", where.tls_options.server_name,
-                 "name to send (SNI) and to check the certificate against (default: the host)")
-      ->type_name("NAME")
-      ->group("TLS");
+  struct TextOption {
+    const char* name;
+    std::string* field;
+    const char* help;
+    const char* type;
+  };
+  TlsOptions& tls = where.tls_options;
+  for (const TextOption& option :
+       {TextOption{"--tls-ca-file", &tls.ca_file, "trust these CAs (PEM) instead of the system's",
+                   "PATH"},
+        TextOption{"--tls-ca-dir", &tls.ca_dir, "trust the CAs in this folder", "PATH"},
+        TextOption{"--tls-cert", &tls.cert_file,
+                   "client certificate (PEM), for a server that asks for one", "PATH"},
+        TextOption{"--tls-key", &tls.key_file, "the client certificate's key (PEM)", "PATH"},
+        TextOption{"--tls-server-name", &tls.server_name,
+                   "name to send (SNI) and to check the certificate against (default: the "
+                   "host)",
+                   "NAME"}}) {
+    app.add_option(option.name, *option.field, option.help)->type_name(option.type)->group("TLS");
+  }
   app.add_flag("--tls-insecure-skip-verify", where.tls_options.insecure_skip_verify,
                "accept any server certificate (throwaway test servers only)")
       ->group("TLS");
