@@ -7,6 +7,10 @@
 //     lease, a server stopped shorter than the lease, the subscriber's or the
 //     pool's (watchdog's) connections killed, CLIENT PAUSE, SCRIPT FLUSH):
 //     no overlaps, no lost updates;
+//   - the same over TLS for the faults on the wire and the connections
+//     (latency, stalls, the subscriber's or the pool's connections killed):
+//     TLS-only masters, the contenders speaking TLS through the proxies,
+//     which delay, hold or cut the records anywhere in them;
 //   - a holder stopped past its lease: without fencing the oracle sees the
 //     overlap and the lost update (the control); with fencing the store
 //     accepts no stale write, and the resumed holder sees lost() first;
@@ -63,6 +67,7 @@
 #include "support/oracle.hpp"
 #include "support/peers.hpp"
 #include "support/sanitized.hpp"
+#include "support/test_certs.hpp"
 #include "support/workload.hpp"
 
 namespace distlock {
@@ -72,6 +77,7 @@ using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 using testing::FaultProxy;
 using testing::RedisServer;
+using testing::RedisServerOptions;
 using testing::Shared;
 using testing::WorkloadOptions;
 
@@ -191,6 +197,29 @@ During latency_spikes() {
       });
 }
 
+// Every byte through every proxy held for 120 ms, then 150 ms without.
+During stalls() {
+  return every(
+      120ms, 150ms,
+      [](Rig& rig) {
+        for (auto& p : rig.proxies) p->stall(FaultProxy::Direction::both);
+      },
+      [](Rig& rig) {
+        for (auto& p : rig.proxies) p->release(FaultProxy::Direction::both);
+      });
+}
+
+// CLIENT KILL TYPE `type` ("pubsub": the subscribers; "normal": the pool's
+// and the watchdog's connections) on every master, every 100 ms.
+During killing(const std::string& type) {
+  return every(
+      1ms, 100ms,
+      [type](Rig& rig) {
+        rig.to_masters({"CLIENT", "KILL", "TYPE", type});
+      },
+      [](Rig&) {});
+}
+
 During nothing() {
   return [](Rig&, Shared&, const std::vector<pid_t>&, std::chrono::steady_clock::time_point end) {
     std::this_thread::sleep_until(end);
@@ -264,8 +293,22 @@ class FaultTest : public ::testing::Test {
  protected:
   void SetUp() override {
     DISTLOCK_REQUIRE_REDIS_SERVER();
+    start_rig();
+  }
+
+  // Starts the masters, a proxy before each, and the fenced store. With
+  // `pki`, the masters speak TLS only (the admin commands go through their
+  // unix sockets), and the contenders do, trusting its CA: the proxy
+  // forwards the records as bytes, and cuts or delays them anywhere.
+  void start_rig(const testing::TestPki* pki = nullptr) {
+    RedisServerOptions master;
+    if (pki != nullptr) {
+      master.tls = testing::RedisServerTls{pki->server.cert, pki->server.key, pki->ca.file()};
+      tls_.enabled = true;
+      tls_.ca_file = pki->ca.file();
+    }
     for (std::size_t i = 0; i < Kind::masters; ++i) {
-      rig_.masters.push_back(std::make_unique<RedisServer>());
+      rig_.masters.push_back(std::make_unique<RedisServer>(master));
       rig_.proxies.push_back(std::make_unique<FaultProxy>(rig_.masters.back()->host(),
                                                           rig_.masters.back()->port(), false));
     }
@@ -313,6 +356,7 @@ class FaultTest : public ::testing::Test {
       o.port = proxy->port();
       o.connect_timeout = 1000ms;
       o.command_timeout = 1000ms;
+      o.tls = tls_;
       where.push_back(o);
     }
     std::optional<ClientOptions> store;
@@ -446,6 +490,7 @@ class FaultTest : public ::testing::Test {
   }
 
   Rig rig_;
+  TlsOptions tls_;  // the contenders' own, to the masters
 };
 
 struct KindName {
@@ -471,20 +516,7 @@ TYPED_TEST(FaultTest, LatencySpikesShorterThanTheLeaseKeepItSafe) {
 }
 
 TYPED_TEST(FaultTest, StallsShorterThanTheLeaseKeepItSafe) {
-  this->state_keeping("stall",
-                      every(
-                          120ms, 150ms,
-                          [](Rig& rig) {
-                            for (auto& p : rig.proxies) {
-                              p->stall(FaultProxy::Direction::both);
-                            }
-                          },
-                          [](Rig& rig) {
-                            for (auto& p : rig.proxies) {
-                              p->release(FaultProxy::Direction::both);
-                            }
-                          }),
-                      true);
+  this->state_keeping("stall", stalls(), true);
 }
 
 TYPED_TEST(FaultTest, ServerStoppedShorterThanTheLeaseKeepsItSafe) {
@@ -501,21 +533,11 @@ TYPED_TEST(FaultTest, ServerStoppedShorterThanTheLeaseKeepsItSafe) {
 }
 
 TYPED_TEST(FaultTest, SubscriberConnectionKilledKeepsItSafe) {
-  this->state_keeping("kill-subscriber", every(
-                                             1ms, 100ms,
-                                             [](Rig& rig) {
-                                               rig.to_masters({"CLIENT", "KILL", "TYPE", "pubsub"});
-                                             },
-                                             [](Rig&) {}));
+  this->state_keeping("kill-subscriber", killing("pubsub"));
 }
 
 TYPED_TEST(FaultTest, PoolAndWatchdogConnectionsKilledKeepItSafe) {
-  this->state_keeping("kill-normal", every(
-                                         1ms, 100ms,
-                                         [](Rig& rig) {
-                                           rig.to_masters({"CLIENT", "KILL", "TYPE", "normal"});
-                                         },
-                                         [](Rig&) {}));
+  this->state_keeping("kill-normal", killing("normal"));
 }
 
 TYPED_TEST(FaultTest, ClientPauseShorterThanTheLeaseKeepsItSafe) {
@@ -576,6 +598,41 @@ TYPED_TEST(FaultTest, OutOfMemoryRefusesAcquiresAndKeepsHeldLeases) {
   if (o.errors > 0) {
     EXPECT_NE(o.first_error.find("OOM"), std::string::npos) << describe(o);
   }
+}
+
+// ---- the same over TLS ---------------------------------------------------
+
+// The faults that keep the lock's state and touch the wire or the
+// connections, with the masters TLS-only and the contenders speaking TLS
+// through the proxies: a record delayed, held or cut off anywhere in it is
+// a late reply or a broken connection, never a crash, a hang or a section
+// beside another's. The same asserts as in the clear.
+template <class Kind>
+class TlsFaultTest : public FaultTest<Kind> {
+ protected:
+  void SetUp() override {
+    DISTLOCK_REQUIRE_REDIS_SERVER();
+    this->start_rig(&*pki_);
+  }
+
+  testing::TempPki pki_;
+};
+TYPED_TEST_SUITE(TlsFaultTest, Kinds, KindName);
+
+TYPED_TEST(TlsFaultTest, LatencySpikesShorterThanTheLeaseKeepItSafe) {
+  this->state_keeping("tls-latency", latency_spikes(), true);
+}
+
+TYPED_TEST(TlsFaultTest, StallsShorterThanTheLeaseKeepItSafe) {
+  this->state_keeping("tls-stall", stalls(), true);
+}
+
+TYPED_TEST(TlsFaultTest, SubscriberConnectionKilledKeepsItSafe) {
+  this->state_keeping("tls-kill-subscriber", killing("pubsub"));
+}
+
+TYPED_TEST(TlsFaultTest, PoolAndWatchdogConnectionsKilledKeepItSafe) {
+  this->state_keeping("tls-kill-normal", killing("normal"));
 }
 
 // ---- a holder stopped past its lease -------------------------------------
@@ -987,9 +1044,7 @@ TYPED_TEST(FleetFaultTest, AMixedFleetUnderLatencySpikesNeverOverlaps) {
 // distlock's waiters lose their subscription to the release channel (the
 // peers poll); a waiter resubscribes and looks again.
 TYPED_TEST(FleetFaultTest, AMixedFleetWithItsSubscribersKilledNeverOverlaps) {
-  auto kill = [](Rig& rig) { rig.to_masters({"CLIENT", "KILL", "TYPE", "pubsub"}); };
-  this->expect_fleet(this->run_fleet("fleet-kill-subscriber", every(1ms, 100ms, kill, [](Rig&) {})),
-                     false);
+  this->expect_fleet(this->run_fleet("fleet-kill-subscriber", killing("pubsub")), false);
 }
 
 // ---- a script reloaded after SCRIPT FLUSH, within the caller's deadline ----

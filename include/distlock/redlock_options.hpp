@@ -25,7 +25,8 @@ enum class NodeStatus {
   ok,           ///< acquire: granted; extend: extended; release: deleted
   other_owner,  ///< another token holds the key (acquire refused, or ours ran out and was taken)
   no_key,       ///< extend or release: our key was gone (it expired, or never landed)
-  timed_out,    ///< no reply within the per-node timeout; the command may yet be applied
+  timed_out,    ///< no reply (or no connection: connect, TLS handshake) within the per-node
+                ///< timeout; a command sent may yet be applied
   failed,       ///< no connection, a broken connection, or an error reply
 };
 

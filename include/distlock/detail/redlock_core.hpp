@@ -179,6 +179,11 @@ class RedlockCore {
           }
           break;
         case FanState::timed_out: node.status = NodeStatus::timed_out; [[fallthrough]];
+        case FanState::unreachable:
+          // No connection by the deadline (a slow connect or TLS handshake)
+          // is a slow master, as a late reply is, not one that is down.
+          if (fan[i].error == Errc::timed_out) node.status = NodeStatus::timed_out;
+          [[fallthrough]];
         default:
           node.error = fan[i].error;
           node.message = fan[i].message;
