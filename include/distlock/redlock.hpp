@@ -26,8 +26,10 @@
 // undecidable: if the masters that failed outright (down, refusing, broken
 // connection, error reply) leave no quorum able to answer, it throws
 // NoQuorumError whatever the deadline; if the missing answers are masters
-// slower than the node timeout, a call with a deadline tries again until
-// it, then returns false, and try_lock() and lock() throw NoQuorumError.
+// slower than the node timeout (a late reply, or a connection, TLS
+// handshake and all, not made in time), a call with a deadline tries again
+// until it, then returns false, and try_lock() and lock() throw
+// NoQuorumError.
 //
 // Release and extend run Mutex's token-checked scripts on every master;
 // extend needs a majority again and recomputes the validity. A renewal or
