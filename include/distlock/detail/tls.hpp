@@ -217,11 +217,12 @@ inline SslPtr start_tls(int fd, const ConnectionOptions& options,
     if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
       if (wait_for_ssl(fd, error, remaining_ms(deadline))) continue;
       // A plaintext Redis reads a ClientHello as an inline command, and
-      // waits for the rest of it.
-      throw TimeoutError(Errc::timed_out, options.endpoint() +
-                                              ": TLS handshake: no answer within " +
-                                              std::to_string(options.connect_timeout.count()) +
-                                              " ms (a plaintext port? use redis://)");
+      // waits for the rest of it: nothing at all came back.
+      const bool unanswered = SSL_get_state(ssl.get()) == TLS_ST_CW_CLNT_HELLO;
+      throw TimeoutError(Errc::timed_out,
+                         options.endpoint() + ": TLS handshake: not done within " +
+                             std::to_string(options.connect_timeout.count()) + " ms" +
+                             (unanswered ? " (no answer: a plaintext port? use redis://)" : ""));
     }
     throw ConnectionError(Errc::connect_failed,
                           options.endpoint() + ": TLS handshake: " +
