@@ -172,9 +172,9 @@ class Connection {
 
   /// True once it has been open options().max_connection_age (never when
   /// that is 0): whoever keeps it should replace it.
-  bool aged(
-      std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now()) const noexcept {
-    return options_.max_connection_age.count() > 0 && now >= aged_at();
+  bool aged() const noexcept {
+    // The clock is read only when there is an age: the pool asks twice a call.
+    return options_.max_connection_age.count() > 0 && std::chrono::steady_clock::now() >= aged_at();
   }
   /// When it ages (meaningful only with a max_connection_age).
   std::chrono::steady_clock::time_point aged_at() const noexcept {
