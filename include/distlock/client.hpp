@@ -12,7 +12,9 @@
 // A server that comes back may not be the one the leases were granted on
 // (restarted without persistence, or another process on the address), so
 // the first connection made after one broke has every lease the Watchdog
-// has revalidated at once (Runtime::revalidate): kept if its key still
+// has revalidated at once (Runtime::revalidate), and so does the Runtime's
+// server watch, without waiting for a caller, within about a second of the
+// server's return (detail/server_watch.hpp): kept if its key still
 // holds its token (a renewed lease is renewed; one of fixed ttl keeps its
 // expiry), reported lost otherwise. That answers what matters, whether the
 // leases are still there, off the caller's path. With an event hook set,
@@ -149,6 +151,10 @@ class Endpoint {
 
   std::unique_ptr<Connection> take(SteadyClock::time_point deadline);
   void give_back(std::unique_ptr<Connection> connection) noexcept;
+  // Closes every idle connection (the Runtime's watch found the server gone
+  // or silent): the next borrower makes a fresh one, and has the leases
+  // revalidated.
+  void drop_idle() noexcept;
   // Asks a new connection's server for its run_id: true if it is not the
   // last one seen (another server process). Throws as the connection does.
   bool new_process(Connection& connection);
@@ -273,7 +279,8 @@ inline Endpoint::Endpoint(ClientOptions options)
       id_(make_token()),  // also registers the fork handler read below
       generation_(fork_generation.load(std::memory_order_relaxed)),
       events_(options_.on_event ? std::make_shared<const EventHook>(options_.on_event) : nullptr),
-      runtime_(options_, options_.max_waiters, events_) {
+      runtime_(options_, options_.max_waiters, events_,
+               WatchServer{true, [this] { drop_idle(); }}) {
   options_.validate();
   if (options_.pool_size == 0) throw InvalidArgument("pool_size must be at least 1");
   if (options_.pool_wait_timeout.count() < 0) {
@@ -356,6 +363,16 @@ inline bool Endpoint::new_process(Connection& connection) {
   const bool other = !run_id_.empty() && !run_id.empty() && run_id != run_id_;
   if (!run_id.empty()) run_id_ = std::string(run_id);
   return other;
+}
+
+inline void Endpoint::drop_idle() noexcept {
+  {
+    MutexLock lock(mutex_);
+    open_ -= idle_.size();
+    idle_.clear();  // keeps its capacity: give_back() must never need to allocate
+    reconnecting_.store(true, std::memory_order_relaxed);
+  }
+  returned_.notify_all();
 }
 
 inline void Endpoint::give_back(std::unique_ptr<Connection> connection) noexcept {

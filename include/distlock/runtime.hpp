@@ -1,7 +1,9 @@
 // Runtime: the background parts beside one endpoint's transport, each
 // started on first use: the release Notifier (a subscriber connection and
 // its thread) and the lease Watchdog (a thread that renews leases through
-// each lease's own backend).
+// each lease's own backend), with, for a backend on one server at a time,
+// the ServerWatch beside it (detail/server_watch.hpp: a restarted server's
+// leases are revalidated within about a second of its return).
 //
 // A Runtime made before fork() is left untouched in the child: its threads
 // exist only in the parent, so stopping them there would wait forever on
@@ -12,12 +14,14 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 #include "distlock/connection.hpp"
+#include "distlock/detail/server_watch.hpp"
 #include "distlock/events.hpp"
 #include "distlock/notifier.hpp"
 #include "distlock/token.hpp"
@@ -31,17 +35,29 @@ inline std::vector<void*>& left_behind_in_child() {
   return *kept;
 }
 
+/// Whether a Runtime watches its server (detail/server_watch.hpp): a
+/// backend on one server at a time does, and says what to do with its idle
+/// connections when the watch's own broke (`drop_idle`, may be empty); a
+/// cluster's nodes are followed by its slot map instead.
+struct WatchServer {
+  bool watch = false;
+  std::function<void()> drop_idle;
+};
+
 class Runtime {
  public:
-  Runtime(ConnectionOptions options, std::size_t max_waiters, SharedEventHook events = nullptr)
+  Runtime(ConnectionOptions options, std::size_t max_waiters, SharedEventHook events = nullptr,
+          WatchServer watch = {})
       : options_(std::move(options)),
         max_waiters_(max_waiters),
         events_(std::move(events)),
-        generation_(fork_generation.load(std::memory_order_relaxed)) {}
+        generation_(fork_generation.load(std::memory_order_relaxed)),
+        watch_(std::move(watch)) {}
 
   ~Runtime() {
     if (fork_generation.load(std::memory_order_relaxed) == generation_) return;
     if (notifier_) left_behind_in_child().push_back(notifier_.release());
+    if (server_watch_) left_behind_in_child().push_back(server_watch_.release());
     if (watchdog_) left_behind_in_child().push_back(watchdog_.release());
   }
 
@@ -60,6 +76,13 @@ class Runtime {
   Watchdog& watchdog() {
     std::call_once(watchdog_started_, [this] {
       watchdog_ = std::make_unique<Watchdog>();
+      if (watch_.watch) {
+        std::lock_guard<std::mutex> guard(where_mutex_);
+        Watchdog* watchdog = watchdog_.get();
+        server_watch_ = std::make_unique<ServerWatch>(
+            options_, ServerWatch::Hooks{[watchdog] { return watchdog->holding(); },
+                                         watch_.drop_idle, [watchdog] { watchdog->revalidate(); }});
+      }
       watchdog_ready_.store(watchdog_.get(), std::memory_order_release);
     });
     return *watchdog_;
@@ -75,6 +98,7 @@ class Runtime {
   void retarget(ConnectionOptions options) {
     std::lock_guard<std::mutex> guard(where_mutex_);
     options_ = options;
+    if (server_watch_) server_watch_->retarget(options);
     if (notifier_made_.load(std::memory_order_acquire)) notifier_->retarget(std::move(options));
   }
 
@@ -95,8 +119,11 @@ class Runtime {
   std::once_flag notifier_started_;
   std::unique_ptr<Notifier> notifier_;
   std::atomic<bool> notifier_made_{false};
+  const WatchServer watch_;
   std::once_flag watchdog_started_;
   std::unique_ptr<Watchdog> watchdog_;
+  // Declared after the Watchdog, so stopped before it: it asks it questions.
+  std::unique_ptr<ServerWatch> server_watch_;  // set once, under where_mutex_
   std::atomic<Watchdog*> watchdog_ready_{nullptr};
 };
 

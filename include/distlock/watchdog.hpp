@@ -136,6 +136,12 @@ class Watchdog {
   template <class Through>
   void revalidate(Through&& through);
 
+  /// Whether any lease is held: renewed, or of fixed ttl.
+  bool holding() const {
+    detail::MutexLock lock(state_->mutex);
+    return !state_->entries.empty();
+  }
+
   /// Leases being renewed (those of fixed ttl, kept only for
   /// revalidate(), do not count).
   std::size_t size() const {

@@ -171,7 +171,8 @@ class SentinelMaster : public std::enable_shared_from_this<SentinelMaster> {
     check_process();
     std::call_once(runtime_made_, [this] {
       const Client found = master(SteadyClock::now() + options_.connect_timeout);
-      runtime_ = std::make_unique<Runtime>(found.options(), options_.max_waiters, events_);
+      runtime_ = std::make_unique<Runtime>(found.options(), options_.max_waiters, events_,
+                                           WatchServer{true, nullptr});
       runtime_ready_.store(true, std::memory_order_release);
     });
     return *runtime_;
