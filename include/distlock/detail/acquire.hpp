@@ -277,8 +277,11 @@ std::optional<Attempt> attempt_or_undo(Backend& backend, SteadyClock::time_point
           // With its WAIT sent behind it, an unanswered attempt's undo may
           // queue behind a WAIT that blocks, and be dropped with the
           // connection: undo it apart too (a grant that landed is found
-          // there; one still on the wire then lives out its lease).
-          if (connection.trailed()) undo_apart(connection, undo);
+          // there; one still on the wire then lives out its lease). So too
+          // where the connection broke (the server closed it mid-reply):
+          // nothing written behind on it arrives, and the grant may have
+          // been applied.
+          if (connection.trailed() || code == Errc::io_error) undo_apart(connection, undo);
         }
         throw;
       }
