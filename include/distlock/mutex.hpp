@@ -44,9 +44,10 @@ struct ScriptedLease {
         throw ConnectionError(Errc::protocol_error, "bad fenced acquire reply");
       }
       Attempt attempt;
-      attempt.acquired = reply[0].integer() == 1;
+      attempt.acquired = reply[0].expect_integer("fenced acquire") == 1;
       if (!attempt.acquired && reply.size() > 2) check_key_type(keys.key, reply[2].str(), "string");
-      (attempt.acquired ? attempt.fence : attempt.holder_pttl) = reply[1].integer();
+      (attempt.acquired ? attempt.fence : attempt.holder_pttl) =
+          reply[1].expect_integer("fenced acquire");
       return attempt;
     }
     return set_if_absent(connection, keys, token, ttl);
@@ -68,7 +69,7 @@ struct ScriptedLease {
   }
 
   static TokenCheck to_token_check(const Reply& reply) {
-    switch (reply.integer()) {
+    switch (reply.expect_integer("lease release or extend")) {
       case 1: return TokenCheck::done;
       case 0: return TokenCheck::no_key;
       default: return TokenCheck::other_token;

@@ -107,14 +107,16 @@ class ReentrantProtocol : public HashFieldCore<Backend, ReentrantKind> {
       if (reply.size() != 2) {
         throw ConnectionError(Errc::protocol_error, "bad fenced acquire reply");
       }
-      attempt.acquired = reply[0].integer() == 1;
-      (attempt.acquired ? attempt.fence : attempt.holder_pttl) = reply[1].integer();
+      attempt.acquired = reply[0].expect_integer("fenced acquire") == 1;
+      (attempt.acquired ? attempt.fence : attempt.holder_pttl) =
+          reply[1].expect_integer("fenced acquire");
       return attempt;
     }
     const Reply reply =
         connection.eval(scripts::reentrant_acquire, {this->key_}, {this->ttl_, owner});
+    // nil granted, the holder's PTTL refused (an integer: nothing else).
     attempt.acquired = reply.is_nil();
-    if (!attempt.acquired) attempt.holder_pttl = reply.integer();
+    if (!attempt.acquired) attempt.holder_pttl = reply.expect_integer("reentrant acquire");
     return attempt;
   }
 

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "distlock/error.hpp"
@@ -19,6 +20,29 @@ namespace distlock {
 enum class ReplyType { string, array, integer, nil, status, error, other };
 
 namespace detail {
+
+/// The name of a reply type, for messages ("an integer", "an array", ...).
+inline const char* describe(ReplyType type) noexcept {
+  switch (type) {
+    case ReplyType::string: return "a bulk string";
+    case ReplyType::array: return "an array";
+    case ReplyType::integer: return "an integer";
+    case ReplyType::nil: return "a nil";
+    case ReplyType::status: return "a status";
+    case ReplyType::error: return "an error";
+    case ReplyType::other: return "a reply of another type";
+  }
+  return "an unknown reply";
+}
+
+/// Throws the ConnectionError (protocol_error) of a reply of the wrong type:
+/// "<what>: the server answered <got> where <wanted> belongs".
+[[noreturn]] inline void unexpected_reply(std::string_view what, std::string_view wanted,
+                                          ReplyType got) {
+  throw ConnectionError(Errc::protocol_error, std::string(what) + ": the server answered " +
+                                                  describe(got) + " where " + std::string(wanted) +
+                                                  " belongs");
+}
 
 // The accessors shared by ReplyView and Reply; Derived supplies reply_ptr().
 template <class Derived>
@@ -60,6 +84,15 @@ class ReplyAccess {
   /// The number of elements of an array reply (0 for other types).
   std::size_t size() const noexcept {
     return reply().type == REDIS_REPLY_ARRAY ? reply().elements : 0;
+  }
+
+  /// The value of an integer reply. Any other type throws ConnectionError
+  /// (protocol_error) naming `what` and the type: no Redis server answers
+  /// so, and reading it as integer()'s 0 would pass for an answer (a lock
+  /// refused or expired) while the command may well have been applied.
+  long long expect_integer(std::string_view what) const {
+    if (!is_integer()) unexpected_reply(what, "an integer", type());
+    return integer();
   }
 
   /// Throws ServerError if this is an error reply.

@@ -161,8 +161,9 @@ class SharedProtocol : public HashFieldCore<Backend, SharedKind> {
 
   static Attempt refused_by_pttl(const Reply& reply) {
     Attempt attempt;
+    // nil granted, the holder's PTTL refused (an integer: nothing else).
     attempt.acquired = reply.is_nil();
-    if (!attempt.acquired) attempt.holder_pttl = reply.integer();
+    if (!attempt.acquired) attempt.holder_pttl = reply.expect_integer("shared acquire");
     return attempt;
   }
 

@@ -59,8 +59,8 @@ inline std::string redisson_prefixed(std::string_view prefix, std::string_view n
 
 /// How the Redisson-layout scripts answer a release or extend: 1 (or 2)
 /// done, 0 no hash (or the hold's own lease had run out), -1 another owner.
-inline TokenCheck field_check(const Reply& reply) noexcept {
-  const long long answer = reply.integer();
+inline TokenCheck field_check(const Reply& reply) {
+  const long long answer = reply.expect_integer("hold release or extend");
   if (answer >= 1) return TokenCheck::done;
   return answer == 0 ? TokenCheck::no_key : TokenCheck::other_token;
 }

@@ -44,11 +44,19 @@ struct LeaseKeys {
 };
 
 /// The plain acquire both wires share: SET NX PX, one atomic step.
+/// SET NX's answer: OK granted, nil refused. Anything else is no answer a
+/// Redis server gives (ConnectionError): the SET may have been applied, and
+/// the caller undoes it as it does an attempt whose reply never came.
+inline Attempt set_reply(const Reply& reply) {
+  Attempt attempt;
+  attempt.acquired = reply.is_ok();
+  if (!attempt.acquired && !reply.is_nil()) unexpected_reply("SET NX", "OK or nil", reply.type());
+  return attempt;
+}
+
 inline Attempt set_if_absent(Connection& connection, const LeaseKeys& keys,
                              const std::string& token, const Decimal& ttl) {
-  Attempt attempt;
-  attempt.acquired = connection.command("SET", keys.key, token, "NX", "PX", ttl).is_ok();
-  return attempt;
+  return set_reply(connection.command("SET", keys.key, token, "NX", "PX", ttl));
 }
 
 /// The Lifecycle's Protocol for a single-key lease over `Wire`.
@@ -98,9 +106,7 @@ class LeaseProtocol : public SingleServer<Backend> {
   /// An armed attempt's reply, as set_if_absent() reads it.
   static Attempt armed_reply(const Reply& reply) {
     reply.throw_if_error();
-    Attempt attempt;
-    attempt.acquired = reply.is_ok();
-    return attempt;
+    return set_reply(reply);
   }
   /// Behind an armed attempt whose reply never came, as attempt() undoes.
   void undo(Kind, Connection& connection, const std::string& token) {

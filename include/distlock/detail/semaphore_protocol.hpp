@@ -39,8 +39,9 @@ using PermitRenewer = ScriptRenewer<Backend, KeyTokenLeases<scripts::semaphore_r
 
 /// How a semaphore script answers a release or extend: 1 done, 0 the
 /// permit had expired or was gone (a permit id is never another's).
-inline TokenCheck permit_check(const Reply& reply) noexcept {
-  return reply.integer() == 1 ? TokenCheck::done : TokenCheck::no_key;
+inline TokenCheck permit_check(const Reply& reply) {
+  return reply.expect_integer("permit release or extend") == 1 ? TokenCheck::done
+                                                               : TokenCheck::no_key;
 }
 
 template <class Backend>
@@ -73,8 +74,10 @@ class SemaphoreProtocol : public SingleServer<Backend> {
             throw ConnectionError(Errc::protocol_error, "bad semaphore acquire reply");
           }
           Attempt attempt;
-          attempt.acquired = reply[0].integer() == 1;
-          if (!attempt.acquired) attempt.holder_pttl = reply[1].integer();
+          attempt.acquired = reply[0].expect_integer("semaphore acquire") == 1;
+          if (!attempt.acquired) {
+            attempt.holder_pttl = reply[1].expect_integer("semaphore acquire");
+          }
           return attempt;
         },
         [&](Connection& connection) {
