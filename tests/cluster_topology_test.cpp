@@ -222,5 +222,23 @@ TEST(ClusterTopology, AnythingElseIsNoRange) {
           .ranges.empty());
 }
 
+// Found by tests/fuzz/fuzz_cluster_slots.cpp: CLUSTER SLOTS entries whose
+// slots or port are none were kept (a range of [-5, 20000] became the
+// whole map, a port of 0 a node that cannot be dialled).
+TEST(ClusterTopology, SlotsLeaveOutRangesThatAreNone) {
+  const auto node = [](const std::string& host, long long port) {
+    return list({bulk(host), number(port), bulk("e5a3c2")});
+  };
+  const Reply reply = parsed(list({list({number(-5), number(20000), node("10.0.0.1", 7000)}),
+                                   list({number(10), number(5), node("10.0.0.1", 7000)}),
+                                   list({number(0), number(10), node("10.0.0.1", 0)}),
+                                   list({number(0), number(10), node("10.0.0.1", 65536)}),
+                                   list({bulk("slots"), list({}), node("10.0.0.1", 7000)}),
+                                   list({number(11), number(20), node("10.0.0.2", 7001)})}));
+  const std::vector<SlotRange> ranges = detail::ranges_from_slots(reply.view(), "asked");
+  ASSERT_EQ(ranges.size(), 1u);
+  EXPECT_TRUE(same(ranges[0], 11, 20, "10.0.0.2", 7001));
+}
+
 }  // namespace
 }  // namespace distlock

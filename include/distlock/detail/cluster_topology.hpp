@@ -77,10 +77,17 @@ inline std::vector<SlotRange> ranges_from_slots(const ReplyView& reply,
     const ReplyView range = reply[i];
     if (range.size() < 3 || range[2].size() < 2) continue;
     const ReplyView master = range[2];
+    // As for CLUSTER SHARDS: slots and a port that are none leave the
+    // entry out (the routing would spread a range of [-5, 20000] over the
+    // whole map, and dial port 0).
+    const long long first = reply_number(range[0]);
+    const long long last = reply_number(range[1]);
+    const long long port = reply_number(master[1]);
+    if (first < 0 || last < first || last >= cluster_slots || port <= 0 || port > 65535) continue;
     std::string host(master[0].str());
     if (host.empty() || host == "?") host = asked_host;
-    ranges.push_back({static_cast<int>(range[0].integer()), static_cast<int>(range[1].integer()),
-                      std::move(host), static_cast<int>(master[1].integer())});
+    ranges.push_back(
+        {static_cast<int>(first), static_cast<int>(last), std::move(host), static_cast<int>(port)});
   }
   return ranges;
 }
