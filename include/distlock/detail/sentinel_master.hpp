@@ -46,6 +46,7 @@
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
 #include "distlock/detail/acquire.hpp"
+#include "distlock/detail/sentinel_reply.hpp"
 #include "distlock/detail/sentinel_watch.hpp"
 #include "distlock/detail/thread_annotations.hpp"
 #include "distlock/detail/time.hpp"
@@ -289,13 +290,14 @@ inline std::optional<SentinelMaster::Found> SentinelMaster::ask(const std::strin
     const Reply reply =
         sentinel.command("SENTINEL", "get-master-addr-by-name", options_.master_name);
     answered = true;
-    if (!reply.is_array() || reply.size() < 2) {
+    const std::optional<MasterAddress> master = master_address(reply.view());
+    if (!master) {
       why += "\n  sentinel " + address + ": knows no master named '" + options_.master_name + "'";
       return std::nullopt;
     }
     named = true;
-    found.host = std::string(reply[0].str());
-    found.port = std::stoi(std::string(reply[1].str()));
+    found.host = master->host;
+    found.port = master->port;
   } catch (const std::exception& error) {
     why += "\n  sentinel " + address + ": " + error.what();
     return std::nullopt;
