@@ -197,7 +197,7 @@ std::vector<Case> cases() {
   return all;
 }
 
-class Hostile : public testing::RedisTest, public ::testing::WithParamInterface<Case> {
+class HostileServerTest : public testing::RedisTest {
  protected:
   void SetUp() override {
     RedisTest::SetUp();
@@ -236,6 +236,8 @@ class Hostile : public testing::RedisTest, public ::testing::WithParamInterface<
   std::unique_ptr<Client> client_;
   std::unique_ptr<Client> direct_;
 };
+
+class Hostile : public HostileServerTest, public ::testing::WithParamInterface<Case> {};
 
 TEST_P(Hostile, EndsInAClearErrorByTheDeadline) {
   const Call& call = calls()[GetParam().call];
@@ -285,6 +287,20 @@ TEST_P(Hostile, EndsInAClearErrorByTheDeadline) {
     EXPECT_TRUE(testing::eventually([&] { return lock_keys() == 0; }, 3s))
         << lock_keys() << " key(s) left behind";
   }
+}
+
+// A RESP3 push before a reply is not the reply: hiredis 1.x reads it as
+// one (of a type RESP2 has not), and taking it as the answer left the real
+// answer on the wire for the next command on that connection.
+TEST_F(HostileServerTest, APushFrameIsNeverTakenForTheAnswer) {
+  HostileServer::Script script;
+  script.verb = "GET";
+  script.act = Act::push_first;
+  hostile_->script(script);
+  EXPECT_THROW(client_->command("GET", "a"), ConnectionError);
+  hostile_->clear();
+  EXPECT_EQ(hostile_->hits(), 1u);
+  EXPECT_EQ(client_->command("ECHO", "echoed").str(), "echoed");
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {

@@ -310,6 +310,18 @@ inline const Reply& Connection::read_reply() {
       if (redisReaderGetReply(reader_.get(), &raw) != REDIS_OK) fail_to_parse();
     } while (raw == nullptr);
   }
+  // hiredis 1.x reads RESP3 frames (a push, a map, a double...), which a
+  // RESP2 connection is never sent (0.14 refuses them as it parses). Taken
+  // as the answer, a push would leave the real one on the wire for the next
+  // command: the connection breaks, as at a reply that does not parse.
+  if (const int type = static_cast<redisReply*>(raw)->type;
+      type < REDIS_REPLY_STRING || type > REDIS_REPLY_ERROR) {
+    freeReplyObject(raw);
+    broken_ = true;
+    throw ConnectionError(Errc::protocol_error, blame() + "parse: a reply of RESP3 type " +
+                                                    std::to_string(type) +
+                                                    ", which a RESP2 connection is never sent");
+  }
   --pending_;
   answered_ = true;
   last_ = Reply(static_cast<redisReply*>(raw));
