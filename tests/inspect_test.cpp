@@ -1,7 +1,8 @@
 // Tests for inspect.hpp: inspect() and is_locked() for every layout, and
 // force_unlock() removing each (readers' timeout keys included), waking
-// waiters of every kind, keeping the fence counter and leaving keys that are
-// no lock alone.
+// waiters of every kind and keeping the fence counter; application data at
+// a lock's name (no expiry, or not a lock's layout) is reported as no lock
+// and never deleted.
 #include "distlock/inspect.hpp"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <future>
 #include <string>
+#include <utility>
 
 #include "distlock/mutex.hpp"
 #include "distlock/reentrant_mutex.hpp"
@@ -86,19 +88,129 @@ TEST_F(Inspect, HashLayoutsShowTheirKindAndHolders) {
   EXPECT_EQ(inspect(client(), "s").holders, 1u);
 }
 
-TEST_F(Inspect, AStringWithoutExpiryHasNoTtlAndOtherTypesAreNoLock) {
-  client().command("SET", "forever", "token");
-  const LockStatus forever = inspect(client(), "forever");
-  EXPECT_TRUE(forever.held);
-  EXPECT_EQ(forever.kind, LockKind::lease);
-  EXPECT_FALSE(forever.ttl.has_value());
+// Application data at a lock's name: inspect() reports it as no lock,
+// is_locked() and force_unlock() refuse it naming the key and what it holds,
+// and nothing is deleted or changed.
+class NotALock : public Inspect {
+ protected:
+  void expect_not_a_lock(const std::string& key, const std::string& holds) {
+    const std::string before = dump(key);
+    const LockStatus status = inspect(client(), key);
+    EXPECT_FALSE(status.held) << key;
+    EXPECT_EQ(status.kind, LockKind::other) << key;
+    EXPECT_EQ(status.holders, 0u) << key;
+    EXPECT_NE(status.holds.find(holds), std::string::npos) << status.holds;
+    // force_unlock's script decides on the server as inspect() does here,
+    // in the same words.
+    expect_refused([&] { static_cast<void>(is_locked(client(), key)); }, key, status.holds);
+    expect_refused([&] { static_cast<void>(force_unlock(client(), key)); }, key, status.holds,
+                   "; not deleted");
+    EXPECT_EQ(dump(key), before) << key << " was changed";
+  }
 
-  client().command("RPUSH", "list", "x");
-  const LockStatus list = inspect(client(), "list");
-  EXPECT_FALSE(list.held);
-  EXPECT_EQ(list.kind, LockKind::other);
-  EXPECT_THROW(force_unlock(client(), "list"), WrongTypeError);
-  EXPECT_EQ(client().command("LLEN", "list").integer(), 1);
+  template <class Call>
+  void expect_refused(Call call, const std::string& key, const std::string& holds,
+                      const std::string& outcome = "") {
+    try {
+      call();
+      ADD_FAILURE() << key << ": no error";
+    } catch (const NotALockError& error) {
+      const std::string what = error.what();
+      EXPECT_EQ(error.key(), key);
+      EXPECT_EQ(error.holds(), holds);
+      EXPECT_EQ(error.kind(), ServerErrorKind::wrongtype);  // a WrongTypeError
+      EXPECT_EQ(what.find("key '" + key + "' is " + holds + ", not a lock" + outcome), 0u) << what;
+    }
+  }
+
+  // The key's value and expiry, as DUMP and PTTL give them.
+  std::string dump(const std::string& key) {
+    const Reply value = client().command("DUMP", key);
+    return (value.is_nil() ? std::string("(none)") : std::string(value.str())) + "/" +
+           (client().command("PTTL", key).integer() < 0 ? "persistent" : "expiring");
+  }
+};
+
+TEST_F(NotALock, AJsonStringWithoutExpiry) {
+  client().command("SET", "user:42", R"({"name":"ann","plan":"pro"})");
+  expect_not_a_lock("user:42", "a string without expiry");
+}
+
+TEST_F(NotALock, AHashWithoutExpiry) {
+  client().command("HSET", "session:9", "user", "42", "started", "1700000000");
+  expect_not_a_lock("session:9", "a hash without expiry");
+}
+
+TEST_F(NotALock, AHashWithExpiryWhoseFieldsAreNoHolds) {
+  client().command("HSET", "profile:7", "name", "bob", "visits", "3");
+  client().command("PEXPIRE", "profile:7", "60000");
+  expect_not_a_lock("profile:7", "a hash whose field 'name' is no owner with a hold count");
+  client().command("HSET", "counts", "a:1", "0");  // a count of no hold
+  client().command("PEXPIRE", "counts", "60000");
+  expect_not_a_lock("counts", "a hash whose field 'a:1' is no owner");
+  client().command("HSET", "moded", "mode", "fast", "a:1", "1");  // no read or write mode
+  client().command("PEXPIRE", "moded", "60000");
+  expect_not_a_lock("moded", "a hash whose 'mode' is neither read nor write");
+}
+
+TEST_F(NotALock, AList) {
+  client().command("RPUSH", "queue", "job-1", "job-2");
+  expect_not_a_lock("queue", "a list");
+}
+
+// A string with an expiry is what every lease lock writes (distlock's,
+// redis-py's, node-redlock's): a cache entry with a TTL looks the same, and
+// counts as a lease.
+TEST_F(Inspect, AStringWithAnExpiryIsALease) {
+  client().command("SET", "cache:1", "value", "PX", "60000");
+  const LockStatus status = inspect(client(), "cache:1");
+  EXPECT_TRUE(status.held);
+  EXPECT_EQ(status.kind, LockKind::lease);
+  EXPECT_TRUE(status.ttl.has_value());
+  EXPECT_TRUE(is_locked(client(), "cache:1"));
+  EXPECT_TRUE(force_unlock(client(), "cache:1"));
+}
+
+// Redisson's layouts as a Java peer writes them are locks; the fields'
+// values are hold counts.
+TEST_F(Inspect, RedissonsLayoutsWrittenByAPeerAreLocks) {
+  client().command("HSET", "rlock", "8d1c7e0a-uuid:52", "2");
+  client().command("HSET", "rwlock", "mode", "write", "8d1c7e0a-uuid:52:write", "1");
+  client().command("HSET", "readers", "mode", "read", "a-uuid:1", "1", "b-uuid:7", "3");
+  for (const char* key : {"rlock", "rwlock", "readers"}) client().command("PEXPIRE", key, "30000");
+  EXPECT_EQ(inspect(client(), "rlock").kind, LockKind::reentrant);
+  EXPECT_EQ(inspect(client(), "rwlock").kind, LockKind::write);
+  const LockStatus readers = inspect(client(), "readers");
+  EXPECT_EQ(readers.kind, LockKind::read);
+  EXPECT_EQ(readers.holders, 2u);
+  for (const char* key : {"rlock", "rwlock", "readers"}) {
+    EXPECT_TRUE(is_locked(client(), key)) << key;
+    EXPECT_TRUE(force_unlock(client(), key)) << key;
+  }
+  EXPECT_EQ(keys(), 0);
+}
+
+// Every lock type's layout is a lock, with its kind and holders.
+TEST_F(Inspect, EveryLockTypesLayoutIsALock) {
+  Mutex mutex(client(), "m");
+  ReentrantMutex reentrant(client(), "r");
+  SharedMutex reader(client(), "sr");
+  SharedMutex writer(client(), "sw");
+  ASSERT_TRUE(mutex.try_lock());
+  ASSERT_TRUE(reentrant.try_lock());
+  ASSERT_TRUE(reader.try_lock_shared());
+  ASSERT_TRUE(writer.try_lock());
+  const std::pair<const char*, LockKind> layouts[] = {{"m", LockKind::lease},
+                                                      {"r", LockKind::reentrant},
+                                                      {"sr", LockKind::read},
+                                                      {"sw", LockKind::write}};
+  for (const auto& [name, kind] : layouts) {
+    EXPECT_EQ(inspect(client(), name).kind, kind) << name;
+    EXPECT_EQ(inspect(client(), name).holders, 1u) << name;
+    EXPECT_TRUE(is_locked(client(), name)) << name;
+    EXPECT_TRUE(force_unlock(client(), name)) << name;
+  }
+  EXPECT_EQ(keys(), 0);
 }
 
 TEST_F(Inspect, ForceUnlockRemovesALeaseAndKeepsTheFence) {

@@ -19,6 +19,7 @@
 #include "distlock/hash_scripts.hpp"
 #include "distlock/inspect.hpp"
 #include "distlock/lease.hpp"
+#include "distlock/lock_layout.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/notifier.hpp"

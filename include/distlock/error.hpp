@@ -3,7 +3,8 @@
 //
 // Losing a race is not an error (try_lock returns false); these are for what
 // the caller did wrong (InvalidArgument) or what the infrastructure did
-// (ConnectionError, TimeoutError, ServerError) and for lease trouble
+// (ConnectionError, TimeoutError, ServerError; WrongTypeError and
+// NotALockError for a key no lock of the kind can use) and for lease trouble
 // (LockLostError, NotReplicatedError). Messages never contain credentials or lock tokens.
 // Redlock's NoQuorumError (Errc::no_quorum) lives in redlock.hpp, next to
 // the per-master results it carries.
@@ -13,6 +14,7 @@
 #include <string_view>
 #include <system_error>
 #include <type_traits>
+#include <utility>
 
 namespace distlock {
 
@@ -142,6 +144,11 @@ class ServerError : public Error {
       : Error(Errc::server_error, std::string(reply)), kind_(classify_server_error(reply)) {}
   ServerErrorKind kind() const noexcept { return kind_; }
 
+ protected:
+  // For errors distlock words itself, whose first word is not the server's.
+  ServerError(ServerErrorKind kind, const std::string& what)
+      : Error(Errc::server_error, what), kind_(kind) {}
+
  private:
   ServerErrorKind kind_;
 };
@@ -162,9 +169,39 @@ class WrongTypeError : public ServerError {
   /// The type the key holds, as TYPE names it ("hash", "string", "list", ...).
   const std::string& found() const noexcept { return found_; }
 
+ protected:
+  struct Worded {};  // the message is given whole
+  WrongTypeError(Worded, std::string key, std::string found, const std::string& what)
+      : ServerError(ServerErrorKind::wrongtype, what),
+        key_(std::move(key)),
+        found_(std::move(found)) {}
+
  private:
   std::string key_;
   std::string found_;
+};
+
+/// The key holds no lock of any kind: a key without expiry (every lock's
+/// layout sets the key and its expiry in one step), a hash whose fields
+/// are not a Redisson lock's, or a type no lock keeps. Application data,
+/// or a peer's bug: force_unlock() deletes nothing, is_locked() will not
+/// call it held, and an acquire refuses it rather than wait for ever. A
+/// WrongTypeError (kind wrongtype), so that code catching that one for a
+/// key a lock cannot use catches this one too.
+class NotALockError : public WrongTypeError {
+ public:
+  /// `holds` says what is there ("a string without expiry"); `outcome`
+  /// what the call did about it ("not deleted").
+  NotALockError(const std::string& key, const std::string& found, const std::string& holds,
+                const std::string& outcome)
+      : WrongTypeError(Worded{}, key, found,
+                       "key '" + key + "' is " + holds + ", not a lock; " + outcome),
+        holds_(holds) {}
+  /// What the key holds, in words ("a hash without expiry").
+  const std::string& holds() const noexcept { return holds_; }
+
+ private:
+  std::string holds_;
 };
 
 /// The lease is gone: it expired, or the key now holds someone else's token.

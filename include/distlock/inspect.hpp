@@ -1,8 +1,11 @@
 // Looking at a lock by its name without holding it: inspect() and
 // is_locked() say whether it is held, by which kind of lock and for how
 // long; force_unlock() is the administrator's way out of a lock whose
-// holder is gone for good (a key set without expiry, a crashed process
-// with a long lease).
+// holder is gone for good (a crashed process with a long lease).
+//
+// Only locks are treated as locks (lock_layout.hpp): a key without expiry
+// or of another layout is reported as kind other, and is_locked() and
+// force_unlock() refuse it (NotALockError), deleting nothing.
 //
 // They read or change what is in Redis at the moment: by the time the
 // answer arrives the lock may have changed hands. Use them for dashboards,
@@ -19,102 +22,99 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "distlock/client.hpp"
 #include "distlock/detail/field_hold.hpp"
 #include "distlock/error.hpp"
+#include "distlock/lock_layout.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/reply.hpp"
 #include "distlock/scripts.hpp"
 
 namespace distlock {
 
-/// Which kind of lock holds a name, as its key's layout shows.
-enum class LockKind {
-  none,       ///< nothing there: the lock is free
-  lease,      ///< a string with a token: Mutex, SimpleMutex, one master of a
-              ///< Redlock, or another client's SET NX lock (redis-py, node-redlock)
-  reentrant,  ///< a hash of owner counts: ReentrantMutex (or Redisson's RLock)
-  read,       ///< a hash in read mode: SharedMutex read-held
-  write,      ///< a hash in write mode: SharedMutex write-held
-  other,      ///< a key of another type: not a lock (a lock on it fails with WrongTypeError)
-};
-
-inline const char* to_string(LockKind kind) noexcept {
-  switch (kind) {
-    case LockKind::none: return "none";
-    case LockKind::lease: return "lease";
-    case LockKind::reentrant: return "reentrant";
-    case LockKind::read: return "read";
-    case LockKind::write: return "write";
-    case LockKind::other: return "other";
-  }
-  return "unknown";
-}
-
 /// What inspect() found.
 struct LockStatus {
   bool held = false;  ///< a lock holds the name (kind is neither none nor other)
   LockKind kind = LockKind::none;
-  /// The holder's lease left; nullopt when the key has no expiry (a holder
-  /// that never lets go by itself: see force_unlock) or nothing is there.
+  /// The key's lease left; nullopt when the key has no expiry (then it is
+  /// no lock: kind other) or nothing is there.
   std::optional<std::chrono::milliseconds> ttl;
   /// Owners holding it: 1 for a lease, the owner fields of a hash (the
-  /// readers of a read-held SharedMutex), 0 when free.
+  /// readers of a read-held SharedMutex), 0 when free or no lock.
   std::size_t holders = 0;
+  /// What the key holds, in words ("a hash lock", "a string without
+  /// expiry"); empty when there is no key.
+  std::string holds;
 };
 
-/// The state of the lock `name` (with options' key_prefix) on `client`'s
-/// server, in one round trip (one MULTI/EXEC of reads; no script, so any
-/// user allowed TYPE, PTTL, HGET and HLEN may call it). For a Redlock, ask
-/// each master.
-inline LockStatus inspect(Client& client, std::string_view name, const LockOptions& options = {}) {
-  const std::string key = detail::lock_key(options, name);
+namespace detail {
+
+/// The key's TYPE and its layout, in one round trip of reads.
+struct KeyFound {
+  std::string type;
+  long long pttl = -2;
+  LockLayout layout;
+};
+
+inline KeyFound read_layout(Client& client, const std::string& key) {
   auto connection = client.borrow();
   connection->append("MULTI");
   connection->append("TYPE", key);
   connection->append("PTTL", key);
-  connection->append("HGET", key, "mode");
-  connection->append("HLEN", key);
+  connection->append("HGETALL", key);  // WRONGTYPE for a key that is no hash: not read then
   connection->append("EXEC");
-  for (int queued = 0; queued < 5; ++queued) connection->read_reply().throw_if_error();
+  for (int queued = 0; queued < 4; ++queued) connection->read_reply().throw_if_error();
   const Reply& answers = connection->read_reply().throw_if_error();
-  if (answers.size() != 4) throw ConnectionError(Errc::protocol_error, "bad EXEC reply");
+  if (answers.size() != 3) throw ConnectionError(Errc::protocol_error, "bad EXEC reply");
+  KeyFound found;
+  found.type = std::string(answers[0].str());
+  found.pttl = answers[1].integer();
+  found.layout = classify_lock(found.type, found.pttl, answers[2]);
+  return found;
+}
+
+}  // namespace detail
+
+/// The state of the lock `name` (with options' key_prefix) on `client`'s
+/// server, in one round trip (one MULTI/EXEC of reads; no script, so any
+/// user allowed TYPE, PTTL and HGETALL may call it). A key that is no lock
+/// (lock_layout.hpp: no expiry, a hash of other fields, a list...) is kind
+/// other, not held, with `holds` saying what is there. For a Redlock, ask
+/// each master.
+inline LockStatus inspect(Client& client, std::string_view name, const LockOptions& options = {}) {
+  detail::KeyFound found = detail::read_layout(client, detail::lock_key(options, name));
   LockStatus status;
-  const std::string_view type = answers[0].str();
-  const long long pttl = answers[1].integer();
-  if (type == "none") return status;
-  if (pttl >= 0) status.ttl = std::chrono::milliseconds(pttl);
-  if (type == "string") {
-    status.kind = LockKind::lease;
-    status.holders = 1;
-  } else if (type == "hash") {
-    const std::string_view mode = answers[2].is_string() ? answers[2].str() : std::string_view();
-    status.kind = mode == "read"    ? LockKind::read
-                  : mode == "write" ? LockKind::write
-                                    : LockKind::reentrant;
-    const auto fields = static_cast<std::size_t>(answers[3].integer());
-    status.holders = mode.empty() ? fields : fields - 1;
-  } else {
-    status.kind = LockKind::other;
-    return status;
-  }
-  status.held = true;
+  status.kind = found.layout.kind;
+  status.held = status.kind != LockKind::none && status.kind != LockKind::other;
+  if (found.pttl >= 0) status.ttl = std::chrono::milliseconds(found.pttl);
+  status.holders = found.layout.holders;
+  status.holds = std::move(found.layout.holds);
   return status;
 }
 
-/// Whether a lock holds `name` now (inspect().held).
+/// Whether a lock holds `name` now. A key that is no lock is neither held
+/// nor free: NotALockError, naming the key and what it holds.
 inline bool is_locked(Client& client, std::string_view name, const LockOptions& options = {}) {
-  return inspect(client, name, options).held;
+  const std::string key = detail::lock_key(options, name);
+  const detail::KeyFound found = detail::read_layout(client, key);
+  if (found.layout.kind == LockKind::other) {
+    throw NotALockError(key, found.type, found.layout.holds, "neither held nor free");
+  }
+  return found.layout.kind != LockKind::none;
 }
 
 /// Administrative: removes the lock `name` (with options' key_prefix)
-/// whatever holds it, in one atomic step: a lease's string key, or a
-/// ReentrantMutex's or SharedMutex's hash with every reader's timeout key.
-/// Announces the release on every lock type's channel, so waiters of any
-/// kind look again at once. The fencing counter is kept: the next holder's
-/// fence is still higher than every earlier one. A key of another type (not
-/// a lock) is left alone: WrongTypeError. Returns whether a lock was there.
+/// whatever holds it, in one atomic step that also checks it is a lock
+/// (lock_layout.hpp): a lease's string key, or a ReentrantMutex's or
+/// SharedMutex's hash with every reader's timeout key. Announces the
+/// release on every lock type's channel, so waiters of any kind look again
+/// at once. The fencing counter is kept: the next holder's fence is still
+/// higher than every earlier one. A key that is no lock (no expiry, a hash
+/// of other fields, another type) is left alone: NotALockError, naming the
+/// key and what it holds ("key 'user:42' is a string without expiry, not a
+/// lock; not deleted"). Returns whether a lock was there.
 ///
 /// The holder is not told until it next touches Redis: its renewal finds
 /// the lease gone (lost(), on_lost), its release() answers expired, and
@@ -129,7 +129,11 @@ inline bool force_unlock(Client& client, std::string_view name, const LockOption
   const std::string stem = detail::redisson_tagged(key);
   const Reply reply = client.eval(
       scripts::force_unlock, {key, lease_channel, reentrant_channel, shared_channel, stem}, {});
-  if (reply.is_string()) throw WrongTypeError(key, std::string(reply.str()), "string or hash");
+  if (reply.size() == 3) {
+    const std::string type(reply[0].str());
+    throw NotALockError(key, type, detail::not_a_lock(type, reply[1].str(), reply[2].str()),
+                        "not deleted");
+  }
   return reply.integer() == 1;
 }
 

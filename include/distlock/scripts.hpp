@@ -94,20 +94,43 @@ return gone
 /// Administrative force_unlock (inspect.hpp), for every layout. KEYS[1]
 /// lock, KEYS[2..4] the release channels of Mutex, ReentrantMutex and
 /// SharedMutex, KEYS[5] the read holds' timeout-key stem ("{name}").
-/// Deletes a lock key of any holder (a string lease, or a Redisson hash and
-/// its readers' timeout keys) and announces the release on every channel,
-/// so every kind of waiter looks again; the fence counter stays. A key of
-/// another type is left alone. Returns 1 removed, 0 nothing there, or the
-/// type of a key that is no lock.
+/// Deletes a lock of any holder (lock_layout.hpp's rule, checked in the
+/// same step: a string with an expiry, or a Redisson hash with an expiry,
+/// and then a read-write lock's timeout keys too) and announces the release
+/// on every channel, so every kind of waiter looks again; the fence counter
+/// stays. A timeout key that expired ends the deletion of an owner's: the
+/// ones after it expire by themselves, and a hold count read from the hash
+/// bounds nothing (a loop to it could block the server). Anything else is
+/// left alone. Returns 1 removed, 0 nothing there, or {type, why, field}
+/// for a key that is no lock (why as detail::not_a_lock() takes it).
 inline constexpr Script force_unlock{
     R"lua(local kind = redis.call('type', KEYS[1]).ok
 if kind == 'none' then return 0 end
-if kind ~= 'string' and kind ~= 'hash' then return kind end
+if kind ~= 'string' and kind ~= 'hash' then return {kind, 'type', ''} end
+if redis.call('pttl', KEYS[1]) < 0 then return {kind, 'expiry', ''} end
 if kind == 'hash' then
   local fields = redis.call('hgetall', KEYS[1])
+  local owners, mode = 0, false
   for i = 1, #fields, 2 do
-    for n = 1, tonumber(fields[i + 1]) or 0 do
-      redis.call('del', KEYS[5] .. ':' .. fields[i] .. ':rwlock_timeout:' .. n)
+    local field, value = fields[i], fields[i + 1]
+    if field == 'mode' then
+      if value ~= 'read' and value ~= 'write' then return {kind, 'mode', ''} end
+      mode = true
+    elseif not string.find(field, ':', 1, true) or #value > 18 or
+        not string.match(value, '^[1-9]%d*$') then
+      return {kind, 'field', field}
+    else
+      owners = owners + 1
+    end
+  end
+  if owners == 0 then return {kind, 'owners', ''} end
+  if mode then
+    for i = 1, #fields, 2 do
+      local n = 1
+      while fields[i] ~= 'mode' and n <= tonumber(fields[i + 1]) and
+          redis.call('del', KEYS[5] .. ':' .. fields[i] .. ':rwlock_timeout:' .. n) == 1 do
+        n = n + 1
+      end
     end
   end
 end
@@ -115,7 +138,7 @@ redis.call('del', KEYS[1])
 for i = 2, 4 do redis.call('publish', KEYS[i], '0') end
 return 1
 )lua",
-    "ee9469bdc8519f435aa28265571c2c10565e1521"};
+    "69cbecbbc9246d21d654abf0499eb14b7dd78b15"};
 
 /// Every script above, for checks that cover them all.
 inline constexpr const Script* all[] = {&release,           &extend,
