@@ -1,8 +1,8 @@
 // Tests for detail/key_type.hpp: every lock type, on a key that holds
 // another type than the lock keeps there, fails its first acquire with a
-// WrongTypeError naming the key and the type found instead of waiting; a
-// string without expiry (another client's lock that never ends) is waited
-// for until the caller's deadline.
+// WrongTypeError naming the key and the type found instead of waiting, and
+// so does try_lock(); a string or hash without expiry is no lock, refused
+// the same way.
 #include "distlock/detail/key_type.hpp"
 
 #include <gtest/gtest.h>
@@ -15,6 +15,7 @@
 #include "distlock/reentrant_mutex.hpp"
 #include "distlock/shared_mutex.hpp"
 #include "distlock/simple_mutex.hpp"
+#include "distlock/striped_mutex.hpp"
 #include "support/fixture.hpp"
 
 namespace distlock {
@@ -49,9 +50,6 @@ TEST_F(KeyType, MutexOnAHashThrowsWrongType) {
   make_hash("k");
   Mutex plain(client(), "k");
   expect_wrong_type([&] { return plain.try_lock_for(3s); }, "k", "hash");
-  // try_lock() sends only SET NX, which any key refuses: false, with no
-  // second round trip to ask why (the check runs where a call would wait).
-  EXPECT_FALSE(plain.try_lock());
   Mutex fenced(client(), "k", LockOptions{}.fencing(true));
   expect_wrong_type([&] { return fenced.try_lock_for(3s); }, "k", "hash");
   EXPECT_EQ(client().command("TYPE", "k").str(), "hash");  // left as it was
@@ -105,20 +103,100 @@ TEST_F(KeyType, RedlockGetsItsQuorumPastAMinorityOfWrongTypes) {
   EXPECT_EQ(quorum.release(), Release::released);
 }
 
-// A redis-py Lock(timeout=None) stores a string with no expiry: a holder
-// like any other, waited for until the deadline, and taken once it is gone.
-TEST_F(KeyType, StringWithoutExpiryIsWaitedForUntilTheDeadline) {
-  client().command("SET", "k", "someone-elses-token");
-  for (const bool fencing : {false, true}) {
-    Mutex mutex(client(), "k", LockOptions{}.fencing(fencing));
-    EXPECT_FALSE(mutex.try_lock_for(100ms)) << "fencing " << fencing;
-    SimpleMutex simple(client(), "k", LockOptions{}.fencing(fencing));
-    EXPECT_FALSE(simple.try_lock_for(100ms)) << "fencing " << fencing;
+// A key that never expires is no lock: every lock's layout sets the key
+// and its expiry in one step. A redis-py Lock(timeout=None) holder, a SET by
+// hand or a peer's bug look the same, and are refused rather than waited
+// for: as a wrong type, naming the key and what it holds.
+class NotALockKey : public KeyType {
+ protected:
+  template <class Acquire>
+  void expect_not_a_lock(const char* label, Acquire acquire, const std::string& key,
+                         const std::string& holds) {
+    try {
+      const bool acquired = acquire();
+      ADD_FAILURE() << label << ": returned " << acquired << " instead of throwing";
+    } catch (const NotALockError& error) {
+      EXPECT_EQ(error.key(), key) << label;
+      EXPECT_EQ(error.holds(), holds) << label;
+      EXPECT_EQ(std::string(error.what()).find("key '" + key + "' is " + holds + ", not a lock"),
+                0u)
+          << label << ": " << error.what();
+    }
   }
-  client().command("DEL", "k");
-  Mutex mutex(client(), "k");
-  EXPECT_TRUE(mutex.try_lock());
-  mutex.unlock();
+};
+
+TEST_F(NotALockKey, LeaseLocksRefuseAStringWithoutExpiry) {
+  client().command("SET", "k", R"({"user":42})");
+  for (const bool fencing : {false, true}) {
+    const LockOptions options = LockOptions{}.fencing(fencing);
+    Mutex mutex(client(), "k", options);
+    expect_not_a_lock(
+        "Mutex::try_lock", [&] { return mutex.try_lock(); }, "k", "a string without expiry");
+    expect_not_a_lock(
+        "Mutex::try_lock_for", [&] { return mutex.try_lock_for(3s); }, "k",
+        "a string without expiry");
+    SimpleMutex simple(client(), "k", options);
+    expect_not_a_lock(
+        "SimpleMutex::try_lock", [&] { return simple.try_lock(); }, "k", "a string without expiry");
+    expect_not_a_lock(
+        "SimpleMutex::try_lock_for", [&] { return simple.try_lock_for(3s); }, "k",
+        "a string without expiry");
+  }
+  client().command("SET", "stripes:0", "plain");  // stripe 0 of one
+  StripedMutex stripes(client(), "stripes", 1);
+  expect_not_a_lock(
+      "StripedMutex::try_lock", [&] { return stripes.try_lock("any"); }, "stripes:0",
+      "a string without expiry");
+  EXPECT_EQ(client().command("GET", "k").str(), R"({"user":42})");
+}
+
+TEST_F(NotALockKey, HashLocksRefuseAHashWithoutExpiry) {
+  client().command("HSET", "k", "user", "42");
+  for (const bool fencing : {false, true}) {
+    ReentrantMutex reentrant(client(), "k", LockOptions{}.fencing(fencing));
+    expect_not_a_lock(
+        "ReentrantMutex::try_lock", [&] { return reentrant.try_lock(); }, "k",
+        "a hash without expiry");
+    expect_not_a_lock(
+        "ReentrantMutex::try_lock_for", [&] { return reentrant.try_lock_for(3s); }, "k",
+        "a hash without expiry");
+  }
+  SharedMutex rw(client(), "k");
+  expect_not_a_lock(
+      "SharedMutex::try_lock_shared", [&] { return rw.try_lock_shared(); }, "k",
+      "a hash without expiry");
+  expect_not_a_lock(
+      "SharedMutex::try_lock", [&] { return rw.try_lock(); }, "k", "a hash without expiry");
+  expect_not_a_lock(
+      "SharedMutex::try_lock_for", [&] { return rw.try_lock_for(3s); }, "k",
+      "a hash without expiry");
+  EXPECT_EQ(client().command("HGET", "k", "user").str(), "42");
+}
+
+// try_lock() of every lock type on a key of another type: an error, as
+// try_lock_for() gives, never a false that looks like a busy lock.
+TEST_F(KeyType, TryLockOfEveryTypeRefusesAWrongType) {
+  make_hash("h");
+  client().command("RPUSH", "l", "item");
+  make_string("s");
+  for (const bool fencing : {false, true}) {
+    const LockOptions options = LockOptions{}.fencing(fencing);
+    for (const char* key : {"h", "l"}) {
+      Mutex mutex(client(), key, options);
+      expect_wrong_type([&] { return mutex.try_lock(); }, key,
+                        key == std::string("h") ? "hash" : "list");
+      SimpleMutex simple(client(), key, options);
+      expect_wrong_type([&] { return simple.try_lock(); }, key,
+                        key == std::string("h") ? "hash" : "list");
+    }
+    ReentrantMutex reentrant(client(), "s", options);
+    expect_wrong_type([&] { return reentrant.try_lock(); }, "s", "string");
+  }
+  SharedMutex rw(client(), "l");
+  expect_wrong_type([&] { return rw.try_lock_shared(); }, "l", "list");
+  expect_wrong_type([&] { return rw.try_lock(); }, "l", "list");
+  Redlock quorum({client()}, "h", RedlockOptions{}.ttl(2s));
+  expect_wrong_type([&] { return quorum.try_lock(); }, "h", "hash");
 }
 
 TEST(KeyTypeCheck, AcceptsTheExpectedTypeAndAGoneKey) {

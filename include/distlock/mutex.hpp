@@ -45,7 +45,12 @@ struct ScriptedLease {
       }
       Attempt attempt;
       attempt.acquired = reply[0].expect_integer("fenced acquire") == 1;
-      if (!attempt.acquired && reply.size() > 2) check_key_type(keys.key, reply[2].str(), "string");
+      if (!attempt.acquired && reply.size() > 2) {
+        check_key_type(keys.key, reply[2].str(), "string");
+        if (reply[2].str() == "string") {
+          check_expires(keys.key, "string", reply[1].expect_integer("fenced acquire"));
+        }
+      }
       (attempt.acquired ? attempt.fence : attempt.holder_pttl) =
           reply[1].expect_integer("fenced acquire");
       return attempt;

@@ -160,7 +160,8 @@ class HashFieldCore : public SingleServer<Backend> {
   /// read hold would keep the owner id the undo names). An undo written
   /// retires that owner id for the key: the thread's next attempt, on
   /// another connection, may reach Redis before it. A key that is not a
-  /// hash fails the scripts with WRONGTYPE: thrown as WrongTypeError.
+  /// hash fails the scripts with WRONGTYPE: thrown as WrongTypeError; a
+  /// refusal by a hash that never expires (PTTL -1) as NotALockError.
   template <class Send>
   std::optional<Attempt> attempt_field(Kind, const Script& release, Args release_keys,
                                        Args release_args, SteadyClock::time_point deadline,
@@ -169,8 +170,11 @@ class HashFieldCore : public SingleServer<Backend> {
     return attempt_or_undo(
         this->backend_, deadline,
         [&](Connection& connection) {
-          return naming_wrong_type(connection, this->key_, "hash",
-                                   [&] { return send(connection); });
+          return naming_wrong_type(connection, this->key_, "hash", [&] {
+            Attempt attempt = send(connection);
+            if (!attempt.acquired) check_expires(this->key_, "hash", attempt.holder_pttl);
+            return attempt;
+          });
         },
         [&](Connection& connection) {
           if (!undo) return;

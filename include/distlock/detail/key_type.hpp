@@ -1,14 +1,17 @@
 // Key types: what a lock's key must hold, and the checks that make a key
-// of another type a WrongTypeError at the first attempt instead of a wait
-// that never ends. Every check runs only on the path of a refused or failed
-// attempt, never on an attempt that succeeds:
+// of another type a WrongTypeError, and a key that never expires (no lock's:
+// see lock_layout.hpp) a NotALockError, at the first attempt instead of a
+// wait that never ends or a try_lock() that is refused for ever. Every check
+// runs only on the path of a refused or failed attempt, never on an attempt
+// that succeeds:
 // - a lease lock (SET NX, which any existing key refuses) reads the key's
 //   TYPE in the same round trip as the holder's PTTL that the waiter reads
-//   anyway (read_pttl_of_type), or its fenced script answers the type with
-//   the PTTL;
+//   anyway (read_pttl_of_type; a refused try_lock() reads them too), or its
+//   fenced script answers the type with the PTTL;
 // - a hash lock's scripts fail with WRONGTYPE on a key of another type;
 //   naming_wrong_type() turns that reply into the error naming the key and
-//   the type found.
+//   the type found. A refusal answers the holder's PTTL: -1 is a hash that
+//   never expires.
 #pragma once
 
 #include <optional>
@@ -20,6 +23,7 @@
 #include "distlock/detail/acquire.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
+#include "distlock/lock_layout.hpp"
 
 namespace distlock::detail {
 
@@ -39,10 +43,20 @@ inline void check_key_type(std::string_view key, std::string_view found,
   throw WrongTypeError(std::string(key), std::string(found), std::string(expected));
 }
 
+/// Throws NotALockError if the key a refused attempt met, of the type
+/// `found`, never expires (PTTL -1): every lock's layout sets the key and
+/// its expiry in one step, so this one is no lock's (application data, or
+/// a peer's bug), and a wait for it would never end.
+inline void check_expires(std::string_view key, std::string_view found, long long pttl) {
+  if (pttl != -1) return;
+  throw NotALockError(std::string(key), std::string(found), not_a_lock(found, "expiry"),
+                      "no lock can be taken there");
+}
+
 /// The holder's PTTL and the key's type, in one round trip, by the
 /// deadline rules of read_pttl(); throws WrongTypeError if the key holds
-/// something other than `expected`. nullopt when the caller's deadline cut
-/// the read short.
+/// something other than `expected`, NotALockError if it never expires.
+/// nullopt when the caller's deadline cut the read short.
 template <class Backend>
 std::optional<long long> read_pttl_of_type(Backend& backend, const std::string& key,
                                            std::string_view expected,
@@ -53,7 +67,9 @@ std::optional<long long> read_pttl_of_type(Backend& backend, const std::string& 
     connection->append("PTTL", key);
     connection->append("TYPE", key);
     const long long pttl = connection->read_reply().throw_if_error().integer();
-    check_key_type(key, connection->read_reply().throw_if_error().str(), expected);
+    const std::string_view found = connection->read_reply().throw_if_error().str();
+    check_key_type(key, found, expected);
+    if (found == expected) check_expires(key, found, pttl);
     return pttl;
   } catch (const TimeoutError&) {
     if (deadline_reached(deadline)) return std::nullopt;

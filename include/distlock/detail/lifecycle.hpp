@@ -134,6 +134,12 @@ class Lifecycle : public HoldKeeper<Protocol> {
           result.holder_pttl = -1;
         }
       }
+      if (last_chance && attempt == 1 && !local_holder && result.holder_pttl == -3) {
+        // A try_lock() refused without a reason (SET NX) looks once at the
+        // key, as a waiter would: holder_pttl() throws for one that no lock
+        // can be taken on, which must not pass for a busy lock.
+        static_cast<void>(protocol_.holder_pttl(step_deadline));
+      }
       if (last_chance || clock::now() >= deadline) return Outcome::timed_out;
       if (cancellation_.since(cancel_seen)) return Outcome::cancelled;
       if (subscription && subscription->moved()) {
