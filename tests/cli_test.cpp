@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "distlock/inspect.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/reentrant_mutex.hpp"
 #include "distlock/shared_mutex.hpp"
@@ -571,6 +572,66 @@ TEST_F(Cli, ReleaseForceDeletesTheLockAndWakesItsWaiter) {
   client().command("SET", "plain", "value");
   EXPECT_EQ(run({"release", "--force", "--yes", "plain"}).status(), 65);
   EXPECT_TRUE(exists("plain"));
+}
+
+// The tool and the library tell a lock from application data by the same
+// rule: `status` says what inspect() says, and on a key that is no lock
+// `status`, `release` and `wait` exit 65 naming what it holds, as
+// force_unlock() refuses it, deleting nothing.
+TEST_F(Cli, StatusAndReleaseAgreeWithTheLibraryOnWhatIsALock) {
+  client().command("SET", "user:42", R"({"name":"ann"})");
+  client().command("SET", "cache:1", "value", "PX", "60000");
+  client().command("HSET", "session:9", "user", "42");
+  client().command("HSET", "profile:7", "name", "bob", "visits", "3");
+  client().command("PEXPIRE", "profile:7", "60000");
+  client().command("RPUSH", "queue", "job");
+  Mutex mutex(client(), "m");
+  ReentrantMutex reentrant(client(), "r");
+  SharedMutex reader(client(), "sr");
+  SharedMutex writer(client(), "sw");
+  ASSERT_TRUE(mutex.try_lock());
+  ASSERT_TRUE(reentrant.try_lock());
+  ASSERT_TRUE(reader.try_lock_shared());
+  ASSERT_TRUE(writer.try_lock());
+  const auto tool_kind = [](LockKind kind) -> std::string {
+    switch (kind) {
+      case LockKind::read:
+      case LockKind::write: return "\"rwlock\"";
+      case LockKind::none: return "null";
+      default: return std::string("\"") + to_string(kind) + "\"";
+    }
+  };
+  for (const char* key : {"user:42", "session:9", "profile:7", "queue"}) {
+    const LockStatus library = inspect(client(), key);
+    ASSERT_EQ(library.kind, LockKind::other) << key;
+    Tool& status = run({"status", "--json", key});
+    EXPECT_EQ(status.status(), 65) << key << ": " << status.out();
+    EXPECT_TRUE(JsonChecker::valid(status.out())) << status.out();
+    EXPECT_NE(status.out().find("\"held\":false,\"kind\":\"other\""), std::string::npos)
+        << status.out();
+    EXPECT_NE(status.out().find("\"holds\":\"" + library.holds + "\""), std::string::npos)
+        << status.out();
+    Tool& release = run({"release", "--force", "--yes", key});
+    EXPECT_EQ(release.status(), 65) << key;
+    EXPECT_NE(release.err().find("key '" + std::string(key) + "' is " + library.holds +
+                                 ", not a lock; not deleted"),
+              std::string::npos)
+        << release.err();
+    EXPECT_TRUE(exists(key)) << key;
+  }
+  Tool& wait = run({"wait", "--timeout", "5s", "user:42"});
+  EXPECT_EQ(wait.status(), 65) << wait.err();
+  for (const char* key : {"cache:1", "m", "r", "sr", "sw"}) {
+    const LockStatus library = inspect(client(), key);
+    ASSERT_TRUE(library.held) << key;
+    Tool& status = run({"status", "--json", key});
+    EXPECT_EQ(status.status(), 0) << key << ": " << status.out();
+    EXPECT_NE(status.out().find("\"held\":true,\"kind\":" + tool_kind(library.kind)),
+              std::string::npos)
+        << status.out();
+    EXPECT_EQ(run({"release", "--force", "--yes", key}).status(), 0) << key;
+    EXPECT_FALSE(exists(key)) << key;
+  }
 }
 
 TEST_F(Cli, WaitReturnsWhenTheLockIsFreedOr75AfterItsTimeout) {

@@ -1,6 +1,8 @@
 // The subcommands that do not hold a lock: `status` (who holds NAME, how,
 // for how long; text or JSON), `release --force --yes` (delete NAME whoever
 // holds it, and wake its waiters) and `wait` (block until NAME is free).
+// A key that is no lock (the library's classify_lock) is reported as such
+// by each, with status 65, and left alone.
 #pragma once
 
 #include <distlock/distlock.hpp>
@@ -54,13 +56,14 @@ inline int show_status(const StatusArgs& args) {
   check_name(args.name);
   Client client(client_options(args.where));
   const LockState state = read_state(client, args.name);
-  const bool held = state.layout != Layout::none;
+  const bool held = state.layout != Layout::none && state.layout != Layout::other;
   const bool expires = state.pttl >= 0;
   if (args.json) {
     std::ostringstream out;
     out << "{\"name\":" << json_string(args.name) << ",\"held\":" << (held ? "true" : "false")
         << ",\"kind\":" << layout_json(state.layout)
         << ",\"redis_type\":" << json_string(state.redis_type)
+        << ",\"holds\":" << json_string(state.holds)
         << ",\"ttl_ms\":" << (expires ? std::to_string(state.pttl) : "null");
     if (state.layout == Layout::rwlock) out << ",\"mode\":" << json_string(state.mode);
     out << ",\"holders\":[";
@@ -73,10 +76,13 @@ inline int show_status(const StatusArgs& args) {
     std::fputs(out.str().c_str(), stdout);
   } else {
     std::printf("name:    %s\n", args.name.c_str());
-    std::printf("state:   %s\n", held ? "held" : "free");
+    if (state.layout == Layout::other) {
+      std::printf("state:   not a lock (%s)\n", state.holds.c_str());
+    } else {
+      std::printf("state:   %s\n", held ? "held" : "free");
+    }
     if (held) {
       std::printf("layout:  %s\n", layout_text(state.layout));
-      if (state.layout == Layout::other) std::printf("type:    %s\n", state.redis_type.c_str());
       if (state.layout == Layout::rwlock) std::printf("mode:    %s\n", state.mode.c_str());
       for (const Holder& h : state.holders) {
         std::printf("holder:  %s", h.id.c_str());
@@ -95,6 +101,7 @@ inline int show_status(const StatusArgs& args) {
     if (state.fence) std::printf("fence:   %lld\n", *state.fence);
   }
   std::fflush(stdout);
+  if (state.layout == Layout::other) return status::not_lock;
   return held ? status::ok : status::not_held;
 }
 
@@ -125,21 +132,17 @@ inline int force_release(const ReleaseArgs& args) {
     say("release", args.name + " is not held; nothing deleted");
     return status::not_held;
   }
-  if (state.layout == Layout::other) {
-    say("release", args.name + " is a Redis " + state.redis_type + ", not a lock; not deleted");
+  // The library's force_unlock checks the layout in the step that deletes,
+  // and wakes the waiters of every layout; the read above only names the
+  // holders.
+  try {
+    if (!force_unlock(client, args.name)) {
+      say("release", args.name + " went away before it could be deleted");
+      return status::not_held;
+    }
+  } catch (const NotALockError& error) {
+    say("release", text_of(error));
     return status::not_lock;
-  }
-  if (client.command("DEL", args.name).integer() == 0) {
-    say("release", args.name + " went away before it could be deleted");
-    return status::not_held;
-  }
-  // Waiters are woken as by an ordinary release of that layout.
-  if (state.layout == Layout::lease) {
-    client.command("PUBLISH", companion(args.name, "released"), "0");
-  } else if (state.layout == Layout::reentrant) {
-    client.command("PUBLISH", redisson_name("redisson_lock__channel", args.name), "0");
-  } else {
-    client.command("PUBLISH", redisson_name("redisson_rwlock", args.name), "1");
   }
   std::string holders;
   for (const Holder& h : state.holders) holders += (holders.empty() ? "" : ", ") + h.id;
@@ -168,6 +171,14 @@ inline int wait_free(const WaitArgs& args) {
   for (;;) {
     const long long pttl = client.command("PTTL", args.name).integer();
     if (pttl == -2) return status::ok;
+    if (pttl == -1) {
+      // A key that never expires is no lock (classify_lock): it would be waited for in vain.
+      const LockState state = read_state(client, args.name);
+      if (state.layout == Layout::other) {
+        say("wait", "key '" + args.name + "' is " + state.holds + ", not a lock; not waited for");
+        return status::not_lock;
+      }
+    }
     const steady::time_point now = steady::now();
     if (deadline && now >= *deadline) {
       say("wait", args.name + " is still held after " + args.timeout);

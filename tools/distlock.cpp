@@ -43,6 +43,9 @@ int failure_from(const std::exception_ptr& raised, std::string& message) {
   } catch (const TimeoutError& error) {
     message = "Redis did not answer in time (--command-timeout): " + text_of(error);
     return status::redis;
+  } catch (const NotALockError& error) {
+    message = text_of(error);
+    return status::not_lock;
   } catch (const ServerError& error) {
     message = "Redis refused: " + text_of(error);
     return status::redis;

@@ -21,7 +21,7 @@ namespace status {
 constexpr int ok = 0;
 constexpr int not_held = 1;   // status: NAME is free; release: nothing to delete
 constexpr int usage = 64;     // bad command line, duration, URL, option value
-constexpr int not_lock = 65;  // release: the key is not a lock's
+constexpr int not_lock = 65;  // the key is no lock (classify_lock): nothing done to it
 constexpr int redis = 69;     // Redis unreachable, too slow, or refused a command
 constexpr int internal = 70;  // a bug or an unexpected condition in distlock
 constexpr int os = 71;        // the system refused a pipe or a fork
@@ -36,7 +36,8 @@ inline constexpr const char* exit_status_help = R"(Exit status:
   1..255   run: CMD's own exit status (128+N when CMD was killed by signal N)
   1        status: NAME is not held; release: there was nothing to delete
   64       usage: bad command line, duration, URL, option value or password file
-  65       release: the key exists but is not a lock (nothing was deleted)
+  65       the key exists but is not a lock (status, wait; release: nothing was
+           deleted; run: no lock can be taken there)
   69       Redis unreachable, too slow (--command-timeout) or refusing a command
   70       internal error in distlock
   71       the system refused a pipe or a fork

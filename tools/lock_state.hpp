@@ -1,7 +1,9 @@
 // What `status` and `release` read of a lock: its key's layout (a string
 // lease, Redisson's hash lock, Redisson's read-write lock, or not a lock),
-// its holders, its lease and its fence counter, with plain commands.
+// its holders, its lease and its fence counter, in one MULTI of reads.
 //
+// Which keys are locks is the library's rule (classify_lock(), as inspect()
+// and force_unlock() apply it), so the tool and the library never disagree.
 // The names below are the layouts the README documents; the tool rebuilds
 // them here because the library keeps its own functions for them in detail::.
 #pragma once
@@ -52,7 +54,7 @@ inline const char* layout_text(Layout layout) {
     case Layout::lease: return "string lease (Mutex, SimpleMutex, Redlock; SET key token PX ttl)";
     case Layout::reentrant: return "Redisson hash lock (ReentrantMutex, RLock)";
     case Layout::rwlock: return "Redisson read-write lock (SharedMutex, RReadWriteLock)";
-    case Layout::other: return "not a lock (no expiry, or not a string or hash)";
+    case Layout::other: return "not a lock";
     case Layout::none: break;
   }
   return "none";
@@ -66,6 +68,7 @@ struct Holder {
 
 struct LockState {
   Layout layout = Layout::none;
+  std::string holds;            // what the key holds, in words (LockLayout::holds)
   std::string redis_type;       // TYPE's answer
   long long pttl = -2;          // PTTL's answer: -2 no key, -1 no expiry
   std::string mode;             // rwlock: "read" or "write"
@@ -79,46 +82,56 @@ inline long long to_integer(std::string_view text) {
   return ec == std::errc() && end == text.data() + text.size() ? value : 0;
 }
 
+inline Layout layout_of(LockKind kind) {
+  switch (kind) {
+    case LockKind::none: return Layout::none;
+    case LockKind::lease: return Layout::lease;
+    case LockKind::reentrant: return Layout::reentrant;
+    case LockKind::read:
+    case LockKind::write: return Layout::rwlock;
+    case LockKind::other: break;
+  }
+  return Layout::other;
+}
+
 inline LockState read_state(Client& client, const std::string& key) {
+  auto connection = client.borrow();
+  connection->append("MULTI");
+  connection->append("TYPE", key);
+  connection->append("PTTL", key);
+  connection->append("HGETALL", key);  // an error for a key that is no hash: not read then
+  connection->append("GET", key);      // likewise for one that is no string
+  connection->append("GET", companion(key, "fence"));
+  connection->append("EXEC");
+  for (int queued = 0; queued < 6; ++queued) connection->read_reply().throw_if_error();
+  const Reply& answers = connection->read_reply().throw_if_error();
+  if (answers.size() != 5) throw ConnectionError(Errc::protocol_error, "bad EXEC reply");
   LockState state;
-  state.redis_type = std::string(client.command("TYPE", key).str());
-  state.pttl = client.command("PTTL", key).integer();
-  if (state.redis_type == "none") {
-    state.layout = Layout::none;
-  } else if (state.pttl < 0) {
-    // Every layout sets the key and its expiry in one step: a key that never
-    // expires is not a lock's.
-    state.layout = Layout::other;
-  } else if (state.redis_type == "string") {
-    state.layout = Layout::lease;
-    const Reply value = client.command("GET", key);
-    if (!value.is_nil()) state.holders.push_back({id_prefix(value.str()), 1, true});
-  } else if (state.redis_type == "hash") {
-    const Reply fields = client.command("HGETALL", key);
-    state.layout = Layout::reentrant;
+  state.redis_type = std::string(answers[0].str());
+  state.pttl = answers[1].integer();
+  const LockLayout layout = classify_lock(state.redis_type, state.pttl, answers[2]);
+  state.layout = layout_of(layout.kind);
+  state.holds = layout.holds;
+  if (state.layout == Layout::lease) {
+    if (answers[3].is_string()) state.holders.push_back({id_prefix(answers[3].str()), 1, true});
+  } else if (state.layout == Layout::reentrant || state.layout == Layout::rwlock) {
+    const ReplyView fields = answers[2];
     for (std::size_t i = 0; i + 1 < fields.size(); i += 2) {
       const std::string_view field = fields[i].str();
       const std::string_view value = fields[i + 1].str();
       if (field == "mode") {
-        state.layout = Layout::rwlock;
         state.mode = std::string(value);
         continue;
       }
       constexpr std::string_view write_suffix = ":write";
       const bool write = field.size() > write_suffix.size() &&
                          field.substr(field.size() - write_suffix.size()) == write_suffix;
-      state.holders.push_back({id_prefix(field), to_integer(value), write});
+      // A Redisson lock's owner holds it alone; in a read-write lock only the writer does.
+      state.holders.push_back(
+          {id_prefix(field), to_integer(value), write || state.layout == Layout::reentrant});
     }
-    // A Redisson lock's owner holds it alone; in a read-write lock only the writer does.
-    if (state.layout == Layout::reentrant) {
-      for (Holder& h : state.holders) h.exclusive = true;
-    }
-  } else {
-    state.layout = Layout::other;
   }
-  if (state.redis_type == "none") state.pttl = -2;
-  const Reply fence = client.command("GET", companion(key, "fence"));
-  if (fence.is_string()) state.fence = to_integer(fence.str());
+  if (answers[4].is_string()) state.fence = to_integer(answers[4].str());
   return state;
 }
 
