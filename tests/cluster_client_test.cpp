@@ -152,6 +152,33 @@ TEST_F(ClusterRouting, ANodeNotInClusterModeIsAClearError) {
   }
 }
 
+// A plain Client pointed at a cluster node follows no redirects: the MOVED
+// it meets says to use ClusterClient, on a command and on a lock's steps
+// (a command, a script), where before it said only where the slot lives.
+TEST_F(ClusterRouting, APlainClientAtANodeIsToldToUseClusterClient) {
+  Client plain(testing::client_options(cluster().node(0)));
+  const std::string key = name_on(1, "elsewhere");
+  const auto expect_hint = [](const char* label, auto call) {
+    try {
+      call();
+      ADD_FAILURE() << label << ": no error";
+    } catch (const ServerError& error) {
+      const std::string what = error.what();
+      EXPECT_EQ(what.rfind("MOVED ", 0), 0u) << label << ": " << what;
+      EXPECT_NE(what.find("use ClusterClient"), std::string::npos) << label << ": " << what;
+    }
+  };
+  expect_hint("command", [&] { static_cast<void>(plain.command("SET", key, "v")); });
+  Mutex mutex(plain, key);
+  expect_hint("Mutex", [&] { static_cast<void>(mutex.try_lock()); });
+  ReentrantMutex reentrant(plain, key);
+  expect_hint("ReentrantMutex", [&] { static_cast<void>(reentrant.try_lock()); });
+  // The ClusterClient follows the same redirect.
+  EXPECT_TRUE(client().command("SET", key, "v").is_ok());
+  ClusterMutex routed(client(), key + "-lock");
+  EXPECT_TRUE(routed.try_lock());
+}
+
 TEST_F(ClusterRouting, TheMapComesFromClusterShards) {
   const auto calls = [&](const std::string& command) {
     long long sum = 0;

@@ -64,7 +64,7 @@ class Connection {
   Reply command_argv(detail::Args argv) {
     append_argv(argv);
     append_trailer();
-    read_reply().throw_if_error();
+    if (read_reply().is_error()) throw_error();
     return take_last();
   }
 
@@ -220,6 +220,16 @@ class Connection {
   // node (set_sharded_publish), the script itself elsewhere.
   const Script& as_run(const Script& given) const {
     return sharded_publish_ ? detail::with_sharded_publish(given) : given;
+  }
+  // Throws the error reply read last as ServerError. A Redis Cluster's
+  // redirect met here, off a ClusterClient (whose connections publish
+  // sharded and follow redirects themselves), says what would follow it.
+  [[noreturn]] void throw_error() const {
+    const std::string_view reply = last_.str();
+    const std::string_view word = reply.substr(0, reply.find(' '));
+    if (sharded_publish_ || (word != "MOVED" && word != "ASK")) throw ServerError(reply);
+    throw ServerError(std::string(reply) +
+                      " (a Redis Cluster node: Client follows no redirects; use ClusterClient)");
   }
   // The trail()ed command, once, behind the command or script just appended.
   void append_trailer() {
@@ -386,7 +396,7 @@ inline Reply Connection::eval(const Script& given, detail::Args keys, detail::Ar
     read_reply();
     set_timeout(whole);
   }
-  last_.throw_if_error();
+  if (last_.is_error()) throw_error();
   return take_last();
 }
 
