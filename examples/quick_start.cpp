@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
       case distlock::Release::expired: break;    // the lease ran out: someone may have been in
       case distlock::Release::not_owner: break;  // ran out and was taken; their lock is untouched
       case distlock::Release::lost: break;       // the watchdog reported it lost; nothing sent
+      case distlock::Release::kept: break;       // held on until LockOptions::min_hold ends
     }
   }
 }

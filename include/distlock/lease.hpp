@@ -19,6 +19,8 @@ enum class Release {
   expired,    ///< the lease had run out: no key (someone may have held it since)
   not_owner,  ///< another token holds the lock now: ours ran out and was taken
   lost,       ///< the lease was already reported lost; nothing was sent or deleted
+  kept,       ///< our token was there and stays until LockOptions::min_hold has passed
+              ///< since the grant; its lease now ends then, unrenewed
 };
 
 inline const char* to_string(Release r) noexcept {
@@ -27,6 +29,7 @@ inline const char* to_string(Release r) noexcept {
     case Release::expired: return "expired";
     case Release::not_owner: return "not_owner";
     case Release::lost: return "lost";
+    case Release::kept: return "kept";
   }
   return "unknown";
 }

@@ -1,6 +1,6 @@
-// LockOptions: how a lock object behaves (lease length and renewal, fencing,
-// key prefix, waking on release, the lost-lease callback, replica
-// acknowledgement), and the
+// LockOptions: how a lock object behaves (lease length, renewal and the
+// shortest and longest hold, fencing, key prefix, waking on release, the
+// lost-lease callback, replica acknowledgement), and the
 // documented limits on lock names and leases.
 //
 // Options are a plain value, set by chained calls:
@@ -56,10 +56,35 @@ class LockOptions {
   /// and let the lease run out (it is then reported lost). Unset: no cap.
   template <class Rep, class Period>
   LockOptions& max_hold(std::chrono::duration<Rep, Period> cap) {
-    max_hold_ = detail::checked_milliseconds(cap, max_ttl, "max_hold");
+    const std::chrono::milliseconds checked =
+        detail::checked_milliseconds(cap, max_ttl, "max_hold");
+    check_hold_bounds(min_hold_, checked);
+    max_hold_ = checked;
     return *this;
   }
   std::chrono::milliseconds max_hold() const noexcept { return max_hold_; }
+
+  /// The shortest hold: an unlock() or release() of an exclusive hold
+  /// before `least` has passed since its grant leaves the lock held until
+  /// then (a token-checked change of the lease's expiry to the end of the
+  /// minimum hold; nothing is deleted, no release is announced), and
+  /// release() answers Release::kept. A job that two machines start a
+  /// moment apart (cron) then runs once: the late one finds it held. Later
+  /// unlocks release as usual. A lease shorter than `least` is lengthened
+  /// by that unlock, one longer is shortened to it. Mutex, SimpleMutex,
+  /// ReentrantMutex (its last unlock) and SharedMutex's write side; a
+  /// SharedMutex read hold is released at once (it keeps no reader out).
+  /// Semaphore refuses it; a Redlock does not offer it. In [1 ms,
+  /// max_ttl], and no longer than max_hold. Unset: no minimum.
+  template <class Rep, class Period>
+  LockOptions& min_hold(std::chrono::duration<Rep, Period> least) {
+    const std::chrono::milliseconds checked =
+        detail::checked_milliseconds(least, max_ttl, "min_hold");
+    check_hold_bounds(checked, max_hold_);
+    min_hold_ = checked;
+    return *this;
+  }
+  std::chrono::milliseconds min_hold() const noexcept { return min_hold_; }
 
   /// Called once, on the watchdog's thread, when a held lease is lost: a
   /// renewal, or the revalidation after a failover (any lease, fixed ttl
@@ -145,10 +170,20 @@ class LockOptions {
   const std::string& key_prefix() const noexcept { return key_prefix_; }
 
  private:
+  // A lock held at least longer than it may be held at most cannot be.
+  static void check_hold_bounds(std::chrono::milliseconds least, std::chrono::milliseconds most) {
+    if (least.count() > 0 && most.count() > 0 && least > most) {
+      throw InvalidArgument("min_hold (" + std::to_string(least.count()) +
+                            " ms) must not exceed max_hold (" + std::to_string(most.count()) +
+                            " ms)");
+    }
+  }
+
   std::chrono::milliseconds ttl_{std::chrono::seconds(30)};
   bool ttl_set_ = false;
   int auto_renew_ = -1;  // -1: follow ttl_set_
   std::chrono::milliseconds max_hold_{0};
+  std::chrono::milliseconds min_hold_{0};
   LostCallback on_lost_;
   bool wake_on_release_ = true;
   bool fencing_ = false;

@@ -58,6 +58,7 @@ class ReentrantProtocol : public HashFieldCore<Backend, ReentrantKind> {
   using Kind = ReentrantKind;
   static constexpr Kind exclusive = Kind::exclusive;
   static constexpr bool given_back_first(Kind) noexcept { return false; }
+  static constexpr bool holds_at_least(Kind) noexcept { return true; }
 
   ReentrantProtocol(Backend backend, std::string key, const LockOptions& options)
       : Core(std::move(backend), key, redisson_prefixed("redisson_lock__channel", key), options),

@@ -126,13 +126,19 @@ class BasicSemaphore {
 
   /// `permits` (1 to 10^9) is the count unless resize() has stored one for
   /// the name, which then wins. `options` are each permit's (ttl, auto
-  /// renewal, on_lost, wake_on_release, key_prefix; fencing is refused).
+  /// renewal, on_lost, wake_on_release, key_prefix; fencing and min_hold
+  /// are refused).
   /// Validates (InvalidArgument); contacts no server.
   BasicSemaphore(const Backend& backend, std::string_view name, std::size_t permits,
                  LockOptions options = {}, Policy policy = {})
       : core_(core_for(backend, name, permits, std::move(options), std::move(policy))) {
     if (core_.options.fencing()) {
       throw InvalidArgument("semaphore " + core_.key + ": permits have no fencing token");
+    }
+    if (core_.options.min_hold().count() > 0) {
+      // A permit bounds how many run at once, not how often: one kept past
+      // its work would only take a place from the next holder.
+      throw InvalidArgument("semaphore " + core_.key + ": permits have no minimum hold (min_hold)");
     }
   }
 

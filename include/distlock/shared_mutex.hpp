@@ -71,6 +71,10 @@ class SharedProtocol : public HashFieldCore<Backend, SharedKind> {
   // Read first: a write release then finds no readers left and frees the
   // lock with one announcement.
   static constexpr bool given_back_first(Kind kind) noexcept { return kind == Kind::read; }
+  // A minimum hold keeps the write side only. A read hold keeps no reader
+  // out, and the hash's lease is the longest of the readers' own, which
+  // read_extend only ever lengthens: kept, it could outlast the minimum.
+  static constexpr bool holds_at_least(Kind kind) noexcept { return kind == Kind::write; }
 
   SharedProtocol(Backend backend, std::string key, const LockOptions& options)
       : Core(std::move(backend), key, redisson_prefixed("redisson_rwlock", key),

@@ -142,13 +142,11 @@ class RawSubscriber {
   /// the connection's command timeout (the subscriber is unusable then).
   std::string next() {
     for (;;) {
-      if (std::optional<Reply> reply = connection_.next_buffered_reply()) {
-        if (reply->size() == 3 && (*reply)[0].str() == "message") {
-          return std::string((*reply)[2].str());
-        }
-        continue;
-      }
-      connection_.read_available();
+      // A pushed message answers no command: owed, so read_reply() waits
+      // for it by the connection's timeout.
+      connection_.expect_reply("SUBSCRIBE");
+      const Reply& reply = connection_.read_reply();
+      if (reply.size() == 3 && reply[0].str() == "message") return std::string(reply[2].str());
     }
   }
 

@@ -142,14 +142,30 @@ class HashFieldCore : public SingleServer<Backend> {
     } catch (const Error& error) {
       const std::error_code code = error.code();
       if (code == Errc::timed_out || code == Errc::io_error || code == Errc::protocol_error) {
-        const std::string holder = owner_in(id);
-        if (holder == owner()) {
-          retire_owner();
-        } else {
-          GivenBackElsewhere::retire(where(holder));
-        }
+        retire_owner_of(id);
       }
       throw;
+    }
+  }
+
+ public:
+  /// The hold `id` stays on the server after its release, until its
+  /// minimum hold (LockOptions::min_hold) ends: its owner id is retired
+  /// for the key as after a release that may land late, so the thread's
+  /// next acquire is refused meanwhile instead of entering it again. While
+  /// another lock object of the thread holds the key the id stays (the
+  /// hold is that object's too), and the hash's lease then only lengthens.
+  void keeping(Kind, const std::string& id) { retire_owner_of(id); }
+
+ protected:
+  // retire_owner() for the thread that owns the hold `id`: this one now,
+  // another when it next settles.
+  void retire_owner_of(const std::string& id) {
+    const std::string holder = owner_in(id);
+    if (holder == owner()) {
+      retire_owner();
+    } else {
+      GivenBackElsewhere::retire(where(holder));
     }
   }
 

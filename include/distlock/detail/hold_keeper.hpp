@@ -5,8 +5,10 @@
 // giving back all that are left when the object is destroyed.
 //
 // A given-back hold leaves the Watchdog before its release is sent, so no
-// renewal of it goes out after; its local waiters (threads of a single-
-// holder object, waiting on the Cancellation) are nudged to try again.
+// renewal of it goes out after, and its local waiters (threads of a single-
+// holder object, waiting on the Cancellation) are nudged to try again. One
+// given back before its minimum hold (LockOptions::min_hold) has passed is
+// kept on the server until then instead of released.
 #pragma once
 
 #include <algorithm>
@@ -172,12 +174,38 @@ class HoldKeeper {
     Release outcome = Release::lost;
     if (last.lease) protocol_.watchdog().remove(*last.lease);  // no renewal of it after this
     if (!last.lost()) {
-      outcome = to_release(
-          naming_acl_refusal([&] { return protocol_.describe(kind) + " " + protocol_.key(); },
-                             [&] { return protocol_.release(kind, last.id); }));
+      outcome = naming_acl_refusal([&] { return protocol_.describe(kind) + " " + protocol_.key(); },
+                                   [&] { return given_back(last); });
     }
     told_released(last.acquired, outcome);
     return outcome;
+  }
+
+  // Gives `hold` back on the server: released, or, while part of the
+  // minimum hold (LockOptions::min_hold) is left, kept until it ends by a
+  // token-checked change of its lease to what is left. Kept, it is neither
+  // deleted nor announced: waiters wake when it runs out, as for a holder
+  // that vanished.
+  Release given_back(const Hold& hold) {
+    const std::chrono::milliseconds left = min_hold_left(hold);
+    if (left.count() <= 0) return to_release(protocol_.release(hold.kind, hold.id));
+    protocol_.keeping(hold.kind, hold.id);
+    const TokenCheck found = protocol_.extend(hold.kind, hold.id, left);
+    return found == TokenCheck::done ? Release::kept : to_release(found);
+  }
+
+  // What is left of `hold`'s minimum hold, rounded up; zero when none is.
+  // Counted from when the grant's reply was in, not from when its attempt
+  // was sent: the server granted it in between, and reads the new lease
+  // after now, so the lease ends no earlier than min_hold after the grant.
+  // Counted from the send, it could end up to a round trip early.
+  std::chrono::milliseconds min_hold_left(const Hold& hold) const {
+    if (options_.min_hold().count() == 0 || !Protocol::holds_at_least(hold.kind)) {
+      return std::chrono::milliseconds(0);
+    }
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+        hold.granted + options_.min_hold() - clock::now());
+    return std::max(left, std::chrono::milliseconds(0));
   }
 
   // Tells the hook, if any, of a release of a hold taken at `acquired`.
@@ -219,7 +247,7 @@ class HoldKeeper {
           protocol_.watchdog().remove(*hold.lease);
           if (hold.lease->lost) return;
         }
-        told_released(hold.acquired, to_release(protocol_.release(hold.kind, hold.id)));
+        told_released(hold.acquired, given_back(hold));
       });
     }
   }

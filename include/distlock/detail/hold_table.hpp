@@ -37,6 +37,7 @@ class HoldTable {
     std::string id;
     long long fence = 0;
     clock::time_point acquired{};  // when the grant's attempt was sent
+    clock::time_point granted{};   // when its reply was in: the minimum hold counts from here
     int replicas = -1;             // that acknowledged the grant; -1 when not asked
     clock::time_point expires{};
     std::shared_ptr<LeaseState> lease;  // the record the Watchdog has

@@ -67,6 +67,10 @@ class LeaseProtocol : public SingleServer<Backend> {
   static constexpr Kind exclusive = Kind::exclusive;
   static constexpr bool per_thread = false;
   static constexpr bool given_back_first(Kind) noexcept { return false; }
+  // A minimum hold keeps the lease: every acquisition has a token of its
+  // own, so nothing else of this process can take it meanwhile.
+  static constexpr bool holds_at_least(Kind) noexcept { return true; }
+  void keeping(Kind, const std::string&) const noexcept {}
 
   LeaseProtocol(Backend backend, std::string key, const LockOptions& options)
       : SingleServer<Backend>(std::move(backend), key, companion_key(key, "released"), options),

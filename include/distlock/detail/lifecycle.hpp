@@ -285,6 +285,7 @@ class Lifecycle : public HoldKeeper<Protocol> {
     hold.kind = kind;
     hold.fence = fence;
     hold.acquired = sent;
+    hold.granted = clock::now();
     hold.expires = expiry(sent, options_.ttl());
     // Every lease goes to the Watchdog: one of fixed ttl too, not to be
     // renewed but to be revalidated when the backend finds a new master

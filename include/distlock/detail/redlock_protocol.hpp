@@ -97,6 +97,10 @@ class RedlockProtocol {
   static constexpr Kind exclusive = Kind::exclusive;
   static constexpr bool per_thread = false;
   static constexpr bool given_back_first(Kind) noexcept { return false; }
+  // A minimum hold keeps the lease on every master that still has the
+  // token (extend), as for a single-key lease.
+  static constexpr bool holds_at_least(Kind) noexcept { return true; }
+  void keeping(Kind, const std::string&) const noexcept {}
 
   RedlockProtocol(const std::vector<Backend*>& masters, std::string key,
                   const RedlockOptions& options)

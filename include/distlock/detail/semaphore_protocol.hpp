@@ -51,6 +51,9 @@ class SemaphoreProtocol : public SingleServer<Backend> {
   static constexpr Kind exclusive = Kind::exclusive;
   static constexpr bool per_thread = false;
   static constexpr bool given_back_first(Kind) noexcept { return false; }
+  // A Semaphore refuses a minimum hold (semaphore.hpp).
+  static constexpr bool holds_at_least(Kind) noexcept { return false; }
+  void keeping(Kind, const std::string&) const noexcept {}
 
   SemaphoreProtocol(Backend backend, const std::string& key, std::size_t permits,
                     const LockOptions& options, std::shared_ptr<Renewer> renewer)
