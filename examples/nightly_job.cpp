@@ -1,7 +1,10 @@
 // The cron case: several machines fire the same 2 a.m. job; exactly one may
 // run it, the others skip. The job outlives its 1 s lease, so the lease is
 // renewed by the watchdog while it works, and the job checks lost() between
-// steps in case the lease ever goes.
+// steps in case the lease ever goes. One machine's clock is late: its cron
+// fires after the job has already ended. min_hold keeps the lock for 5 s
+// from the acquire whatever the job takes, so that machine skips too
+// instead of running the job a second time.
 //
 //   nightly_job [redis://host:port] [machines]
 #include <sys/wait.h>
@@ -22,7 +25,7 @@ using namespace std::chrono_literals;
 // One machine: run the job if we get the lock, skip it otherwise.
 int machine(const distlock::ClientOptions& where, int id) {
   distlock::Client redis(where);
-  const auto options = distlock::LockOptions{}.ttl(1s).auto_renew(true).on_lost(
+  const auto options = distlock::LockOptions{}.ttl(1s).auto_renew(true).min_hold(5s).on_lost(
       [id](const distlock::LeaseInfo& lease) {
         std::printf("  machine %d: lease on %s lost!\n", id, lease.name().c_str());
       });
@@ -40,6 +43,8 @@ int machine(const distlock::ClientOptions& where, int id) {
   redis.command("INCR", "jobs:nightly-report:runs");
   std::printf("  machine %d: done, lease still valid for %lld ms\n", id,
               static_cast<long long>(nightly.validity().count()));
+  lock.unlock();
+  std::printf("  machine %d: unlocked; the lock stays held until 5 s after the acquire\n", id);
   return 0;
 }
 
@@ -55,12 +60,16 @@ int main(int argc, char** argv) {
       return 2;
     }
     distlock::Client(where).command("DEL", "jobs:nightly-report:runs");
-    std::printf("%d machines fire the nightly report at once\n", machines);
+    std::printf("%d machines fire the nightly report at once, one more 3.5 s later\n", machines);
     std::fflush(stdout);  // or the children would print it again
     std::vector<pid_t> children;
-    for (int id = 1; id <= machines; ++id) {
+    for (int id = 1; id <= machines + 1; ++id) {
       const pid_t pid = ::fork();
       if (pid == 0) {
+        if (id > machines) {
+          std::this_thread::sleep_for(3500ms);  // a clock 3.5 s late: the job is over by then
+          std::printf("  machine %d: its cron fires 3.5 s late\n", id);
+        }
         const int status = machine(where, id);
         std::fflush(stdout);
         ::_exit(status);

@@ -350,6 +350,34 @@ TEST_F(Cli, AJobLongerThanThreeLeasesKeepsItsLock) {
   EXPECT_EQ(t.err(), "");
 }
 
+// The cron case: a run on another machine that starts a second after a
+// short job ended is refused while --hold-at-least lasts, not run again.
+TEST_F(Cli, HoldAtLeastKeepsTheLockAfterAShortCommandSoALateRunIsRefused) {
+  for (const char* layout : {"--fencing", "--reentrant"}) {
+    const std::string log = path(std::string("runs") + layout);
+    const std::string job = "echo run >> '" + log + "'";
+    const Clock::time_point started = Clock::now();
+    Tool& first = run({"run", "--hold-at-least", "2s", layout, "nightly", "--", "sh", "-c", job});
+    EXPECT_EQ(first.status(), 0) << layout << ": " << first.err();
+    EXPECT_EQ(first.err(), "") << layout;
+    EXPECT_LT(first.took(), 1500ms) << layout << ": the tool does not wait out the hold itself";
+    const long long left = client().command("PTTL", "nightly").integer();
+    EXPECT_GT(left, 0) << layout;
+    EXPECT_LE(left, 2000) << layout;
+
+    Tool& late = run({"run", "-q", layout, "nightly", "--", "sh", "-c", job});
+    EXPECT_EQ(late.status(), 75) << layout << ": " << late.err();
+    EXPECT_EQ(lines_of(read_file(log)).size(), 1u) << layout;
+
+    ASSERT_TRUE(eventually([&] { return !exists("nightly"); })) << layout;
+    EXPECT_GE(Clock::now() - started, 2s) << layout;
+    Tool& next = run({"run", "-q", layout, "nightly", "--", "sh", "-c", job});
+    EXPECT_EQ(next.status(), 0) << layout << ": " << next.err();
+    EXPECT_EQ(lines_of(read_file(log)).size(), 2u) << layout;
+    EXPECT_FALSE(exists("nightly")) << layout << ": a run past the hold releases at its end";
+  }
+}
+
 // A command that records its pid once its trap is set (a test that sees the
 // pid file may signal it), and what it was told, until told to stop.
 std::string obedient_job(const std::string& dir) {
@@ -533,6 +561,14 @@ TEST_F(Cli, BadInputGivesOneLineAndItsDocumentedStatus) {
       {{"status", "--url", down_url, "nightly"}, 69, "cannot reach Redis"},
       {{"run", "--on-lost", "stop", "nightly", "--", "true"}, 64, "bad --on-lost"},
       {{"run", "--shared", "--fencing", "nightly", "--", "true"}, 64, "--fencing"},
+      {{"run", "--hold-at-least", "0s", "nightly", "--", "true"}, 64, "must be positive"},
+      {{"run", "--hold-at-least", "1.5s", "nightly", "--", "true"},
+       64,
+       "bad duration '1.5s' for --hold-at-least"},
+      {{"run", "--hold-at-least", "5s", "--max-hold", "2s", "nightly", "--", "true"},
+       64,
+       "must not exceed --max-hold"},
+      {{"run", "--shared", "--hold-at-least", "1s", "nightly", "--", "true"}, 64, "--shared"},
       {{"run", "nightly", "--", path("missing")}, 127, "cannot run"},
       {{"release", "--force", "nightly"}, 64, "without --yes"},
       {{"frobnicate"}, 64, "distlock: "},

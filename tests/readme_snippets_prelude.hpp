@@ -22,5 +22,6 @@ struct Step {
 inline std::vector<Step> steps;
 
 inline void run_export() {}
+inline void run_report() {}
 
 }  // namespace readme

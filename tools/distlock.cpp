@@ -101,6 +101,12 @@ int main_(int argc, char** argv) {
                    "stop renewing after this long: the lease then runs out and is lost")
       ->type_name("DURATION");
   run_cmd
+      ->add_option("--hold-at-least", run_args.hold_at_least,
+                   "keep the lock until this long after the acquire even if CMD ends sooner, so "
+                   "a run that starts a little late on another machine (cron) is refused; not "
+                   "with --shared")
+      ->type_name("DURATION");
+  run_cmd
       ->add_option("--on-lost", run_args.on_lost,
                    "what to do to CMD when the lease is lost: term (SIGTERM, then SIGKILL after "
                    "--grace; the default), kill (SIGKILL), ignore (report only; distlock still "

@@ -1,6 +1,7 @@
 // `distlock run NAME -- CMD`: take the lock, run CMD with it held while the
 // watchdog renews the lease, stop CMD if the lease is lost anyway, release
-// the lock when CMD exits, and exit with CMD's status. Signals that reach
+// the lock when CMD exits (or, with --hold-at-least, keep it until that
+// long after the acquire), and exit with CMD's status. Signals that reach
 // distlock while it waits cancel the wait; once CMD runs they are passed on.
 #pragma once
 
@@ -96,6 +97,7 @@ struct RunArgs {
   int conflict_exit_code = status::busy;
   std::string ttl = "30s";
   std::string max_hold;
+  std::string hold_at_least;
   std::string on_lost = "term";
   std::string grace = "10s";
   bool fencing = false;
@@ -199,6 +201,11 @@ inline int run(const RunArgs& args, const Signals& signals, const InheritedFds& 
   if (args.shared && args.reentrant) {
     throw Failure{status::usage, "--shared and --reentrant exclude each other"};
   }
+  if (args.shared && !args.hold_at_least.empty()) {
+    throw Failure{status::usage,
+                  "--hold-at-least cannot be used with --shared: a read hold keeps no reader out, "
+                  "so it is released at once"};
+  }
   if (args.shared && args.fencing) {
     throw Failure{status::usage,
                   "--fencing cannot be used with --shared: readers hold the lock together, so "
@@ -225,6 +232,14 @@ inline int run(const RunArgs& args, const Signals& signals, const InheritedFds& 
       EventPipe::post(event::lost);
     });
     if (!args.max_hold.empty()) options.max_hold(duration_option(args.max_hold, "--max-hold"));
+    if (!args.hold_at_least.empty()) {
+      const milliseconds least = duration_option(args.hold_at_least, "--hold-at-least");
+      if (least.count() <= 0) throw Failure{status::usage, "--hold-at-least must be positive"};
+      if (!args.max_hold.empty() && least > options.max_hold()) {
+        throw Failure{status::usage, "--hold-at-least must not exceed --max-hold"};
+      }
+      options.min_hold(least);
+    }
   } catch (const InvalidArgument& error) {
     throw Failure{status::usage, text_of(error)};
   }

@@ -72,9 +72,9 @@ class LockOptions {
   /// moment apart (cron) then runs once: the late one finds it held. Later
   /// unlocks release as usual. A lease shorter than `least` is lengthened
   /// by that unlock, one longer is shortened to it. Mutex, SimpleMutex,
-  /// ReentrantMutex (its last unlock) and SharedMutex's write side; a
-  /// SharedMutex read hold is released at once (it keeps no reader out).
-  /// Semaphore refuses it; a Redlock does not offer it. In [1 ms,
+  /// ReentrantMutex (its last unlock), SharedMutex's write side and Redlock
+  /// (on every master); a SharedMutex read hold is released at once (it
+  /// keeps no reader out), and a Semaphore refuses the option. In [1 ms,
   /// max_ttl], and no longer than max_hold. Unset: no minimum.
   template <class Rep, class Period>
   LockOptions& min_hold(std::chrono::duration<Rep, Period> least) {
