@@ -65,6 +65,12 @@ struct LostLog {
   }
 };
 
+// Connections open on `server`, the one asking included.
+int clients(const RedisServer& server) {
+  const std::string list = server.command({"CLIENT", "LIST"});
+  return static_cast<int>(std::count(list.begin(), list.end(), '\n'));  // one line each
+}
+
 TEST(ServerRestart, HeldLeasesAreReportedLostWithoutACallOfTheHolders) {
   DISTLOCK_REQUIRE_REDIS_SERVER();
   RedisServer server;
@@ -132,6 +138,8 @@ TEST(ServerRestart, ConnectionsKilledByALiveServerKeepEveryLease) {
   ASSERT_TRUE(renewed.try_lock());
   ASSERT_TRUE(fixed.try_lock());
 
+  // The pool's connection, the watch's (made on its thread) and this one.
+  ASSERT_TRUE(eventually([&] { return clients(server) >= 3; }));
   server.command({"CLIENT", "KILL", "TYPE", "normal"});
   // The watch's new connection has the leases revalidated: the renewed
   // lease is renewed 20 s before its schedule, and both are kept.
