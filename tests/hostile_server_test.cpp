@@ -24,6 +24,7 @@
 #include "distlock/reentrant_mutex.hpp"
 #include "distlock/semaphore.hpp"
 #include "distlock/shared_mutex.hpp"
+#include "distlock/simple_mutex.hpp"
 #include "support/eventually.hpp"
 #include "support/fixture.hpp"
 
@@ -301,6 +302,38 @@ TEST_F(HostileServerTest, APushFrameIsNeverTakenForTheAnswer) {
   hostile_->clear();
   EXPECT_EQ(hostile_->hits(), 1u);
   EXPECT_EQ(client_->command("ECHO", "echoed").str(), "echoed");
+}
+
+// A renewal answered with anything but the script's array of gone
+// positions renews nothing: the holder must not go on believing a lease
+// whose key may have expired on the server. Here every renewal is answered
+// with an integer, so the lease runs out unrenewed and is reported lost.
+TEST_F(HostileServerTest, ARenewalAnsweredWithTheWrongTypeRenewsNothing) {
+  Mutex lock(*client_, "k", LockOptions{}.ttl(600ms).auto_renew(true));
+  ASSERT_TRUE(lock.try_lock());
+  HostileServer::Script script;
+  script.verb = "EVALSHA";
+  script.arg = std::string(scripts::renew_batch.sha1);
+  script.bytes = ":1\r\n";
+  hostile_->script(script);
+  EXPECT_TRUE(testing::eventually([&] { return lock.lost(); }, 5s))
+      << "a lease was believed renewed on a reply that renews nothing";
+  EXPECT_GE(hostile_->hits(), 1u);
+  hostile_->clear();
+}
+
+// The same for SimpleMutex, whose renewal is a WATCH and a MULTI/EXEC.
+TEST_F(HostileServerTest, ATransactionalRenewalAnsweredWithTheWrongTypeRenewsNothing) {
+  SimpleMutex lock(*client_, "k", LockOptions{}.ttl(600ms).auto_renew(true));
+  ASSERT_TRUE(lock.try_lock());
+  HostileServer::Script script;
+  script.verb = "EXEC";
+  script.bytes = ":1\r\n";
+  hostile_->script(script);
+  EXPECT_TRUE(testing::eventually([&] { return lock.lost(); }, 5s))
+      << "a lease was believed renewed on a reply that renews nothing";
+  EXPECT_GE(hostile_->hits(), 1u);
+  hostile_->clear();
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {

@@ -284,6 +284,9 @@ struct TransactionalLease {
       }
       exec.throw_if_error();
       if (exec.is_nil()) return false;  // a watched key changed
+      // No server answers EXEC otherwise; counted as renewed, it would keep
+      // a lease believed whose key may be gone.
+      if (!exec.is_array()) throw ConnectionError(Errc::protocol_error, "bad EXEC reply");
       for (const std::size_t i : lengthened) outcomes[i] = Renewed::yes;
       return true;
     }

@@ -5,7 +5,8 @@
 // one pipeline on one connection borrowed from the lease's own backend, so
 // a round over N leases costs one round trip. Each script returns the
 // 1-based positions of the leases it found gone; a call that fails leaves
-// its leases unknown (the Watchdog tries them again soon). With replica
+// its leases unknown (the Watchdog tries them again soon), and so does one
+// answered with anything but an array (no server does so). With replica
 // acknowledgement one WAIT follows the whole pipeline, and a round fewer
 // replicas acknowledge renews nothing (its leases stay unknown, so their
 // validity is not lengthened).
@@ -70,6 +71,9 @@ void renew_by_script(Backend& backend, const Script& script, std::atomic<bool>& 
     connection->flush();
     if (load) loaded = !connection->read_reply().is_error();
     const auto settle = [&](std::size_t call, const ReplyView& gone) {
+      // The script answers an array, empty when every lease is there;
+      // anything else renewed nothing we can count on: unknown.
+      if (!gone.is_array()) return;
       const std::size_t first = call * batch;
       const std::size_t count = std::min(batch, leases.size() - first);
       for (std::size_t i = 0; i < count; ++i) outcomes[first + i] = Renewed::yes;
