@@ -554,7 +554,7 @@ TEST_F(Cli, BadInputGivesOneLineAndItsDocumentedStatus) {
   down.kill();
   const std::vector<Case> cases{
       {{"run", "nightly"}, 64, "no command given"},
-      {{"run", "--ttl", "30", "nightly", "--", "true"}, 64, "bad duration '30' for --ttl"},
+      {{"run", "--ttl", "30sec", "nightly", "--", "true"}, 64, "bad duration '30sec' for --ttl"},
       {{"run", "--wait", "1.5s", "nightly", "--", "true"}, 64, "bad duration '1.5s' for --wait"},
       {{"run", "--url", "http://x", "nightly", "--", "true"}, 64, "bad Redis URL"},
       {{"run", "--url", down_url, "nightly", "--", "true"}, 69, "cannot reach Redis"},

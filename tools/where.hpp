@@ -87,8 +87,7 @@ inline milliseconds duration_option(const std::string& text, const char* option)
   const std::optional<milliseconds> value = parse_duration(text);
   if (!value) {
     throw Failure{status::usage, std::string("bad duration '") + text + "' for " + option +
-                                     " (use a whole number with ms, s, m or h: " + duration_forms +
-                                     ")"};
+                                     " (use " + duration_forms + ", at most 365 days)"};
   }
   return *value;
 }

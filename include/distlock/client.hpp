@@ -93,8 +93,8 @@ struct ClientOptions : ConnectionOptions {
   ClientOptions(ConnectionOptions connection) : ConnectionOptions(std::move(connection)) {}
   /// ConnectionOptions::from_uri, plus the pool's options: pool_size (a
   /// whole number, at least 1), max_waiters (a whole number, 0 allowed),
-  /// pool_wait_timeout and max_connection_age (milliseconds, or with a
-  /// unit: "250ms", "2s"; 0 allowed). Any other option is an
+  /// pool_wait_timeout and max_connection_age (durations as for
+  /// command_timeout: "250", "250ms", "2s", "5m", "1h"; 0 allowed). Any other option is an
   /// InvalidArgument naming it. (A credentials provider is code: set it on
   /// the options made.)
   static ClientOptions from_uri(std::string_view uri);

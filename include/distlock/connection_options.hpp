@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "distlock/credentials.hpp"
+#include "distlock/detail/duration.hpp"
 #include "distlock/error.hpp"
 #include "distlock/tls_options.hpp"
 
@@ -60,8 +62,9 @@ struct ConnectionOptions {
   /// ("redis://[::1]:6380"); user and password are percent-decoded
   /// ("p%40ss" is "p@ss"), a password alone is written ":password@". The
   /// port defaults to 6379, the db to 0. Options: db, connect_timeout and
-  /// command_timeout (milliseconds as a whole number, or with a unit: "250",
-  /// "250ms", "2s"); with rediss:// also TlsOptions' ca_file, ca_dir,
+  /// command_timeout (a whole number with a unit, "250ms", "2s", "5m", "1h",
+  /// or a bare number of milliseconds, "250"; the distlock tool's forms, at
+  /// most 365 days); with rediss:// also TlsOptions' ca_file, ca_dir,
   /// cert_file, key_file, server_name (paths and names as they are) and
   /// insecure_skip_verify (true or false). Throws InvalidArgument, with a
   /// message that never shows the password, on anything else: another
@@ -131,24 +134,15 @@ Int parse_uri_number(std::string_view text, const char* what, Int min, Int max) 
   return value;
 }
 
-/// Milliseconds: "250", "250ms" or "2s".
+/// A duration in detail::parse_duration's grammar ("250", "250ms", "2s",
+/// "5m", "1h"); names the option and shows the value otherwise.
 inline std::chrono::milliseconds parse_uri_duration(std::string_view text, const char* what) {
-  long long scale = 1;
-  std::string_view digits = text;
-  if (digits.size() > 2 && digits.substr(digits.size() - 2) == "ms") {
-    digits.remove_suffix(2);
-  } else if (digits.size() > 1 && digits.back() == 's') {
-    digits.remove_suffix(1);
-    scale = 1000;
+  const std::optional<std::chrono::milliseconds> value = parse_duration(text);
+  if (!value) {
+    throw uri_error(std::string("bad ") + what + " '" + std::string(text) + "': expected " +
+                    duration_forms + ", at most 365 days");
   }
-  long long count = 0;
-  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), count);
-  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || count < 0 ||
-      count > std::numeric_limits<long long>::max() / 1000) {
-    throw uri_error(std::string("bad ") + what + " '" + std::string(text) +
-                    "': expected milliseconds as a whole number, or with a unit (250ms, 2s)");
-  }
-  return std::chrono::milliseconds(count * scale);
+  return *value;
 }
 
 /// Percent-decodes a user name or password. The text is never shown: it may
