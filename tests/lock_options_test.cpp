@@ -5,6 +5,18 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "distlock/mutex.hpp"
+#include "distlock/redlock.hpp"
+#include "distlock/reentrant_mutex.hpp"
+#include "distlock/semaphore.hpp"
+#include "distlock/shared_mutex.hpp"
+#include "distlock/simple_mutex.hpp"
+#include "distlock/striped_mutex.hpp"
+#include "support/fixture.hpp"
 
 namespace distlock {
 namespace {
@@ -37,6 +49,56 @@ TEST(LockOptions, KeysAndCompanionKeysShareAHashSlot) {
   EXPECT_EQ(detail::companion_key("odd{}key", "fence"), "{odd{}key}:fence");
   EXPECT_EQ(detail::lock_key(LockOptions{}.key_prefix("locks:"), "a"), "locks:a");
   EXPECT_THROW(detail::lock_key(LockOptions{}, ""), InvalidArgument);
+}
+
+using LockOptionCombinations = testing::RedisClientTest;
+
+// Each lock type that takes LockOptions, built on options.
+std::vector<std::pair<std::string, std::function<void(const LockOptions&)>>> lock_makers(
+    Client& client) {
+  return {
+      {"Mutex", [&](const LockOptions& o) { Mutex lock(client, "k", o); }},
+      {"SimpleMutex", [&](const LockOptions& o) { SimpleMutex lock(client, "k", o); }},
+      {"ReentrantMutex", [&](const LockOptions& o) { ReentrantMutex lock(client, "k", o); }},
+      {"SharedMutex", [&](const LockOptions& o) { SharedMutex lock(client, "k", o); }},
+      {"Semaphore", [&](const LockOptions& o) { Semaphore lock(client, "k", 2, o); }},
+      {"StripedMutex", [&](const LockOptions& o) { StripedMutex lock(client, "k", 4, o); }},
+      {"Redlock", [&](const LockOptions& o) { Redlock lock({client}, "k", o); }},
+  };
+}
+
+// max_hold caps renewal: on a lease that is not renewed (a ttl given
+// without auto_renew(true)) it would cap nothing, so every lock type refuses
+// it when built, as Redlock always has.
+TEST_F(LockOptionCombinations, MaxHoldWithoutRenewalIsRefusedByEveryLockType) {
+  const LockOptions fixed_longer = LockOptions{}.ttl(5s).max_hold(10s);
+  const LockOptions fixed_shorter = LockOptions{}.ttl(5s).max_hold(2s);
+  const LockOptions renewal_off = LockOptions{}.auto_renew(false).max_hold(10s);
+  for (const auto& [type, make] : lock_makers(client())) {
+    for (const LockOptions& options : {fixed_longer, fixed_shorter, renewal_off}) {
+      try {
+        make(options);
+        ADD_FAILURE() << type << ": accepted max_hold without auto-renewal";
+      } catch (const InvalidArgument& error) {
+        const std::string message = error.what();
+        EXPECT_NE(message.find("max_hold"), std::string::npos) << type << ": " << message;
+        EXPECT_NE(message.find("auto_renew(true)"), std::string::npos) << type << ": " << message;
+      }
+    }
+    // With renewal, asked for or by default (no ttl given), it is a cap.
+    EXPECT_NO_THROW(make(LockOptions{}.ttl(5s).auto_renew(true).max_hold(10s))) << type;
+    if (type != "Redlock") {
+      EXPECT_NO_THROW(make(LockOptions{}.max_hold(10s))) << type;
+    }
+  }
+}
+
+TEST_F(LockOptionCombinations, AMaxHoldOnARenewedLeaseStillCapsIt) {
+  Mutex lock(client(), "capped", LockOptions{}.ttl(5s).auto_renew(true).max_hold(10s));
+  ASSERT_TRUE(lock.try_lock());
+  EXPECT_NE(get("capped"), "(nil)");
+  lock.unlock();
+  EXPECT_EQ(get("capped"), "(nil)");
 }
 
 TEST(TimeConversions, DeadlinesSaturateInsteadOfOverflowing) {

@@ -54,6 +54,8 @@ class LockOptions {
 
   /// With auto-renewal: stop renewing once the lock has been held this long,
   /// and let the lease run out (it is then reported lost). Unset: no cap.
+  /// A lock whose lease is not renewed (a ttl given without
+  /// auto_renew(true)) refuses it when built: it would cap nothing.
   template <class Rep, class Period>
   LockOptions& max_hold(std::chrono::duration<Rep, Period> cap) {
     const std::chrono::milliseconds checked =
@@ -203,6 +205,18 @@ inline std::string lock_key(const LockOptions& options, std::string_view name) {
                           " bytes; the limit is " + std::to_string(max_name_size));
   }
   return key;
+}
+
+/// Refuses, for the lock `what` (its key), options that cannot work
+/// together whatever the lock type. max_hold caps renewal; on a lease that
+/// is not renewed it would cap nothing, and the holder would count on a
+/// limit that is not there.
+inline void check_combination(const LockOptions& options, const std::string& what) {
+  if (options.max_hold().count() > 0 && !options.auto_renew()) {
+    throw InvalidArgument(what + ": max_hold caps auto-renewal, and this lease is not renewed (" +
+                          "a ttl given without auto_renew(true)): add auto_renew(true), or " +
+                          "drop max_hold");
+  }
 }
 
 /// A key or channel that shares key's hash slot: "key:suffix" when key has a

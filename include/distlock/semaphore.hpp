@@ -127,7 +127,7 @@ class BasicSemaphore {
   /// `permits` (1 to 10^9) is the count unless resize() has stored one for
   /// the name, which then wins. `options` are each permit's (ttl, auto
   /// renewal, on_lost, wake_on_release, key_prefix; fencing and min_hold
-  /// are refused).
+  /// are refused, as is max_hold without auto-renewal).
   /// Validates (InvalidArgument); contacts no server.
   BasicSemaphore(const Backend& backend, std::string_view name, std::size_t permits,
                  LockOptions options = {}, Policy policy = {})
@@ -140,6 +140,8 @@ class BasicSemaphore {
       // its work would only take a place from the next holder.
       throw InvalidArgument("semaphore " + core_.key + ": permits have no minimum hold (min_hold)");
     }
+    // Each permit checks again when made; here it is refused at once.
+    detail::check_combination(core_.options, "semaphore " + core_.key);
   }
 
   BasicSemaphore(const BasicSemaphore&) = delete;

@@ -41,7 +41,11 @@ class HoldKeeper {
   HoldKeeper(Protocol protocol, LockOptions options, Cancellation cancellation)
       : protocol_(std::move(protocol)),
         options_(std::move(options)),
-        cancellation_(std::move(cancellation)) {}
+        cancellation_(std::move(cancellation)) {
+    // Here, where every lock type's holds are kept, so none of them can
+    // accept what another refuses.
+    check_combination(options_, "lock " + protocol_.key());
+  }
 
   /// Gives back every hold the object still has, of any thread.
   ~HoldKeeper() { give_back_all(); }
