@@ -17,7 +17,7 @@
 namespace distlock::detail {
 
 /// The forms, for messages and help texts.
-inline constexpr const char* duration_forms = "250ms, 30s, 5m, 1h, or a bare 250 (milliseconds)";
+inline constexpr const char* duration_forms = "250ms, 30s, 5m, 1h; a bare number is ms";
 
 /// The longest duration the grammar reads: 365 days, the longest ttl too.
 inline constexpr std::chrono::milliseconds max_duration{std::int64_t{365} * 24 * 60 * 60 * 1000};
