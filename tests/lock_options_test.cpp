@@ -93,6 +93,21 @@ TEST_F(LockOptionCombinations, MaxHoldWithoutRenewalIsRefusedByEveryLockType) {
   }
 }
 
+// A Semaphore's grants and renewals send no WAIT: replica acknowledgement
+// asked of it would be dropped without a word, so it is refused.
+TEST_F(LockOptionCombinations, ASemaphoreRefusesReplicaAcknowledgement) {
+  for (const LockOptions& options :
+       {LockOptions{}.replicas(1, 100ms), LockOptions{}.replicas_majority(100ms)}) {
+    try {
+      Semaphore semaphore(client(), "s", 2, options);
+      ADD_FAILURE() << "accepted replicas";
+    } catch (const InvalidArgument& error) {
+      EXPECT_NE(std::string(error.what()).find("replicas"), std::string::npos) << error.what();
+    }
+  }
+  EXPECT_NO_THROW(Mutex(client(), "m", LockOptions{}.replicas(1, 100ms)));
+}
+
 TEST_F(LockOptionCombinations, AMaxHoldOnARenewedLeaseStillCapsIt) {
   Mutex lock(client(), "capped", LockOptions{}.ttl(5s).auto_renew(true).max_hold(10s));
   ASSERT_TRUE(lock.try_lock());

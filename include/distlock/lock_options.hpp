@@ -132,8 +132,8 @@ class LockOptions {
   /// NotReplicatedError if fewer than `count` replicas are connected.
   /// WAIT is not consensus: see the README's "Replicas and failover".
   /// Single-server locks only (Mutex, SimpleMutex, ReentrantMutex,
-  /// SharedMutex); Redlock ignores it. `count` in [1, max_replicas],
-  /// `timeout` in [1 ms, max_ttl].
+  /// SharedMutex); Redlock ignores it, a Semaphore refuses it. `count` in
+  /// [1, max_replicas], `timeout` in [1 ms, max_ttl].
   template <class Rep, class Period>
   LockOptions& replicas(int count, std::chrono::duration<Rep, Period> timeout) {
     if (count < 1 || count > max_replicas) {

@@ -127,7 +127,7 @@ class BasicSemaphore {
   /// `permits` (1 to 10^9) is the count unless resize() has stored one for
   /// the name, which then wins. `options` are each permit's (ttl, auto
   /// renewal, on_lost, wake_on_release, key_prefix; fencing and min_hold
-  /// are refused, as is max_hold without auto-renewal).
+  /// are refused, as are replicas and max_hold without auto-renewal).
   /// Validates (InvalidArgument); contacts no server.
   BasicSemaphore(const Backend& backend, std::string_view name, std::size_t permits,
                  LockOptions options = {}, Policy policy = {})
@@ -139,6 +139,12 @@ class BasicSemaphore {
       // A permit bounds how many run at once, not how often: one kept past
       // its work would only take a place from the next holder.
       throw InvalidArgument("semaphore " + core_.key + ": permits have no minimum hold (min_hold)");
+    }
+    if (core_.options.replicas() != 0) {
+      // Neither a permit's grant nor its renewal waits for replicas: asked
+      // for, the acknowledgement would be dropped without a word.
+      throw InvalidArgument("semaphore " + core_.key +
+                            ": permits are not acknowledged by replicas (replicas)");
     }
     // Each permit checks again when made; here it is refused at once.
     detail::check_combination(core_.options, "semaphore " + core_.key);
