@@ -1,0 +1,556 @@
+// Least privilege: every lock type run as a Redis ACL user that has exactly
+// the rules the README's "Least privilege (ACL)" section lists for it, and
+// nothing more. The rules below are the README's, written once here, so a
+// lock that starts sending a command (or touching a key or channel) the
+// README does not list fails these tests instead of an operator's
+// deployment. Each test takes the lock through its real paths as that user:
+// try_lock, a contended wait woken by the holder's release (another
+// client), a Watchdog renewal, extend, unlock, the fencing token and
+// min_hold where the type has them; the admin user runs inspect(),
+// is_locked() and force_unlock(). The negative tests drop one listed
+// command and show some path then fails, so the lists are not padded.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "distlock/distlock.hpp"
+#include "support/eventually.hpp"
+#include "support/fixture.hpp"
+#include "support/options.hpp"
+
+namespace distlock {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::client_options;
+using testing::eventually;
+
+using testing::RedisServer;
+
+// The README's rules, for lock names that all start with "jobs:" (written
+// with "jobs:*" for the key and "{jobs:*}" for the companions). Every user
+// starts from "reset" (no commands, keys or channels) so that these lines
+// are all it has. AUTH and HELLO need no rule.
+using Rules = std::vector<std::string>;
+
+// What every lease-holding lock sends besides its own commands: PING (the
+// server watch, while a lease is held), SUBSCRIBE/UNSUBSCRIBE (the release
+// notifier, for waits woken by a release), EVALSHA with EVAL for a server
+// that lost its script cache, SCRIPT LOAD (the Watchdog's batched renewal).
+Rules with_common(Rules rules) {
+  const Rules common = {"+ping", "+subscribe", "+unsubscribe", "+evalsha", "+eval", "+script|load"};
+  rules.insert(rules.begin(), common.begin(), common.end());
+  return rules;
+}
+
+const Rules mutex_rules =
+    with_common({"+set", "+get", "+del", "+pexpire", "+pttl", "+mget", "+type", "+publish", "+incr",
+                 "~jobs:*", "~{jobs:*}:fence", "~{jobs:*}:released", "&{jobs:*}:released"});
+// No scripts: MULTI/EXEC, WATCH, and the release announced by PUBLISH.
+const Rules simple_mutex_rules = {"+ping",
+                                  "+subscribe",
+                                  "+unsubscribe",
+                                  "+set",
+                                  "+get",
+                                  "+del",
+                                  "+pexpire",
+                                  "+pttl",
+                                  "+mget",
+                                  "+type",
+                                  "+multi",
+                                  "+exec",
+                                  "+watch",
+                                  "+unwatch",
+                                  "+publish",
+                                  "+incr",
+                                  "~jobs:*",
+                                  "~{jobs:*}:fence",
+                                  "&{jobs:*}:released"};
+const Rules reentrant_rules =
+    with_common({"+exists", "+hexists", "+hget", "+hincrby", "+hlen", "+pexpire", "+pttl", "+del",
+                 "+get", "+incr", "+type", "+publish", "~jobs:*", "~{jobs:*}:fence",
+                 "~redisson_lock__channel:{jobs:*}", "&redisson_lock__channel:{jobs:*}"});
+const Rules shared_rules = with_common(
+    {"+exists", "+hexists", "+hget", "+hgetall", "+hset", "+hdel", "+hincrby", "+hlen", "+set",
+     "+pexpire", "+pttl", "+del", "+type", "+publish", "~jobs:*", "~{jobs:*}",
+     "~{jobs:*}:*rwlock_timeout*", "~redisson_rwlock:{jobs:*}", "&redisson_rwlock:{jobs:*}"});
+const Rules semaphore_rules =
+    with_common({"+zadd", "+zrem", "+zcard", "+zcount", "+zrange", "+zscore", "+zmscore",
+                 "+zremrangebyscore", "+get", "+set", "+pexpire", "+pttl", "+time", "+publish",
+                 "~jobs:*", "~{jobs:*}:permits", "~{jobs:*}:released", "&{jobs:*}:released"});
+// No lease: no watch, no waiting on a channel.
+const Rules rate_limiter_rules = {"+evalsha", "+eval", "+get", "+set",   "+incrby",
+                                  "+pttl",    "+time", "+del", "~jobs:*"};
+// Per master; Redlock has no fencing and no wake-on-release, but its
+// release still announces on the channel.
+const Rules redlock_rules =
+    with_common({"+set", "+get", "+del", "+pexpire", "+pttl", "+mget", "+type", "+publish",
+                 "~jobs:*", "~{jobs:*}:released", "&{jobs:*}:released"});
+// inspect() and is_locked() read in one MULTI/EXEC; force_unlock() is one
+// script over the key, the read holds' timeout keys and every channel.
+const Rules admin_rules = {"+multi",
+                           "+exec",
+                           "+type",
+                           "+pttl",
+                           "+hgetall",
+                           "+evalsha",
+                           "+eval",
+                           "+del",
+                           "+publish",
+                           "~jobs:*",
+                           "~{jobs:*}",
+                           "~{jobs:*}:*rwlock_timeout*",
+                           "~{jobs:*}:released",
+                           "&{jobs:*}:released",
+                           "~redisson_lock__channel:{jobs:*}",
+                           "&redisson_lock__channel:{jobs:*}",
+                           "~redisson_rwlock:{jobs:*}",
+                           "&redisson_rwlock:{jobs:*}"};
+
+// A user with `rules`, password "pw", replacing any earlier one of that name.
+void set_user(const RedisServer& server, const std::string& user, const Rules& rules) {
+  std::vector<std::string> argv = {"ACL", "SETUSER", user, "reset", "on", ">pw"};
+  argv.insert(argv.end(), rules.begin(), rules.end());
+  const std::string answer = server.command(argv);
+  ASSERT_EQ(answer, "OK") << "ACL SETUSER " << user;
+}
+
+// The rules without `rule` (one of them), for the negative tests.
+[[maybe_unused]] Rules without(const Rules& rules, const std::string& rule) {
+  Rules left;
+  for (const std::string& each : rules) {
+    if (each != rule) left.push_back(each);
+  }
+  return left;
+}
+
+ClientOptions as_user(const RedisServer& server, const std::string& user) {
+  ClientOptions options = client_options(server);
+  options.username = user;
+  options.password = "pw";
+  return options;
+}
+
+long long subscribers(const RedisServer& server, const std::string& channel) {
+  const std::string answer = server.command({"PUBSUB", "NUMSUB", channel});
+  return std::stoll(answer.substr(answer.find('\n') + 1));
+}
+
+long long pttl(const RedisServer& server, const std::string& key) {
+  return std::stoll(server.command({"PTTL", key}));
+}
+
+// What the server refused since the last ACL LOG RESET ("" when nothing):
+// a refusal the library tolerates still shows here, so a passing path
+// with a refusal behind it is caught too.
+std::string refusals(const RedisServer& server) {
+  const std::string log = server.command({"ACL", "LOG"});
+  server.command({"ACL", "LOG", "RESET"});
+  return log;
+}
+
+// A lease renewed by the Watchdog: its PTTL goes up between two looks
+// (it only ever goes down otherwise).
+bool renewed(const RedisServer& server, const std::string& key) {
+  long long last = pttl(server, key);
+  return eventually(
+      [&] {
+        const long long now = pttl(server, key);
+        const bool up = now > last;
+        last = now;
+        return up;
+      },
+      5s);
+}
+
+// One failed step, as the result of a path ("" when every step worked).
+#define DISTLOCK_STEP(condition) \
+  if (!(condition)) return "failed: " #condition
+
+// The paths every exclusive lock has, as the user: try_lock, the fence (if
+// `fenced`), a second client's try_lock_for woken by the release (when the
+// lock announces releases on `channel`), a Watchdog renewal of `key`,
+// extend, unlock. `make(client)` makes the lock on a client.
+template <class Make>
+std::string exclusive_paths(const RedisServer& server, const std::string& user, Make make,
+                            const std::string& key, const std::string& channel, bool fenced) {
+  try {
+    Client holder_client(as_user(server, user));
+    Client waiter_client(as_user(server, user));
+    auto holder = make(holder_client);
+    auto waiter = make(waiter_client);
+    DISTLOCK_STEP(holder->try_lock());
+    long long fence = 0;
+    if (fenced) fence = holder->fence();
+    if (fenced) DISTLOCK_STEP(fence > 0);
+    // The waiter's hold is its thread's (a ReentrantMutex's and a
+    // SharedMutex's are), so that thread also gives it back.
+    auto waited = std::async(std::launch::async, [&] {
+      const bool taken = waiter->try_lock_for(5s);
+      const long long next = taken && fenced ? waiter->fence() : 0;
+      if (taken) waiter->unlock();
+      return std::make_pair(taken, next);
+    });
+    if (!channel.empty()) {
+      DISTLOCK_STEP(eventually([&] { return subscribers(server, channel) > 0; }));
+    }
+    DISTLOCK_STEP(renewed(server, key));
+    DISTLOCK_STEP(holder->extend(5s));
+    DISTLOCK_STEP(pttl(server, key) > 4000);
+    DISTLOCK_STEP(holder->release() == Release::released);
+    const auto [taken, next] = waited.get();
+    DISTLOCK_STEP(taken);
+    if (fenced) DISTLOCK_STEP(next > fence);
+    DISTLOCK_STEP(server.command({"EXISTS", key}) == "0");
+    return "";
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+}
+
+const LockOptions renewed_fenced = LockOptions{}.ttl(600ms).auto_renew(true).fencing(true);
+const LockOptions renewing = LockOptions{}.ttl(600ms).auto_renew(true);
+
+std::string mutex_paths(const RedisServer& server, const std::string& user) {
+  return exclusive_paths(
+      server, user,
+      [](Client& client) {
+        return std::make_unique<Mutex>(client, "jobs:nightly", renewed_fenced);
+      },
+      "jobs:nightly", "{jobs:nightly}:released", true);
+}
+
+// min_hold: an unlock before it has passed is a token-checked extend to
+// its end, not a delete.
+std::string min_hold_paths(const RedisServer& server, const std::string& user) {
+  try {
+    Client client(as_user(server, user));
+    Mutex cron(client, "jobs:cron", LockOptions{}.ttl(10s).min_hold(30s));
+    DISTLOCK_STEP(cron.try_lock());
+    cron.unlock();
+    DISTLOCK_STEP(pttl(server, "jobs:cron") > 20000);
+    return "";
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+}
+
+std::string simple_mutex_paths(const RedisServer& server, const std::string& user) {
+  return exclusive_paths(
+      server, user,
+      [](Client& client) {
+        return std::make_unique<SimpleMutex>(client, "jobs:simple", renewed_fenced);
+      },
+      "jobs:simple", "{jobs:simple}:released", true);
+}
+
+std::string reentrant_paths(const RedisServer& server, const std::string& user) {
+  return exclusive_paths(
+      server, user,
+      [](Client& client) {
+        return std::make_unique<ReentrantMutex>(client, "jobs:tree", renewed_fenced);
+      },
+      "jobs:tree", "redisson_lock__channel:{jobs:tree}", true);
+}
+
+std::string shared_write_paths(const RedisServer& server, const std::string& user) {
+  return exclusive_paths(
+      server, user,
+      [](Client& client) { return std::make_unique<SharedMutex>(client, "jobs:table", renewing); },
+      "jobs:table", "redisson_rwlock:{jobs:table}", false);
+}
+
+// The read side: a reader holds, a writer waits until the reader's release
+// wakes it; the reader's hold is renewed and extended in between.
+std::string shared_read_paths(const RedisServer& server, const std::string& user) {
+  try {
+    Client reader_client(as_user(server, user));
+    Client writer_client(as_user(server, user));
+    SharedMutex reader(reader_client, "jobs:table", renewing);
+    SharedMutex writer(writer_client, "jobs:table", renewing);
+    DISTLOCK_STEP(reader.try_lock_shared());
+    auto waited = std::async(std::launch::async, [&] {
+      const bool taken = writer.try_lock_for(5s);
+      if (taken) writer.unlock();
+      return taken;
+    });
+    DISTLOCK_STEP(
+        eventually([&] { return subscribers(server, "redisson_rwlock:{jobs:table}") > 0; }));
+    DISTLOCK_STEP(renewed(server, "jobs:table"));
+    DISTLOCK_STEP(reader.extend_shared(5s));
+    DISTLOCK_STEP(pttl(server, "jobs:table") > 4000);
+    DISTLOCK_STEP(reader.release_shared() == Release::released);
+    DISTLOCK_STEP(waited.get());
+    DISTLOCK_STEP(server.command({"EXISTS", "jobs:table"}) == "0");
+    return "";
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+}
+
+// The score (deadline) of the semaphore's one permit: the renewal and
+// extend move it later.
+long long permit_deadline(const RedisServer& server, const std::string& key) {
+  const std::string answer = server.command({"ZRANGE", key, "0", "0", "WITHSCORES"});
+  const auto newline = answer.find('\n');
+  return newline == std::string::npos ? 0 : std::stoll(answer.substr(newline + 1));
+}
+
+std::string semaphore_paths(const RedisServer& server, const std::string& user) {
+  try {
+    Client holder_client(as_user(server, user));
+    Client waiter_client(as_user(server, user));
+    Semaphore holder(holder_client, "jobs:exports", 1, renewing);
+    Semaphore waiter(waiter_client, "jobs:exports", 1, renewing);
+    Permit permit = holder.try_acquire();
+    DISTLOCK_STEP(permit);
+    auto waited = std::async(std::launch::async, [&] { return waiter.try_acquire_for(5s); });
+    DISTLOCK_STEP(eventually([&] { return subscribers(server, "{jobs:exports}:released") > 0; }));
+    long long last = permit_deadline(server, "jobs:exports");
+    DISTLOCK_STEP(eventually([&] {
+      const long long now = permit_deadline(server, "jobs:exports");
+      return now > std::exchange(last, now);
+    }));
+    DISTLOCK_STEP(permit.extend(5s));
+    DISTLOCK_STEP(permit.release() == Release::released);
+    Permit second = waited.get();
+    DISTLOCK_STEP(second);
+    DISTLOCK_STEP(second.release() == Release::released);
+    return "";
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+}
+
+std::string rate_limiter_paths(const RedisServer& server, const std::string& user) {
+  try {
+    Client client(as_user(server, user));
+    RateLimiter window(client, "jobs:mails", RateOptions{}.fixed_window(2, 10s));
+    DISTLOCK_STEP(window.try_acquire().allowed);
+    DISTLOCK_STEP(window.try_acquire().allowed);
+    DISTLOCK_STEP(!window.try_acquire().allowed);
+    window.reset();
+    DISTLOCK_STEP(window.acquire_for(1, 1s).allowed);
+    RateLimiter smooth(client, "jobs:calls", RateOptions{}.smooth(100, 1s));
+    DISTLOCK_STEP(smooth.try_acquire().allowed);
+    DISTLOCK_STEP(smooth.acquire_for(1, 1s).allowed);
+    smooth.reset();
+    return "";
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+}
+
+// A StripedMutex is Mutexes named "<name>:<i>": stripe 1 through the
+// exclusive paths, and the any-stripe calls.
+struct StripeOne {
+  std::unique_ptr<StripedMutex> stripes;
+  Mutex* operator->() const { return &stripes->stripe(1); }
+};
+
+std::string striped_paths(const RedisServer& server, const std::string& user) {
+  const std::string failed = exclusive_paths(
+      server, user,
+      [](Client& client) {
+        return StripeOne{std::make_unique<StripedMutex>(client, "jobs:seats", 4, renewed_fenced)};
+      },
+      "jobs:seats:1", "{jobs:seats:1}:released", true);
+  if (!failed.empty()) return failed;
+  try {
+    Client client(as_user(server, user));
+    StripedMutex seats(client, "jobs:seats", 4, renewed_fenced);
+    DISTLOCK_STEP(seats.try_lock("seat-7"));
+    seats.unlock("seat-7");
+    auto [stripe, guard] = seats.lock_any(1s);
+    DISTLOCK_STEP(guard.owns_lock());
+    DISTLOCK_STEP(stripe < 4);
+    return "";
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+}
+
+class AclTest : public testing::RedisTest {
+ protected:
+  void SetUp() override {
+    RedisTest::SetUp();
+    if (HasFatalFailure()) return;
+    refusals(server());
+  }
+
+  // Runs `path` as a user with `rules`: every step must work, and the
+  // server must have refused nothing on the way (not even a refusal the
+  // library would shrug off).
+  void expect_works(const Rules& rules,
+                    std::string (*path)(const RedisServer&, const std::string&)) {
+    set_user(server(), "app", rules);
+    EXPECT_EQ(path(server(), "app"), "");
+    EXPECT_EQ(refusals(server()), "");
+  }
+
+  // Runs `path` as a user with `rules` less `dropped`: some step fails.
+  void expect_fails_without(const Rules& rules, const std::string& dropped,
+                            std::string (*path)(const RedisServer&, const std::string&)) {
+    server().command({"FLUSHALL"});
+    set_user(server(), "app", without(rules, dropped));
+    EXPECT_NE(path(server(), "app"), "") << "passed without " << dropped;
+    EXPECT_NE(refusals(server()), "") << dropped;
+  }
+};
+
+TEST_F(AclTest, Mutex) { expect_works(mutex_rules, mutex_paths); }
+TEST_F(AclTest, MutexMinHold) { expect_works(mutex_rules, min_hold_paths); }
+TEST_F(AclTest, SimpleMutex) { expect_works(simple_mutex_rules, simple_mutex_paths); }
+TEST_F(AclTest, ReentrantMutex) { expect_works(reentrant_rules, reentrant_paths); }
+TEST_F(AclTest, SharedMutexWriteSide) { expect_works(shared_rules, shared_write_paths); }
+TEST_F(AclTest, SharedMutexReadSide) { expect_works(shared_rules, shared_read_paths); }
+TEST_F(AclTest, Semaphore) { expect_works(semaphore_rules, semaphore_paths); }
+TEST_F(AclTest, RateLimiter) { expect_works(rate_limiter_rules, rate_limiter_paths); }
+TEST_F(AclTest, StripedMutex) { expect_works(mutex_rules, striped_paths); }
+
+// One dropped rule per lock type, each on a path the test above runs: the
+// lists hold nothing that is never needed.
+TEST_F(AclTest, MutexFailsWithoutItsRules) {
+  expect_fails_without(mutex_rules, "+incr", mutex_paths);            // the fence
+  expect_fails_without(mutex_rules, "+subscribe", mutex_paths);       // the wake-up
+  expect_fails_without(mutex_rules, "~{jobs:*}:fence", mutex_paths);  // the fence's key
+  expect_fails_without(mutex_rules, "+publish", mutex_paths);         // the release
+}
+TEST_F(AclTest, SimpleMutexFailsWithoutItsRules) {
+  expect_fails_without(simple_mutex_rules, "+watch", simple_mutex_paths);
+}
+TEST_F(AclTest, ReentrantMutexFailsWithoutItsRules) {
+  expect_fails_without(reentrant_rules, "&redisson_lock__channel:{jobs:*}", reentrant_paths);
+}
+TEST_F(AclTest, SharedMutexFailsWithoutItsRules) {
+  expect_fails_without(shared_rules, "~{jobs:*}:*rwlock_timeout*", shared_read_paths);
+}
+TEST_F(AclTest, SemaphoreFailsWithoutItsRules) {
+  expect_fails_without(semaphore_rules, "+time", semaphore_paths);
+}
+TEST_F(AclTest, RateLimiterFailsWithoutItsRules) {
+  expect_fails_without(rate_limiter_rules, "+incrby", rate_limiter_paths);
+}
+
+// PING is the server watch's, every 500 ms while a lease is held (the
+// paths above are shorter). Held longer, the watch pings as the user; one
+// without +ping is refused, and the watch takes the refusal for a broken
+// connection.
+TEST_F(AclTest, TheWatchPingsWhileALeaseIsHeld) {
+  const auto pings = [&] {
+    const std::string stats = server().command({"INFO", "commandstats"});
+    return stats.find("cmdstat_ping:") != std::string::npos;
+  };
+  set_user(server(), "app", mutex_rules);
+  {
+    Client client(as_user(server(), "app"));
+    Mutex lock(client, "jobs:long", LockOptions{}.ttl(30s));
+    ASSERT_TRUE(lock.try_lock());
+    EXPECT_TRUE(eventually(pings, 5s));
+    EXPECT_EQ(lock.release(), Release::released);
+  }
+  EXPECT_EQ(refusals(server()), "");
+  set_user(server(), "app", without(mutex_rules, "+ping"));
+  Client client(as_user(server(), "app"));
+  Mutex lock(client, "jobs:long", LockOptions{}.ttl(30s));
+  ASSERT_TRUE(lock.try_lock());
+  EXPECT_TRUE(eventually([&] { return refusals(server()).find("ping") != std::string::npos; }, 5s));
+  EXPECT_EQ(lock.release(), Release::released);
+}
+
+// Redlock: the same user on each of three masters.
+TEST_F(AclTest, Redlock) {
+  RedisServer second;
+  RedisServer third;
+  std::vector<const RedisServer*> servers = {&server(), &second, &third};
+  std::vector<std::unique_ptr<Client>> holders;
+  std::vector<std::unique_ptr<Client>> waiters;
+  for (const RedisServer* each : servers) {
+    set_user(*each, "app", redlock_rules);
+    refusals(*each);
+    holders.push_back(std::make_unique<Client>(as_user(*each, "app")));
+    waiters.push_back(std::make_unique<Client>(as_user(*each, "app")));
+  }
+  const auto pointers = [](const std::vector<std::unique_ptr<Client>>& clients) {
+    std::vector<Client*> out;
+    for (const auto& client : clients) out.push_back(client.get());
+    return out;
+  };
+  const RedlockOptions options = RedlockOptions{}.ttl(600ms).auto_renew(true);
+  Redlock holder(pointers(holders), "jobs:billing", options);
+  Redlock waiter(pointers(waiters), "jobs:billing", options);
+  ASSERT_TRUE(holder.try_lock());
+  auto waited = std::async(std::launch::async, [&] {
+    const bool taken = waiter.try_lock_for(5s);
+    if (taken) waiter.unlock();
+    return taken;
+  });
+  EXPECT_TRUE(renewed(server(), "jobs:billing"));
+  EXPECT_TRUE(holder.extend(5s));
+  EXPECT_GT(pttl(third, "jobs:billing"), 4000);
+  holder.unlock();
+  EXPECT_TRUE(waited.get());
+  for (const RedisServer* each : servers) {
+    EXPECT_EQ(each->command({"EXISTS", "jobs:billing"}), "0");
+    EXPECT_EQ(refusals(*each), "");
+  }
+}
+
+// The admin user: inspect(), is_locked() and force_unlock() on a Mutex's
+// lease, a ReentrantMutex's hash and a SharedMutex's read hold (which has
+// a timeout key), all taken by the default user.
+TEST_F(AclTest, AdminInspectsAndBreaksEveryLayout) {
+  set_user(server(), "admin", admin_rules);
+  Client owner(client_options(server()));
+  Mutex lease(owner, "jobs:lease", LockOptions{}.ttl(30s));
+  ReentrantMutex tree(owner, "jobs:tree", LockOptions{}.ttl(30s));
+  SharedMutex table(owner, "jobs:table", LockOptions{}.ttl(30s));
+  ASSERT_TRUE(lease.try_lock());
+  ASSERT_TRUE(tree.try_lock());
+  ASSERT_TRUE(table.try_lock_shared());
+  ASSERT_NE(server().command({"KEYS", "{jobs:table}:*:rwlock_timeout:*"}), "");
+  Client admin(as_user(server(), "admin"));
+  for (const char* name : {"jobs:lease", "jobs:tree", "jobs:table"}) {
+    EXPECT_TRUE(inspect(admin, name).held) << name;
+    EXPECT_TRUE(is_locked(admin, name)) << name;
+    EXPECT_TRUE(force_unlock(admin, name)) << name;
+    EXPECT_FALSE(is_locked(admin, name)) << name;
+  }
+  EXPECT_EQ(server().command({"KEYS", "*"}), "");
+  EXPECT_EQ(refusals(server()), "");
+  EXPECT_EQ(lease.release(), Release::expired);
+  EXPECT_EQ(tree.release(), Release::expired);
+  EXPECT_EQ(table.release_shared(), Release::expired);
+}
+
+// What each path sends, with every command allowed: how the rules were
+// worked out (run with --gtest_also_run_disabled_tests).
+TEST_F(AclTest, DISABLED_Discover) {
+  set_user(server(), "app", {"+@all", "~*", "&*"});
+  const std::vector<std::pair<std::string, std::string (*)(const RedisServer&, const std::string&)>>
+      paths = {{"Mutex", mutex_paths},
+               {"min_hold", min_hold_paths},
+               {"SimpleMutex", simple_mutex_paths},
+               {"ReentrantMutex", reentrant_paths},
+               {"SharedMutex write", shared_write_paths},
+               {"SharedMutex read", shared_read_paths},
+               {"Semaphore", semaphore_paths},
+               {"RateLimiter", rate_limiter_paths},
+               {"StripedMutex", striped_paths}};
+  for (const auto& [name, path] : paths) {
+    server().command({"CONFIG", "RESETSTAT"});
+    EXPECT_EQ(path(server(), "app"), "") << name;
+    std::cerr << "== " << name << "\n" << server().command({"INFO", "commandstats"}) << "\n";
+    server().command({"FLUSHALL"});
+  }
+}
+
+}  // namespace
+}  // namespace distlock
