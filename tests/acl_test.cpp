@@ -88,11 +88,23 @@ const Rules semaphore_rules =
 // No lease: no watch, no waiting on a channel.
 const Rules rate_limiter_rules = {"+evalsha", "+eval", "+get", "+set",   "+incrby",
                                   "+pttl",    "+time", "+del", "~jobs:*"};
-// Per master; Redlock has no fencing and no wake-on-release, but its
-// release still announces on the channel.
-const Rules redlock_rules =
-    with_common({"+set", "+get", "+del", "+pexpire", "+pttl", "+mget", "+type", "+publish",
-                 "~jobs:*", "~{jobs:*}:released", "&{jobs:*}:released"});
+// Per master; Redlock has no fencing and no wake-on-release (so no
+// SUBSCRIBE), but its release still announces on the channel.
+const Rules redlock_rules = {"+ping",
+                             "+evalsha",
+                             "+eval",
+                             "+script|load",
+                             "+set",
+                             "+get",
+                             "+del",
+                             "+pexpire",
+                             "+pttl",
+                             "+mget",
+                             "+type",
+                             "+publish",
+                             "~jobs:*",
+                             "~{jobs:*}:released",
+                             "&{jobs:*}:released"};
 // inspect() and is_locked() read in one MULTI/EXEC; force_unlock() is one
 // script over the key, the read holds' timeout keys and every channel.
 const Rules admin_rules = {"+multi",
