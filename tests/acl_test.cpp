@@ -13,9 +13,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <future>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -331,6 +333,8 @@ std::string semaphore_paths(const RedisServer& server, const std::string& user) 
       return now > std::exchange(last, now);
     }));
     DISTLOCK_STEP(permit.extend(5s));
+    holder.resize(1);  // the stored count, and its read
+    DISTLOCK_STEP(holder.available() == 0);
     DISTLOCK_STEP(permit.release() == Release::released);
     Permit second = waited.get();
     DISTLOCK_STEP(second);
@@ -475,6 +479,34 @@ TEST_F(AclTest, TheWatchPingsWhileALeaseIsHeld) {
   ASSERT_TRUE(lock.try_lock());
   EXPECT_TRUE(eventually([&] { return refusals(server()).find("ping") != std::string::npos; }, 5s));
   EXPECT_EQ(lock.release(), Release::released);
+}
+
+// The README's ready-to-paste line for `user`: its rules after
+// "ACL SETUSER <user> reset on >secret".
+Rules readme_rules(const std::string& user) {
+  std::ifstream readme(DISTLOCK_README_PATH);
+  const std::string start = "ACL SETUSER " + user + " reset on >secret ";
+  std::string line;
+  while (std::getline(readme, line)) {
+    if (line.compare(0, start.size(), start) != 0) continue;
+    std::istringstream words(line.substr(start.size()));
+    Rules rules;
+    for (std::string word; words >> word;) rules.push_back(word);
+    return rules;
+  }
+  return {};
+}
+
+// The rules these tests run with are the README's, word for word.
+TEST(AclReadme, ListsTheRulesTheTestsRunWith) {
+  EXPECT_EQ(readme_rules("jobs"), mutex_rules);
+  EXPECT_EQ(readme_rules("jobs-simple"), simple_mutex_rules);
+  EXPECT_EQ(readme_rules("jobs-reentrant"), reentrant_rules);
+  EXPECT_EQ(readme_rules("jobs-shared"), shared_rules);
+  EXPECT_EQ(readme_rules("jobs-semaphore"), semaphore_rules);
+  EXPECT_EQ(readme_rules("jobs-rate"), rate_limiter_rules);
+  EXPECT_EQ(readme_rules("jobs-redlock"), redlock_rules);
+  EXPECT_EQ(readme_rules("jobs-admin"), admin_rules);
 }
 
 // Redlock: the same user on each of three masters.
