@@ -247,6 +247,18 @@ std::string mutex_paths(const RedisServer& server, const std::string& user) {
       "jobs:nightly", "{jobs:nightly}:released", true);
 }
 
+// A Mutex without fencing or wake-on-release: the rules less those the
+// README lists as these options' extras.
+std::string plain_mutex_paths(const RedisServer& server, const std::string& user) {
+  return exclusive_paths(
+      server, user,
+      [](Client& client) {
+        return std::make_unique<Mutex>(
+            client, "jobs:plain", LockOptions{}.ttl(600ms).auto_renew(true).wake_on_release(false));
+      },
+      "jobs:plain", "", false);
+}
+
 // min_hold: an unlock before it has passed is a token-checked extend to
 // its end, not a delete.
 std::string min_hold_paths(const RedisServer& server, const std::string& user) {
@@ -428,6 +440,13 @@ class AclTest : public testing::RedisTest {
 };
 
 TEST_F(AclTest, Mutex) { expect_works(mutex_rules, mutex_paths); }
+TEST_F(AclTest, MutexWithoutFencingOrWaking) {
+  Rules rules = mutex_rules;
+  for (const char* extra : {"+incr", "~{jobs:*}:fence", "+subscribe", "+unsubscribe"}) {
+    rules = without(rules, extra);
+  }
+  expect_works(rules, plain_mutex_paths);
+}
 TEST_F(AclTest, MutexMinHold) { expect_works(mutex_rules, min_hold_paths); }
 TEST_F(AclTest, SimpleMutex) { expect_works(simple_mutex_rules, simple_mutex_paths); }
 TEST_F(AclTest, ReentrantMutex) { expect_works(reentrant_rules, reentrant_paths); }
