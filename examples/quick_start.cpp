@@ -47,11 +47,13 @@ int main(int argc, char** argv) {
   where.command_timeout = 500ms;  // or "?command_timeout=500" in the URI
   distlock::Client redis{where};
 
-  // Three machines, one runs the 2 a.m. job, the others skip it.
-  distlock::Mutex nightly{redis, "jobs:nightly-report", distlock::LockOptions{}.ttl(30s)};
+  // Three machines, one runs the 2 a.m. job, the others skip it: held at least
+  // 5 min, so a machine whose cron fires late does not run it a second time.
+  distlock::Mutex nightly{redis, "jobs:nightly-report",
+                          distlock::LockOptions{}.ttl(30s).min_hold(5min)};
   if (std::unique_lock lock{nightly, std::try_to_lock}; lock.owns_lock()) {
     run_report();
-  }  // released here; unlock() never throws
+  }  // unlocked here (never throws), the key kept until 5 min after the acquire
 
   // Waiting with a deadline, and a fencing token for the storage to check.
   distlock::Mutex stock{redis, "stock:42", distlock::LockOptions{}.ttl(5s).fencing(true)};

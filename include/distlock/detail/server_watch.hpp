@@ -98,7 +98,8 @@ class ServerWatch {
 
   void run() {
     std::unique_ptr<Connection> connection;
-    bool broke = false;  // the connection broke: revalidate on the next one
+    bool broke = false;   // the connection broke: revalidate on the next one
+    bool pinging = true;  // the server lets us PING
     auto retry = retry_every;
     for (;;) {
       ConnectionOptions where;
@@ -124,6 +125,12 @@ class ServerWatch {
         }
         if (std::exchange(broke, false) && hooks_.holding()) hooks_.revalidate();
       }
+      // Past max_connection_age: replaced like the pool's (fresh
+      // credentials), by one to the same server, so nothing is revalidated.
+      if (connection->aged()) {
+        connection.reset();
+        continue;
+      }
       const bool holding = hooks_.holding();
       switch (wait(connection->fd(), holding ? probe_every : idle_look)) {
         case Woken::stop: return;
@@ -134,9 +141,13 @@ class ServerWatch {
           if (connection->stale()) broke = lost(connection);
           continue;
         case Woken::timeout:
-          if (!holding) continue;
+          if (!holding || !pinging) continue;
           try {
             connection->command("PING").throw_if_error();
+          } catch (const ServerError&) {
+            // Refused (an ACL without +ping): the connection is fine, and
+            // from now on only a close is noticed.
+            pinging = false;
           } catch (...) {
             broke = lost(connection);
           }
