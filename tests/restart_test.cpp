@@ -65,6 +65,13 @@ struct LostLog {
   }
 };
 
+// An event hook counting renewals: a revalidation renews a renewed lease.
+distlock::EventHook counting_renewals(std::atomic<int>& renewals) {
+  return [&renewals](const LockEvent& event) {
+    if (event.type == LockEventType::renewed) ++renewals;
+  };
+}
+
 // Connections open on `server`, the one asking included.
 int clients(const RedisServer& server) {
   const std::string list = server.command({"CLIENT", "LIST"});
@@ -128,9 +135,7 @@ TEST(ServerRestart, ConnectionsKilledByALiveServerKeepEveryLease) {
   RedisServer server;
   ClientOptions options = client_options(server);
   std::atomic<int> renewals{0};
-  options.on_event = [&](const LockEvent& event) {
-    if (event.type == LockEventType::renewed) ++renewals;
-  };
+  options.on_event = counting_renewals(renewals);
   Client client(options);
   LostLog log;
   distlock::Mutex renewed(client, "renewed", renewed_lease().on_lost(log.on_lost()));
@@ -184,9 +189,7 @@ TEST(ServerRestart, AConnectionThatGoesSilentIsFoundByThePing) {
   options.connect_timeout = 300ms;
   options.command_timeout = 300ms;
   std::atomic<int> renewals{0};
-  options.on_event = [&](const LockEvent& event) {
-    if (event.type == LockEventType::renewed) ++renewals;
-  };
+  options.on_event = counting_renewals(renewals);
   Client client(options);
   LostLog log;
   distlock::Mutex renewed(client, "renewed", renewed_lease().on_lost(log.on_lost()));
