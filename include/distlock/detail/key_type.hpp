@@ -62,15 +62,17 @@ std::optional<long long> read_pttl_of_type(Backend& backend, const std::string& 
                                            std::string_view expected,
                                            SteadyClock::time_point deadline) {
   try {
-    auto connection = backend.borrow(deadline);
-    connection->set_timeout(reply_timeout(backend.options().command_timeout, deadline));
-    connection->append("PTTL", key);
-    connection->append("TYPE", key);
-    const long long pttl = connection->read_reply().throw_if_error().integer();
-    const std::string_view found = connection->read_reply().throw_if_error().str();
-    check_key_type(key, found, expected);
-    if (found == expected) check_expires(key, found, pttl);
-    return pttl;
+    // Through on_connection: on a cluster, a slot that moved since the
+    // attempt answers MOVED here, which is followed, not thrown.
+    return on_connection(backend, deadline, [&](Connection& connection) {
+      connection.append("PTTL", key);
+      connection.append("TYPE", key);
+      const long long pttl = connection.read_reply().throw_if_error().integer();
+      const std::string_view found = connection.read_reply().throw_if_error().str();
+      check_key_type(key, found, expected);
+      if (found == expected) check_expires(key, found, pttl);
+      return pttl;
+    });
   } catch (const TimeoutError&) {
     if (deadline_reached(deadline)) return std::nullopt;
     throw;
