@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "distlock/detail/renewal_schedule.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/reentrant_mutex.hpp"
 #include "distlock/simple_mutex.hpp"
@@ -426,6 +427,39 @@ TEST_F(WatchdogTest, UnreachableServerIsReportedByTheLeasesExpiry) {
   ASSERT_TRUE(reported);
   EXPECT_LE(log.when[0] - stopped, ttl + 50ms);
   EXPECT_TRUE(lock.lost());
+}
+
+// The schedule alone (no server): an unconfirmed renewal is tried again a
+// retry interval (ttl / 10) after it was sent, not after it ended. A
+// Redlock's renewal waits up to its node timeout (ttl / 10 by default), so
+// counted from its end the next try came two node timeouts after the last
+// one's start; under latency spikes a short window of fast replies between
+// them then held no whole try, and the lease ran out unrenewed (the TLS
+// fault suite's overlaps).
+TEST(RenewalScheduleTest, AnUnconfirmedRenewalIsRetriedAnIntervalAfterItWasSent) {
+  const auto ttl = 400ms;
+  const auto sent = Clock::now();
+  auto lease = std::make_shared<detail::LeaseState>("k", "token", ttl, sent, nullptr, nullptr);
+  detail::RenewalEntry entry = detail::first_entry(*lease, Clock::time_point::max(), true);
+  entry.lease = lease;
+  const auto expires = lease->expires();
+  // When the next try falls due, in microseconds after the last was sent.
+  const auto retried = [&](Clock::duration answered) {
+    detail::reschedule(entry, false, sent, sent + answered);
+    return std::chrono::duration_cast<std::chrono::microseconds>(entry.next_renewal - sent).count();
+  };
+
+  // Waited out a timeout as long as the interval: tried again at once.
+  EXPECT_EQ(retried(40ms), 40000);
+  // Took longer still (a slow connect): at once, not later.
+  EXPECT_EQ(retried(55ms), 55000);
+  // Failed at once (refused): the interval is still kept between tries.
+  EXPECT_EQ(retried(1ms), 40000);
+  // Long leases wait 100 ms at most.
+  lease->ttl = 10s;
+  EXPECT_EQ(retried(1ms), 100000);
+  // None of it touches the lease's validity.
+  EXPECT_TRUE(lease->expires() == expires);
 }
 
 TEST_F(WatchdogTest, RenewalCapLetsTheLeaseRunOut) {
