@@ -116,6 +116,9 @@ class Connection {
   /// command in: while set, eval() sends ASKING again before the EVAL that
   /// follows a NOSCRIPT.
   void set_asking(bool on) noexcept { asking_ = on; }
+  /// Whether set_asking() is on: a second command written in the same step
+  /// needs an ASKING of its own.
+  bool asking() const noexcept { return asking_; }
   /// For a Redis Cluster (7.0 or later): while set, scripts run here
   /// announce releases with SPUBLISH instead of PUBLISH
   /// (detail/sharded_scripts.hpp), and publish_verb() says SPUBLISH.

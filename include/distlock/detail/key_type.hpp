@@ -64,10 +64,15 @@ std::optional<long long> read_pttl_of_type(Backend& backend, const std::string& 
   try {
     // Through on_connection: on a cluster, a slot that moved since the
     // attempt answers MOVED here, which is followed, not thrown.
+    // After an ASK, the ASKING sent before PTTL lets only PTTL in: TYPE
+    // needs its own, or the importing node sends it back with MOVED.
     return on_connection(backend, deadline, [&](Connection& connection) {
+      const bool asking = connection.asking();
       connection.append("PTTL", key);
+      if (asking) connection.append("ASKING");
       connection.append("TYPE", key);
       const long long pttl = connection.read_reply().throw_if_error().integer();
+      if (asking) connection.read_reply().throw_if_error();
       const std::string_view found = connection.read_reply().throw_if_error().str();
       check_key_type(key, found, expected);
       if (found == expected) check_expires(key, found, pttl);
