@@ -5,9 +5,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "distlock/events.hpp"
 #include "support/faults.hpp"
 #include "support/fixture.hpp"
 #include "support/options.hpp"
@@ -95,6 +97,34 @@ TEST_F(ClientTest, CallInFlightWhenServerDiesFailsAndTheNextReconnects) {
   EXPECT_THROW(client.command("PING"), TimeoutError);
   server().resume();
   EXPECT_EQ(client.command("PING").str(), "PONG");
+}
+
+// Defect: with an event hook, the first call on a new connection after
+// one broke asked INFO server before its own command; against a silent
+// server it failed with "INFO: no reply", a command the caller never sent.
+// The identity check now follows the caller's command.
+TEST_F(ClientTest, AnErrorNamesTheCommandTheCallSentNotTheIdentityCheck) {
+  ClientOptions options = client_options(server());
+  options.command_timeout = 200ms;
+  std::atomic<int> switches{0};
+  options.on_event = [&switches](const LockEvent& event) {
+    if (event.type == LockEventType::master_switched) ++switches;
+  };
+  Client client(options);
+  client.command("PING");
+  server().pause();
+  EXPECT_THROW(client.command("SET", "k", "v"), TimeoutError);  // breaks the connection
+  std::string message;
+  try {
+    client.command("GET", "k");  // on a new connection, to the same silent server
+  } catch (const TimeoutError& error) {
+    message = error.what();
+  }
+  server().resume();
+  EXPECT_NE(message.find("GET"), std::string::npos) << message;
+  EXPECT_EQ(message.find("INFO"), std::string::npos) << message;
+  EXPECT_EQ(client.command("PING").str(), "PONG");
+  EXPECT_EQ(switches.load(), 0);  // the same server process
 }
 
 TEST_F(ClientTest, ConnectFailureDoesNotLeakPoolSlots) {

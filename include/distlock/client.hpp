@@ -19,9 +19,12 @@
 // expiry), reported lost otherwise. That answers what matters, whether the
 // leases are still there, off the caller's path. With an event hook set,
 // that connection and the Client's very first also ask INFO server for the
-// server's run_id (a round trip on those calls only): a run_id other than
-// the last one seen is a new server process, told as master_switched
-// (events.hpp). A server that refuses INFO (an ACL) is not asked again.
+// server's run_id, once the call that made them is done with them (a round
+// trip on those calls only, after their own command, so that a server
+// that falls silent fails the caller's command, not one it never sent): a
+// run_id other than the last one seen is a new server process, told as
+// master_switched (events.hpp). A server that refuses INFO (an ACL) is not
+// asked again; one that does not answer it is asked on the next connection.
 //
 // After fork() the child shares the parent's sockets, owner id and leases,
 // but not its threads. A Client made before the fork therefore refuses every
@@ -184,6 +187,7 @@ class Endpoint {
   // A connection broke: the next one made has the leases revalidated.
   std::atomic<bool> reconnecting_{false};
   std::atomic<bool> server_asked_{false};           // the first connection asked for the run_id
+  std::atomic<bool> identity_due_{false};           // the next connection given back asks for it
   std::string run_id_ DISTLOCK_GUARDED_BY(mutex_);  // the server's, as last seen; "" unknown
   std::vector<std::unique_ptr<Connection>> idle_ DISTLOCK_GUARDED_BY(mutex_);
   std::size_t open_ DISTLOCK_GUARDED_BY(mutex_) = 0;  // idle plus lent out
@@ -333,12 +337,12 @@ inline std::unique_ptr<Connection> Endpoint::take(SteadyClock::time_point deadli
     auto connection = std::make_unique<Connection>(detail::cut_to(options_, deadline));
     connection->set_usual_timeout(options_.command_timeout);
     const bool reconnected = reconnecting_.exchange(false, std::memory_order_relaxed);
-    // Only a hook needs the run_id: revalidation does not.
-    const bool switched = events_ &&
-                          (reconnected || !server_asked_.load(std::memory_order_relaxed)) &&
-                          new_process(*connection);
-    if (reconnected || switched) runtime_.revalidate();
-    if (switched) emit_about(events_, LockEventType::master_switched, options_.endpoint());
+    if (reconnected) runtime_.revalidate();
+    // Only a hook needs the run_id: revalidation does not. Asked in
+    // give_back(), after the caller's own command.
+    if (events_ && (reconnected || !server_asked_.load(std::memory_order_relaxed))) {
+      identity_due_.store(true, std::memory_order_relaxed);
+    }
     return connection;
   } catch (...) {
     lock.lock();
@@ -385,6 +389,16 @@ inline void Endpoint::give_back(std::unique_ptr<Connection> connection) noexcept
       connection->set_timeout(options_.command_timeout);
     } catch (...) {
       reusable = false;
+    }
+  }
+  if (reusable && identity_due_.exchange(false, std::memory_order_relaxed)) {
+    try {
+      if (new_process(*connection)) {
+        emit_about(events_, LockEventType::master_switched, options_.endpoint());
+      }
+    } catch (...) {
+      reusable = false;  // it may owe INFO's reply; the next connection asks
+      identity_due_.store(true, std::memory_order_relaxed);
     }
   }
   if (reusable) {

@@ -154,25 +154,25 @@ class BasicRedlock : public detail::ExclusiveLock<detail::RedlockProtocol<Backen
   /// answered at all.
   template <class Rep, class Period>
   [[nodiscard]] bool extend(const std::chrono::duration<Rep, Period>& ttl) {
-    return this->life_.extend(Base::kind, Protocol::checked_lease(ttl, "extend ttl"));
+    return this->life_->extend(Base::kind, Protocol::checked_lease(ttl, "extend ttl"));
   }
 
   /// The token of the current lock; empty when not held.
-  std::string token() const { return this->life_.id(Base::kind); }
+  std::string token() const { return this->life_->id(Base::kind); }
 
   /// What the masters said to the latest acquire attempt, extend, renewal
   /// or release of this object (a default RedlockAttempt before the first).
-  RedlockAttempt last_attempt() const { return this->life_.protocol().core().last_attempt(); }
+  RedlockAttempt last_attempt() const { return this->life_->protocol().core().last_attempt(); }
 
-  const RedlockOptions& options() const noexcept { return this->life_.protocol().options(); }
+  const RedlockOptions& options() const noexcept { return this->life_->protocol().options(); }
   const std::vector<Backend*>& masters() const noexcept {
-    return this->life_.protocol().core().masters();
+    return this->life_->protocol().core().masters();
   }
   /// Masters needed: N/2 + 1.
-  std::size_t quorum() const noexcept { return this->life_.protocol().core().quorum(); }
+  std::size_t quorum() const noexcept { return this->life_->protocol().core().quorum(); }
   /// The per-node timeout in force (RedlockOptions::node_timeout).
   std::chrono::milliseconds node_timeout() const noexcept {
-    return this->life_.protocol().core().node_timeout();
+    return this->life_->protocol().core().node_timeout();
   }
 
  private:

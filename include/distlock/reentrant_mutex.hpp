@@ -150,16 +150,16 @@ class BasicReentrantMutex
 
   /// How many times the calling thread holds the lock through this object
   /// (0 when it does not).
-  unsigned hold_count() const noexcept { return this->life_.depth(Base::kind); }
+  unsigned hold_count() const noexcept { return this->life_->depth(Base::kind); }
 
   /// The calling thread's owner id, the hash field it holds the lock by:
   /// "<client id>:<thread number>". Fixed while the thread holds the lock;
   /// a new number after an undo or release whose reply never came (see
   /// detail/field_hold.hpp).
-  std::string owner_id() const { return this->life_.protocol().owner(); }
+  std::string owner_id() const { return this->life_->protocol().owner(); }
 
   /// The channel releases are announced on: redisson_lock__channel:{key}.
-  const std::string& channel() const noexcept { return this->life_.protocol().channel(); }
+  const std::string& channel() const noexcept { return this->life_->protocol().channel(); }
 };
 
 /// The re-entrant lock for ordinary use.

@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 
 #include "distlock/acquire_policy.hpp"
@@ -61,9 +62,11 @@ class BasicPermitLock : public detail::ExclusiveLock<detail::SemaphoreProtocol<B
 
   /// Gives the permit back if held.
   ~BasicPermitLock() = default;
+  BasicPermitLock(BasicPermitLock&&) noexcept = default;
+  BasicPermitLock& operator=(BasicPermitLock&&) noexcept = default;
 
   /// The held permit's id (its member in the sorted set); empty when none.
-  std::string id() const { return this->life_.id(Base::kind); }
+  std::string id() const { return this->life_->id(Base::kind); }
 };
 
 /// A held permit, given back when it goes away (RAII); or nothing, when an
@@ -169,11 +172,22 @@ class BasicSemaphore {
   }
 
   /// Attempts until a permit is taken or `timeout` passes (zero or negative:
-  /// one attempt); an empty Permit then. Returns by the deadline.
+  /// one attempt); an empty Permit then, when every permit was taken (an
+  /// outage throws TimeoutError, as PermitLock::try_lock_for). Returns by
+  /// the deadline.
   template <class Rep, class Period>
   Permit try_acquire_for(const std::chrono::duration<Rep, Period>& timeout) {
     auto lock = std::make_unique<PermitLock>(*this);
     return lock->try_lock_for(timeout) ? Permit(std::move(lock)) : Permit();
+  }
+
+  /// try_acquire_for without exceptions: an empty Permit with `ec` clear
+  /// when every permit was taken, with `ec` set otherwise (as
+  /// PermitLock::try_lock_for(timeout, ec)).
+  template <class Rep, class Period>
+  Permit try_acquire_for(const std::chrono::duration<Rep, Period>& timeout, std::error_code& ec) {
+    auto lock = std::make_unique<PermitLock>(*this);
+    return lock->try_lock_for(timeout, ec) ? Permit(std::move(lock)) : Permit();
   }
 
   /// As try_acquire_for, until `deadline` of any clock.

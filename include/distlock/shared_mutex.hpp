@@ -226,7 +226,7 @@ class BasicSharedMutex : public detail::ExclusiveLock<detail::SharedProtocol<Bac
   /// one more with no round trip; a thread that holds the write lock gets a
   /// read lock too (then unlock() downgrades). Throws as lock().
   void lock_shared() {
-    if (this->life_.acquire(Kind::read, detail::no_deadline, true) == detail::Outcome::cancelled) {
+    if (this->life_->acquire(Kind::read, detail::no_deadline, true) == detail::Outcome::cancelled) {
       throw Error(Errc::cancelled, "lock_shared() of " + this->key() + " was cancelled");
     }
   }
@@ -234,67 +234,90 @@ class BasicSharedMutex : public detail::ExclusiveLock<detail::SharedProtocol<Bac
   /// One attempt (none when the calling thread already holds a read lock);
   /// false if another owner holds the write lock.
   [[nodiscard]] bool try_lock_shared() {
-    return this->life_.acquire(Kind::read, clock::now(), false) == detail::Outcome::acquired;
+    return this->life_->acquire(Kind::read, clock::now(), false) == detail::Outcome::acquired;
   }
 
   /// As try_lock_for, for a read lock.
   template <class Rep, class Period>
   [[nodiscard]] bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout) {
-    return this->life_.acquire(Kind::read, detail::deadline_after(timeout), true) ==
-           detail::Outcome::acquired;
+    return detail::acquired_or_throw(
+        this->life_->acquire(Kind::read, detail::deadline_after(timeout), true),
+        "try_lock_shared_for", this->key());
   }
 
   /// As try_lock_until, for a read lock.
   template <class Clock, class Duration>
   [[nodiscard]] bool try_lock_shared_until(
       const std::chrono::time_point<Clock, Duration>& deadline) {
-    return this->life_.acquire(Kind::read, detail::to_steady_deadline(deadline), true) ==
-           detail::Outcome::acquired;
+    return detail::acquired_or_throw(
+        this->life_->acquire(Kind::read, detail::to_steady_deadline(deadline), true),
+        "try_lock_shared_until", this->key());
+  }
+
+  /// The read side's std::error_code forms, as try_lock(ec) and its kin.
+  [[nodiscard]] bool try_lock_shared(std::error_code& ec) {
+    return detail::acquired_into(
+        ec, [&] { return this->life_->acquire(Kind::read, clock::now(), false); });
+  }
+  template <class Rep, class Period>
+  [[nodiscard]] bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout,
+                                         std::error_code& ec) {
+    return detail::acquired_into(ec, [&] {
+      return this->life_->acquire(Kind::read, detail::deadline_after(timeout), true);
+    });
+  }
+  template <class Clock, class Duration>
+  [[nodiscard]] bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& deadline,
+                                           std::error_code& ec) {
+    return detail::acquired_into(ec, [&] {
+      return this->life_->acquire(Kind::read, detail::to_steady_deadline(deadline), true);
+    });
   }
 
   /// Gives back one of the calling thread's read holds (the last reader to
   /// leave frees the lock for writers); does nothing if it holds none.
   /// Never throws.
-  void unlock_shared() noexcept { this->life_.unlock(Kind::read); }
+  void unlock_shared() noexcept { this->life_->unlock(Kind::read); }
 
   /// unlock_shared(), saying what happened: released, expired (a lease of
   /// this owner's read holds had run out), not_owner, or lost. Throws
   /// NotHeldError if the calling thread holds no read lock.
-  Release release_shared() { return this->life_.release(Kind::read); }
+  Release release_shared() { return this->life_->release(Kind::read); }
 
   /// As extend(), for the calling thread's read hold.
   template <class Rep, class Period>
   [[nodiscard]] bool extend_shared(const std::chrono::duration<Rep, Period>& ttl) {
-    return this->life_.extend(Kind::read, detail::checked_milliseconds(ttl, max_ttl, "extend ttl"));
+    return this->life_->extend(Kind::read,
+                               detail::checked_milliseconds(ttl, max_ttl, "extend ttl"));
   }
 
   /// Whether the calling thread holds a read lock through this object.
-  bool owns_lock_shared() const noexcept { return this->life_.owns(Kind::read); }
+  bool owns_lock_shared() const noexcept { return this->life_->owns(Kind::read); }
   /// The calling thread's write holds through this object.
-  unsigned hold_count() const noexcept { return this->life_.depth(Kind::write); }
+  unsigned hold_count() const noexcept { return this->life_->depth(Kind::write); }
   /// The calling thread's read holds through this object.
-  unsigned shared_hold_count() const noexcept { return this->life_.depth(Kind::read); }
+  unsigned shared_hold_count() const noexcept { return this->life_->depth(Kind::read); }
   /// Time left on the calling thread's read hold; zero when none or lost.
   std::chrono::milliseconds validity_shared() const noexcept {
-    return this->life_.validity(Kind::read);
+    return this->life_->validity(Kind::read);
   }
   /// replicas_acknowledged() of the calling thread's read hold.
   std::optional<int> replicas_acknowledged_shared() const {
-    return this->life_.replicas(Kind::read);
+    return this->life_->replicas(Kind::read);
   }
 
   /// True once the watchdog found one of the calling thread's auto-renewed
   /// holds (read or write) gone or let it run out.
   bool lost() const noexcept {
-    return this->life_.lost(Kind::read) || this->life_.lost(Kind::write);
+    return this->life_->lost(Kind::read) || this->life_->lost(Kind::write);
   }
 
   /// The calling thread's owner id: its read field, and with ":write" its
   /// write field. Fixed while the thread holds the lock; a new number after
   /// an undo or release whose reply never came (see detail/field_hold.hpp).
-  std::string owner_id() const { return this->life_.protocol().owner(); }
+  std::string owner_id() const { return this->life_->protocol().owner(); }
   /// The channel releases are announced on: redisson_rwlock:{key}.
-  const std::string& channel() const noexcept { return this->life_.protocol().channel(); }
+  const std::string& channel() const noexcept { return this->life_->protocol().channel(); }
 };
 
 /// The read-write lock for ordinary use.

@@ -18,6 +18,8 @@
 // is ever sent, and no renewal sent before an extend can land after it and
 // cut the lease back. Renewal scripts only ever lengthen a lease, so a
 // renewal whose reply was lost and that lands late cannot shorten it either.
+// The wait is for one round at most (a command timeout, against a silent
+// server): new ones are kept from starting first.
 //
 // The thread keeps its state alive itself: a Watchdog destroyed from its own
 // thread (an on_lost callback dropping the last Client) detaches instead of
@@ -225,6 +227,12 @@ inline void Watchdog::add(std::shared_ptr<detail::LeaseState> lease, clock::time
 
 inline void Watchdog::remove(const detail::LeaseState& lease) noexcept {
   detail::MutexLock lock(state_->mutex);
+  // Held off first, so that no round after the one in flight takes it: a
+  // renewal that failed after waiting out its timeout is retried at once,
+  // and the wait would otherwise last as long as the lease (a silent
+  // server).
+  const auto found = state_->entries.find(&lease);
+  if (found != state_->entries.end()) ++found->second.held_off;
   // Looked up again after the wait: the thread may have dropped the entry
   // (lost) meanwhile.
   if (!state_->settle(lock, &lease)) return;

@@ -108,6 +108,9 @@ struct Shared {
   std::atomic<std::int64_t> worst_call_began_ns{0};
   std::atomic<std::int64_t> go_ns{0};
   std::atomic<std::int64_t> errors{0};
+  // Acquires that ended unanswered (TimeoutError: Redis silent until the
+  // deadline or a command timeout): an outage's answer, counted apart.
+  std::atomic<std::int64_t> unanswered{0};
   std::atomic<int> first_error_taken{0};
   char first_error[256]{};
   // The paused contender: when it stopped (0: not yet), its fence, and how
@@ -218,6 +221,12 @@ void contend(Shared& shared, const WorkloadOptions& options, int process,
       const std::int64_t called = monotonic_ns();
       try {
         acquired = Kind::acquire(lock, write, options.try_for);
+      } catch (const distlock::TimeoutError& e) {
+        if (e.code() == distlock::Errc::timed_out) {
+          shared.unanswered.fetch_add(1);
+        } else {
+          shared.error(std::string("acquire: ") + e.what());
+        }
       } catch (const std::exception& e) {
         shared.error(std::string("acquire: ") + e.what());
       }

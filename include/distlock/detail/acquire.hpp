@@ -9,7 +9,8 @@
 //   TimeoutError naming the command, the endpoint and the timeout;
 // - a call with a deadline cuts every step's wait (the pool, the connect,
 //   the reply) to the time it has left, and a step the deadline cuts short
-//   is the caller's timeout (try_lock_for returns false), not an error.
+//   ends the call: busy (false) or unanswered (TimeoutError) by when Redis
+//   last answered it (Heard, in detail/lifecycle.hpp).
 // An attempt whose reply never came is ambiguous: the server may still
 // apply it. Its undo is written on the same connection, behind it, and not
 // waited for: if the attempt lands late, the undo lands right after it.
@@ -64,10 +65,53 @@ struct Attempt {
   /// With not_replicated: the caller's deadline, not the replica timeout,
   /// cut WAIT short.
   bool deadline_cut = false;
+  /// With not_replicated: the grant was taken back already (undo_apart).
+  bool undone = false;
+  /// A "no" for want of answers rather than from one (a Redlock step that
+  /// fewer than a quorum of masters answered in time): not a sign that
+  /// Redis is answering.
+  bool unheard = false;
 };
 
-/// How an acquire ended.
-enum class Outcome { acquired, timed_out, cancelled };
+/// How an acquire ended: with the lock; at its deadline with the lock held
+/// elsewhere (timed_out: busy) or with Redis silent (unanswered); or
+/// cancelled.
+enum class Outcome { acquired, timed_out, unanswered, cancelled };
+
+/// What a throwing acquire answers for `outcome`: true with the lock,
+/// false when busy or cancelled; TimeoutError when Redis left the call
+/// unanswered, as when it misses a command timeout: the same outage gives
+/// the same answer whatever the deadline. `call` names the caller's call.
+inline bool acquired_or_throw(Outcome outcome, std::string_view call, const std::string& key) {
+  if (outcome == Outcome::unanswered) {
+    throw TimeoutError(Errc::timed_out,
+                       std::string(call) + " of " + key +
+                           ": Redis did not answer before the deadline (an outage, not a busy "
+                           "lock); an attempt that lands late is undone");
+  }
+  return outcome == Outcome::acquired;
+}
+
+/// The std::error_code form of an acquire: true with the lock; false with
+/// `ec` clear when the lock was busy, or set to what went wrong
+/// (Errc::timed_out when Redis left the call unanswered, Errc::cancelled,
+/// or the code of the error the throwing form throws). Throws only what is
+/// not a std::system_error (std::bad_alloc).
+template <class Acquire>
+bool acquired_into(std::error_code& ec, Acquire&& acquire) {
+  ec.clear();
+  try {
+    switch (acquire()) {
+      case Outcome::acquired: return true;
+      case Outcome::timed_out: return false;
+      case Outcome::unanswered: ec = Errc::timed_out; return false;
+      case Outcome::cancelled: ec = Errc::cancelled; return false;
+    }
+  } catch (const std::system_error& error) {
+    ec = error.code();
+  }
+  return false;
+}
 
 /// The cancel_waits() of one lock object: a generation every acquire notes
 /// when it starts and gives up on once it changes, and the condition a
@@ -271,6 +315,17 @@ std::optional<Attempt> attempt_or_undo(Backend& backend, SteadyClock::time_point
         const std::error_code code = error.code();
         if (attempt.acquired) {
           undo_apart(connection, undo);
+          if (code == Errc::timed_out && needed > 0 && deadline_reached(deadline)) {
+            // The grant was answered, its WAIT not by the deadline: too few
+            // replicas in time, as when WAIT answers short at the deadline.
+            attempt.acquired = false;
+            attempt.not_replicated = true;
+            attempt.deadline_cut = true;
+            attempt.undone = true;
+            attempt.replicas = 0;
+            attempt.replicas_wanted = needed;
+            return attempt;
+          }
         } else if (code == Errc::timed_out || code == Errc::io_error ||
                    code == Errc::protocol_error) {
           undo(connection);

@@ -171,9 +171,11 @@ class LeaseMutex : public ExclusiveLock<LeaseProtocol<Wire, Backend>, Policy> {
 
   /// Releases the lease if this object still holds it.
   ~LeaseMutex() = default;
+  LeaseMutex(LeaseMutex&&) noexcept = default;
+  LeaseMutex& operator=(LeaseMutex&&) noexcept = default;
 
   /// The token of the current lease; empty when not held.
-  std::string token() const { return this->life_.id(Base::kind); }
+  std::string token() const { return this->life_->id(Base::kind); }
 };
 
 }  // namespace distlock::detail

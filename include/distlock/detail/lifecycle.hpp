@@ -9,6 +9,15 @@
 // allows (detail/armed_sleep.hpp); try again), decides re-entry and "held
 // by this object", registers leases with the Watchdog (renewed, or of fixed
 // ttl and kept for revalidation only), and extends them.
+//
+// Busy or unanswered: an acquire that ends at its deadline without the
+// lock says which (Outcome). Busy means Redis answered a step of the call
+// in its last `probe` (two of the call's slowest round trips, and
+// last_step) and the lock was held; unanswered, that it did not (an
+// outage, a stopped or partitioned server). So that a healthy server
+// always has answered in that window, a waiter whose sleep would run to
+// the deadline makes its last attempt `probe` before it: one round trip
+// more, on waits that end without the lock only.
 // A Protocol supplies the server steps:
 //
 //   using Kind;                        the kinds of hold (read/write, or one)
@@ -61,6 +70,43 @@
 
 namespace distlock::detail {
 
+/// What one acquire heard from Redis: when it last answered a step, and
+/// the slowest round trip of an attempt the waiter sent itself (see the
+/// top of file).
+class Heard {
+ public:
+  using clock = SteadyClock;
+
+  /// A step answered now; `sent`, when the waiter sent it itself (else a
+  /// default time_point), times its round trip.
+  void answer(clock::time_point sent) {
+    at_ = clock::now();
+    if (sent != clock::time_point{}) slowest_ = std::max(slowest_, at_ - sent);
+  }
+
+  /// How a call the deadline ended without the lock comes out: busy if
+  /// Redis answered within the probe window before `deadline`.
+  Outcome outcome_at(clock::time_point deadline) const {
+    return at_ != clock::time_point{} && at_ + probe() >= deadline ? Outcome::timed_out
+                                                                   : Outcome::unanswered;
+  }
+
+  /// `until`, or the start of the probe window if the sleep would run into
+  /// it before Redis has answered there.
+  clock::time_point probe_by(clock::time_point until, clock::time_point deadline) const {
+    if (deadline == no_deadline || deadline - clock::time_point{} <= probe()) return until;
+    const clock::time_point window = deadline - probe();
+    if (until <= window || at_ >= window || clock::now() >= window) return until;
+    return window;
+  }
+
+ private:
+  clock::duration probe() const { return last_step + 2 * slowest_; }
+
+  clock::time_point at_{};
+  clock::duration slowest_{0};
+};
+
 template <class Protocol, class Policy>
 class Lifecycle : public HoldKeeper<Protocol> {
   using Keeper = HoldKeeper<Protocol>;
@@ -83,6 +129,7 @@ class Lifecycle : public HoldKeeper<Protocol> {
     bool subscribed = false;
     clock::time_point first_sent{};
     Presented presented;  // an attempt the notifier thread sent while we slept
+    Heard heard;          // when Redis last answered, and how fast
     for (unsigned attempt = 1;; ++attempt) {
       // Read before the attempt, so a release announced between a failed
       // attempt and the sleep ends that sleep at once.
@@ -103,19 +150,21 @@ class Lifecycle : public HoldKeeper<Protocol> {
       if (presented.answer) {
         // Settled as one we sent ourselves at `sent` (adopt() still defers
         // to a holder of this object that got there first).
+        heard.answer(clock::time_point{});
         result = *std::exchange(presented.answer, std::nullopt);
         local_holder = false;
       } else if (local_holder) {
         result.holder_pttl = -1;  // our own holder: wait for its unlock, not for Redis
       } else {
         const std::optional<Attempt> answered = protocol_.attempt(kind, id, step_deadline);
-        if (!answered) return Outcome::timed_out;  // the deadline cut the step short
+        if (!answered) return heard.outcome_at(deadline);  // the deadline cut the step short
+        if (!answered->unheard) heard.answer(sent);
         result = *answered;
       }
       if (!local_holder) {
         if (result.not_replicated) {
           // Granted, but fewer replicas have it than asked: never held.
-          give_back(kind, result.id.empty() ? id : result.id);
+          if (!result.undone) give_back(kind, result.id.empty() ? id : result.id);
           if (result.deadline_cut) return Outcome::timed_out;
           throw not_replicated_error(protocol_.key(), "grant", result.replicas,
                                      result.replicas_wanted);
@@ -140,7 +189,11 @@ class Lifecycle : public HoldKeeper<Protocol> {
         // can be taken on, which must not pass for a busy lock.
         static_cast<void>(protocol_.holder_pttl(step_deadline));
       }
-      if (last_chance || clock::now() >= deadline) return Outcome::timed_out;
+      if (last_chance || clock::now() >= deadline) {
+        // Busy if Redis answered lately; a wait on this object's own holder
+        // asked Redis nothing.
+        return local_holder ? Outcome::timed_out : heard.outcome_at(deadline);
+      }
       if (cancellation_.since(cancel_seen)) return Outcome::cancelled;
       if (subscription && subscription->moved()) {
         // A cluster node dropped it (the slot moved): again, at the owner now.
@@ -165,18 +218,20 @@ class Lifecycle : public HoldKeeper<Protocol> {
       long long holder_pttl = result.holder_pttl;
       if (holder_pttl == -3) {
         const std::optional<long long> pttl = protocol_.holder_pttl(deadline);
-        if (!pttl || clock::now() >= deadline) return Outcome::timed_out;
+        if (!pttl) return heard.outcome_at(deadline);
+        heard.answer(clock::time_point{});
+        if (clock::now() >= deadline) return Outcome::timed_out;
         holder_pttl = *pttl;
       }
       // While the server confirms our subscription, the release announcement
       // is what wakes us; the holder's lease bounds the wait in case it is
       // lost. Otherwise we poll at the policy's pace.
       const bool announced = subscription && subscription->active();
-      const clock::time_point until =
-          next_attempt_at(policy_, attempt, holder_pttl, deadline, announced);
+      const clock::time_point until = heard.probe_by(
+          next_attempt_at(policy_, attempt, holder_pttl, deadline, announced), deadline);
       if (subscription && !local_holder) {
         if (!sleep_armed(protocol_, *subscription, kind, id, seen, until, deadline, presented)) {
-          return Outcome::timed_out;  // the deadline cut short the sent attempt's reply
+          return heard.outcome_at(deadline);  // the deadline cut the sent attempt's reply short
         }
       } else {
         cancellation_.sleep_until(cancel_seen, until);

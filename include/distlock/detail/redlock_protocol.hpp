@@ -130,9 +130,11 @@ class RedlockProtocol {
   // - otherwise the missing answers are masters that were slow (no reply
   //   within the node timeout). A call with a deadline (try_lock_for,
   //   try_lock_until) takes that as a "no" and tries again at the policy's
-  //   pace until its deadline, then returns false, as Mutex does when a
-  //   reply misses the deadline; a call without one (try_lock, lock) has no
-  //   time to wait in, and throws NoQuorumError.
+  //   pace until its deadline; if a quorum never answered in the probe
+  //   window before it, that call ends unanswered (TimeoutError), as
+  //   Mutex's does when Redis is silent (detail/lifecycle.hpp). A call
+  //   without one (try_lock, lock) has no time to wait in, and throws
+  //   NoQuorumError.
   // Each attempt has a token of its own: the release that takes back a
   // failed attempt may land late, and must never hit a later attempt's key.
   std::optional<Attempt> attempt(Kind, const std::string&, clock::time_point deadline) {
@@ -161,6 +163,7 @@ class RedlockProtocol {
     // a deadline that has passed cut it short (deadline_reached()'s slack is
     // for socket timeouts): an attempt ending just before it is a "no".
     if (answered < core_->quorum() && clock::now() >= deadline) return std::nullopt;
+    attempt.unheard = answered < core_->quorum();
     return attempt;
   }
 
