@@ -23,6 +23,7 @@
 #include "distlock/counting_scripts.hpp"
 #include "distlock/detail/cluster_slots.hpp"
 #include "distlock/detail/sharded_scripts.hpp"
+#include "distlock/inspect.hpp"
 #include "distlock/scripts.hpp"
 #include "support/cluster_suite.hpp"
 #include "support/fixture.hpp"
@@ -177,6 +178,37 @@ TEST_F(ClusterRouting, APlainClientAtANodeIsToldToUseClusterClient) {
   EXPECT_TRUE(client().command("SET", key, "v").is_ok());
   ClusterMutex routed(client(), key + "-lock");
   EXPECT_TRUE(routed.try_lock());
+}
+
+// inspect(), is_locked() and force_unlock() take a ClusterClient as a lock
+// does, and go to the node that owns each name: a lease and a Redisson hash
+// on every master are seen and removed, application data is refused there.
+TEST_F(ClusterRouting, InspectAndForceUnlockGoToTheNodeThatOwnsTheName) {
+  for (std::size_t master = 0; master < 3; ++master) {
+    const std::string lease = name_on(master, "inspect-lease");
+    const std::string hash = name_on(master, "inspect-hash");
+    const std::string data = name_on(master, "inspect-data");
+    ClusterMutex mutex(client(), lease);
+    ClusterReentrantMutex reentrant(client(), hash);
+    ASSERT_TRUE(mutex.try_lock());
+    ASSERT_TRUE(reentrant.try_lock());
+    EXPECT_EQ(inspect(client(), lease).kind, LockKind::lease) << master;
+    EXPECT_EQ(inspect(client(), hash).kind, LockKind::reentrant) << master;
+    EXPECT_TRUE(is_locked(client(), hash)) << master;
+    EXPECT_TRUE(force_unlock(client(), lease)) << master;
+    EXPECT_TRUE(force_unlock(client(), hash)) << master;
+    EXPECT_EQ(pttl_at(master, lease), -2);
+    EXPECT_EQ(pttl_at(master, hash), -2);
+    EXPECT_FALSE(is_locked(client(), lease)) << master;
+    EXPECT_EQ(mutex.release(), Release::expired);
+    EXPECT_EQ(reentrant.release(), Release::expired);
+
+    client().command("SET", data, "application data");
+    EXPECT_EQ(inspect(client(), data).kind, LockKind::other) << master;
+    EXPECT_THROW(static_cast<void>(force_unlock(client(), data)), NotALockError) << master;
+    EXPECT_EQ(client().command("GET", data).str(), "application data");
+    client().command("DEL", data);
+  }
 }
 
 TEST_F(ClusterRouting, TheMapComesFromClusterShards) {

@@ -18,6 +18,7 @@
 #include "distlock/client.hpp"
 #include "distlock/error.hpp"
 #include "distlock/events.hpp"
+#include "distlock/inspect.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/rate_limiter.hpp"
@@ -140,6 +141,14 @@ TEST_F(Sentinel, FindsTheMasterAndEveryLockWorks) {
                                            RateOptions{}.fixed_window(1, seconds(10)));
   EXPECT_TRUE(limiter.try_acquire().allowed);
   EXPECT_FALSE(limiter.try_acquire().allowed);
+
+  // The administrative functions take the same backend.
+  ASSERT_TRUE(mutex.try_lock());
+  EXPECT_TRUE(inspect(sentinel, "job").held);
+  EXPECT_TRUE(is_locked(sentinel, "job"));
+  EXPECT_TRUE(force_unlock(sentinel, "job"));
+  EXPECT_EQ(group().master().command({"EXISTS", "job"}), "0");
+  EXPECT_EQ(mutex.release(), Release::expired);
 }
 
 TEST_F(Sentinel, ReplicatedLeaseSurvivesSentinelFailoverAndIsRevalidated) {

@@ -54,8 +54,8 @@ inline std::string json_string(std::string_view text) {
 
 inline int show_status(const StatusArgs& args) {
   check_name(args.name);
-  Client client(client_options(args.where));
-  const LockState state = read_state(client, args.name);
+  const LockState state =
+      with_backend(args.where, [&](auto& backend) { return read_state(backend, args.name); });
   const bool held = state.layout != Layout::none && state.layout != Layout::other;
   const bool expires = state.pttl >= 0;
   if (args.json) {
@@ -126,24 +126,28 @@ inline int force_release(const ReleaseArgs& args) {
                                      " without --yes (its holder, if any, is not stopped; it "
                                      "learns of the loss at its next renewal)"};
   }
-  Client client(client_options(args.where));
-  const LockState state = read_state(client, args.name);
-  if (state.layout == Layout::none) {
-    say("release", args.name + " is not held; nothing deleted");
-    return status::not_held;
-  }
-  // The library's force_unlock checks the layout in the step that deletes,
-  // and wakes the waiters of every layout; the read above only names the
-  // holders.
-  try {
-    if (!force_unlock(client, args.name)) {
-      say("release", args.name + " went away before it could be deleted");
+  LockState state;
+  const int deleted = with_backend(args.where, [&](auto& backend) {
+    state = read_state(backend, args.name);
+    if (state.layout == Layout::none) {
+      say("release", args.name + " is not held; nothing deleted");
       return status::not_held;
     }
-  } catch (const NotALockError& error) {
-    say("release", text_of(error));
-    return status::not_lock;
-  }
+    // The library's force_unlock checks the layout in the step that
+    // deletes, and wakes the waiters of every layout; the read above only
+    // names the holders.
+    try {
+      if (!force_unlock(backend, args.name)) {
+        say("release", args.name + " went away before it could be deleted");
+        return status::not_held;
+      }
+    } catch (const NotALockError& error) {
+      say("release", text_of(error));
+      return status::not_lock;
+    }
+    return status::ok;
+  });
+  if (deleted != status::ok) return deleted;
   std::string holders;
   for (const Holder& h : state.holders) holders += (holders.empty() ? "" : ", ") + h.id;
   std::printf("deleted %s (%s; holder %s)\n", args.name.c_str(), layout_text(state.layout),
@@ -166,31 +170,32 @@ inline int wait_free(const WaitArgs& args) {
   if (args.timeout != "forever") {
     deadline = steady::now() + duration_option(args.timeout, "--timeout");
   }
-  Client client(client_options(args.where));
-  milliseconds pause = 10ms;
-  for (;;) {
-    const long long pttl = client.command("PTTL", args.name).integer();
-    if (pttl == -2) return status::ok;
-    if (pttl == -1) {
-      // A key that never expires is no lock (classify_lock): it would be waited for in vain.
-      const LockState state = read_state(client, args.name);
-      if (state.layout == Layout::other) {
-        say("wait", "key '" + args.name + "' is " + state.holds + ", not a lock; not waited for");
-        return status::not_lock;
+  return with_backend(args.where, [&](auto& backend) {
+    milliseconds pause = 10ms;
+    for (;;) {
+      const long long pttl = backend.command("PTTL", args.name).integer();
+      if (pttl == -2) return status::ok;
+      if (pttl == -1) {
+        // A key that never expires is no lock (classify_lock): it would be waited for in vain.
+        const LockState state = read_state(backend, args.name);
+        if (state.layout == Layout::other) {
+          say("wait", "key '" + args.name + "' is " + state.holds + ", not a lock; not waited for");
+          return status::not_lock;
+        }
       }
+      const steady::time_point now = steady::now();
+      if (deadline && now >= *deadline) {
+        say("wait", args.name + " is still held after " + args.timeout);
+        return status::busy;
+      }
+      // Poll, sooner when the lease is due to end sooner, never past the deadline.
+      milliseconds sleep = pause;
+      if (pttl >= 0) sleep = std::min(sleep, milliseconds(pttl + 1));
+      if (deadline) sleep = std::min(sleep, std::chrono::ceil<milliseconds>(*deadline - now));
+      std::this_thread::sleep_for(sleep);
+      pause = std::min(pause * 2, milliseconds(250));
     }
-    const steady::time_point now = steady::now();
-    if (deadline && now >= *deadline) {
-      say("wait", args.name + " is still held after " + args.timeout);
-      return status::busy;
-    }
-    // Poll, sooner when the lease is due to end sooner, never past the deadline.
-    milliseconds sleep = pause;
-    if (pttl >= 0) sleep = std::min(sleep, milliseconds(pttl + 1));
-    if (deadline) sleep = std::min(sleep, std::chrono::ceil<milliseconds>(*deadline - now));
-    std::this_thread::sleep_for(sleep);
-    pause = std::min(pause * 2, milliseconds(250));
-  }
+  });
 }
 
 }  // namespace distlock::cli

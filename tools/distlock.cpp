@@ -48,7 +48,18 @@ int failure_from(const std::exception_ptr& raised, std::string& message) {
     return status::not_lock;
   } catch (const ServerError& error) {
     message = "Redis refused: " + text_of(error);
+    const std::string reply = text_of(error);
+    if (reply.rfind("MOVED ", 0) == 0 || reply.rfind("ASK ", 0) == 0) {
+      message = "Redis refused: " + reply.substr(0, reply.find(" (")) +
+                ": the name lives on another node of a Redis Cluster; give --cluster (or list "
+                "the nodes in --url)";
+    }
     return status::redis;
+  } catch (const Error& error) {
+    // What the options named does not exist there (a master no Sentinel
+    // knows) is the caller's to fix; anything else is Redis's answer.
+    message = text_of(error);
+    return error.code() == Errc::invalid_argument ? status::usage : status::redis;
   } catch (const std::exception& error) {
     message = std::string("internal error: ") + error.what();
     return status::internal;

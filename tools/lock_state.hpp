@@ -11,6 +11,7 @@
 #include <distlock/distlock.hpp>
 
 #include <charconv>
+#include <chrono>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -94,18 +95,26 @@ inline Layout layout_of(LockKind kind) {
   return Layout::other;
 }
 
-inline LockState read_state(Client& client, const std::string& key) {
+// send(connection) where `key` lives: the one server of a Client, the
+// master a SentinelClient follows, or the node of a cluster that owns the
+// key's slot (route() follows a MOVED or ASK; the fence counter shares the
+// key's slot, see companion()).
+template <class Send>
+auto on_key(Client& client, const std::string&, Send&& send) {
   auto connection = client.borrow();
-  connection->append("MULTI");
-  connection->append("TYPE", key);
-  connection->append("PTTL", key);
-  connection->append("HGETALL", key);  // an error for a key that is no hash: not read then
-  connection->append("GET", key);      // likewise for one that is no string
-  connection->append("GET", companion(key, "fence"));
-  connection->append("EXEC");
-  for (int queued = 0; queued < 6; ++queued) connection->read_reply().throw_if_error();
-  const Reply& answers = connection->read_reply().throw_if_error();
-  if (answers.size() != 5) throw ConnectionError(Errc::protocol_error, "bad EXEC reply");
+  return send(*connection);
+}
+template <class Send>
+auto on_key(SentinelClient& sentinel, const std::string&, Send&& send) {
+  return sentinel.route(steady::time_point::max(), std::forward<Send>(send));
+}
+template <class Send>
+auto on_key(ClusterClient& cluster, const std::string& key, Send&& send) {
+  return cluster.for_key(key).route(steady::time_point::max(), std::forward<Send>(send));
+}
+
+// The answers of read_transaction()'s EXEC: TYPE, PTTL, HGETALL, GET, GET.
+inline LockState state_of(const Reply& answers) {
   LockState state;
   state.redis_type = std::string(answers[0].str());
   state.pttl = answers[1].integer();
@@ -133,6 +142,26 @@ inline LockState read_state(Client& client, const std::string& key) {
   }
   if (answers[4].is_string()) state.fence = to_integer(answers[4].str());
   return state;
+}
+
+inline LockState read_transaction(Connection& connection, const std::string& key) {
+  connection.append("MULTI");
+  connection.append("TYPE", key);
+  connection.append("PTTL", key);
+  connection.append("HGETALL", key);  // an error for a key that is no hash: not read then
+  connection.append("GET", key);      // likewise for one that is no string
+  connection.append("GET", companion(key, "fence"));
+  connection.append("EXEC");
+  for (int queued = 0; queued < 6; ++queued) connection.read_reply().throw_if_error();
+  const Reply& answers = connection.read_reply().throw_if_error();
+  if (answers.size() != 5) throw ConnectionError(Errc::protocol_error, "bad EXEC reply");
+  return state_of(answers);
+}
+
+template <class Backend>
+LockState read_state(Backend& backend, const std::string& key) {
+  return on_key(backend, key,
+                [&](Connection& connection) { return read_transaction(connection, key); });
 }
 
 }  // namespace distlock::cli

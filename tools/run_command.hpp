@@ -47,11 +47,11 @@ class HeldLock {
   virtual std::string holder_id() const = 0;
 };
 
-template <class Lock>
+template <class Lock, class Backend>
 class ExclusiveLock final : public HeldLock {
  public:
-  ExclusiveLock(Client& client, const std::string& name, LockOptions options)
-      : lock_(client, name, std::move(options)) {}
+  ExclusiveLock(const Backend& backend, const std::string& name, LockOptions options)
+      : lock_(backend, name, std::move(options)) {}
   bool try_acquire(milliseconds timeout) override {
     return timeout.count() == 0 ? lock_.try_lock() : lock_.try_lock_for(timeout);
   }
@@ -62,7 +62,7 @@ class ExclusiveLock final : public HeldLock {
     return lock_.fence();
   }
   std::string holder_id() const override {
-    if constexpr (std::is_same_v<Lock, Mutex>) {
+    if constexpr (std::is_same_v<Lock, BasicMutex<Backend>>) {
       return id_prefix(lock_.token());
     } else {
       return id_prefix(lock_.owner_id());
@@ -73,10 +73,11 @@ class ExclusiveLock final : public HeldLock {
   Lock lock_;
 };
 
+template <class Backend>
 class ReadLock final : public HeldLock {
  public:
-  ReadLock(Client& client, const std::string& name, LockOptions options)
-      : lock_(client, name, std::move(options)) {}
+  ReadLock(const Backend& backend, const std::string& name, LockOptions options)
+      : lock_(backend, name, std::move(options)) {}
   bool try_acquire(milliseconds timeout) override {
     return timeout.count() == 0 ? lock_.try_lock_shared() : lock_.try_lock_shared_for(timeout);
   }
@@ -86,7 +87,7 @@ class ReadLock final : public HeldLock {
   std::string holder_id() const override { return id_prefix(lock_.owner_id()); }
 
  private:
-  SharedMutex lock_;
+  BasicSharedMutex<Backend> lock_;
 };
 
 struct RunArgs {
@@ -247,15 +248,19 @@ inline int run(const RunArgs& args, const Signals& signals, const InheritedFds& 
   if (!EventPipe::open()) throw Failure{status::os, std::string("pipe: ") + std::strerror(errno)};
   signals.install();
 
-  Client client(client_options(args.where));
-  std::unique_ptr<HeldLock> lock;
-  if (args.shared) {
-    lock = std::make_unique<ReadLock>(client, args.name, options);
-  } else if (args.reentrant) {
-    lock = std::make_unique<ExclusiveLock<ReentrantMutex>>(client, args.name, options);
-  } else {
-    lock = std::make_unique<ExclusiveLock<Mutex>>(client, args.name, options);
-  }
+  // The lock keeps its own copy of the backend (a handle sharing the
+  // connections), so it outlives the one made here.
+  const std::unique_ptr<HeldLock> lock =
+      with_backend(args.where, [&](const auto& backend) -> std::unique_ptr<HeldLock> {
+        using Backend = std::decay_t<decltype(backend)>;
+        if (args.shared) return std::make_unique<ReadLock<Backend>>(backend, args.name, options);
+        if (args.reentrant) {
+          return std::make_unique<ExclusiveLock<BasicReentrantMutex<Backend>, Backend>>(
+              backend, args.name, options);
+        }
+        return std::make_unique<ExclusiveLock<BasicMutex<Backend>, Backend>>(backend, args.name,
+                                                                             options);
+      });
 
   // Acquire. A forwarded signal meanwhile cancels the wait (the watcher
   // thread reads the event pipe while this thread is inside the library).

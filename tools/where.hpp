@@ -1,12 +1,19 @@
 // Which Redis the tool talks to and how: the --url, --user, --password-file,
-// --command-timeout and --tls* options every subcommand shares, turned into
-// ClientOptions (with $DISTLOCK_URL and $REDIS_URL as fallbacks), and the
-// checks on a lock NAME and on a duration option.
+// --command-timeout, --tls*, --cluster and --sentinel* options every
+// subcommand shares, turned into the backend a lock takes (Client,
+// ClusterClient or SentinelClient; $DISTLOCK_URL and $REDIS_URL as
+// fallbacks for the URL), and the checks on a lock NAME and on a duration
+// option.
+//
+// A URL may list several hosts ("redis://h1:7000,h2:7000"): the seeds of a
+// cluster, or with --sentinel the Sentinels. Its credentials, db and TLS
+// are always the data nodes'; the Sentinels' own come from --sentinel-*.
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <distlock/distlock.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "duration.hpp"
 #include "exit_status.hpp"
@@ -27,15 +35,41 @@ struct Where {
   std::string command_timeout = "1s";
   bool tls = false;
   TlsOptions tls_options;  // the files and names; enabled by rediss:// or --tls
+  bool cluster = false;
+  std::string sentinel;  // the master's name: the URL's hosts are Sentinels
+  std::string sentinel_user;
+  std::string sentinel_password_file;
+  bool sentinel_tls = false;
 };
 
 inline void add_where_options(CLI::App& app, Where& where) {
   app.add_option("--url", where.url,
                  "Redis to use: redis://[[user]:password@]host[:port][/db], rediss://... "
-                 "(TLS) or unix:///path[?db=N]. Default: $DISTLOCK_URL, else $REDIS_URL, else "
-                 "redis://127.0.0.1:6379")
+                 "(TLS) or unix:///path[?db=N]; several hosts (h1:7000,h2:7000) are a "
+                 "cluster's seeds, or the Sentinels with --sentinel. Default: $DISTLOCK_URL, "
+                 "else $REDIS_URL, else redis://127.0.0.1:6379")
       ->type_name("URL")
       ->group("Redis");
+  app.add_flag("--cluster", where.cluster,
+               "Redis Cluster: the URL's hosts are seeds; every node is found from them (implied "
+               "by a URL with several hosts)")
+      ->group("Redis");
+  app.add_option("--sentinel", where.sentinel,
+                 "Redis Sentinel: the master's name as the Sentinels monitor it; the URL's hosts "
+                 "are the Sentinels, its credentials, db and TLS the master's")
+      ->type_name("MASTER")
+      ->group("Sentinel");
+  app.add_option("--sentinel-user", where.sentinel_user, "the Sentinels' ACL user name")
+      ->type_name("NAME")
+      ->group("Sentinel");
+  app.add_option("--sentinel-password-file", where.sentinel_password_file,
+                 "the Sentinels' password, read from this file (its first line)")
+      ->type_name("PATH")
+      ->group("Sentinel");
+  app.add_flag("--sentinel-tls", where.sentinel_tls,
+               "speak TLS to the Sentinels too, with the --tls-* files (by default only the "
+               "master and replicas are reached over TLS)")
+      ->group("Sentinel");
   app.add_option("--user", where.user, "ACL user name (AUTH user password)")
       ->type_name("NAME")
       ->group("Redis");
@@ -92,23 +126,64 @@ inline milliseconds duration_option(const std::string& text, const char* option)
   return *value;
 }
 
-inline ClientOptions client_options(const Where& where) {
-  std::string url = where.url;
-  std::string source = "--url";
-  if (url.empty()) {
-    for (const char* variable : {"DISTLOCK_URL", "REDIS_URL"}) {
-      const char* value = std::getenv(variable);
-      if (value != nullptr && *value != '\0') {
-        url = value;
-        source = std::string("$") + variable;
-        break;
-      }
-    }
+inline std::string password_from(const std::string& path, const char* option) {
+  std::ifstream in(path);
+  std::string password;
+  if (!in || !std::getline(in, password)) {
+    throw Failure{status::usage, std::string("cannot read ") + option + " " + path + ": " +
+                                     (errno != 0 ? std::strerror(errno) : "empty file")};
   }
-  if (url.empty()) {
-    url = "redis://127.0.0.1:6379";
-    source = "the default";
+  if (!password.empty() && password.back() == '\r') password.pop_back();
+  return password;
+}
+
+// A URL's parts around its host list: "redis://user:pw@" + hosts + "/0?..".
+struct HostList {
+  std::string before;
+  std::vector<std::string> hosts;
+  std::string after;
+};
+
+inline HostList split_hosts(const std::string& url) {
+  HostList list;
+  const std::size_t scheme = url.find("://");
+  // A unix socket's path is one host, slashes and all.
+  if (scheme == std::string::npos || url.rfind("unix:", 0) == 0) return {"", {url}, ""};
+  const std::size_t at = url.rfind('@');
+  const std::size_t begin = at == std::string::npos || at < scheme ? scheme + 3 : at + 1;
+  const std::size_t end = std::min(url.find('/', begin), url.find('?', begin));
+  list.before = url.substr(0, begin);
+  list.after = end == std::string::npos ? "" : url.substr(end);
+  const std::string hosts = url.substr(begin, end == std::string::npos ? end : end - begin);
+  for (std::size_t start = 0;;) {
+    const std::size_t comma = hosts.find(',', start);
+    list.hosts.push_back(hosts.substr(start, comma == std::string::npos ? comma : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
   }
+  return list;
+}
+
+// The URL to use and where it came from (for messages).
+struct ChosenUrl {
+  std::string url;
+  std::string source;
+};
+
+inline ChosenUrl chosen_url(const Where& where) {
+  if (!where.url.empty()) return {where.url, "--url"};
+  for (const char* variable : {"DISTLOCK_URL", "REDIS_URL"}) {
+    const char* value = std::getenv(variable);
+    if (value != nullptr && *value != '\0') return {value, std::string("$") + variable};
+  }
+  return {"redis://127.0.0.1:6379", "the default"};
+}
+
+// The options of one endpoint: the URL (with a single host) and the
+// options that override it. A multi-host URL is read by the caller, which
+// passes each host's URL in turn.
+inline ClientOptions client_options(const Where& where, const std::string& url,
+                                    const std::string& source) {
   ClientOptions options;
   try {
     options = ClientOptions::from_uri(url);
@@ -134,20 +209,77 @@ inline ClientOptions client_options(const Where& where) {
   if (given.insecure_skip_verify) options.tls.insecure_skip_verify = true;
   if (!where.user.empty()) options.username = where.user;
   if (!where.password_file.empty()) {
-    std::ifstream in(where.password_file);
-    std::string password;
-    if (!in || !std::getline(in, password)) {
-      throw Failure{status::usage, "cannot read --password-file " + where.password_file + ": " +
-                                       (errno != 0 ? std::strerror(errno) : "empty file")};
-    }
-    if (!password.empty() && password.back() == '\r') password.pop_back();
-    options.password = password;
+    options.password = password_from(where.password_file, "--password-file");
   }
   const milliseconds timeout = duration_option(where.command_timeout, "--command-timeout");
   if (timeout.count() <= 0) throw Failure{status::usage, "--command-timeout must be positive"};
   options.command_timeout = timeout;
   options.connect_timeout = timeout;
   return options;
+}
+
+// The data nodes' options from the URL's first host (every host shares the
+// credentials, db and TLS), and "host:port" of each host.
+inline std::pair<ClientOptions, std::vector<std::string>> options_of_hosts(
+    const Where& where, const HostList& list, const std::string& source) {
+  std::pair<ClientOptions, std::vector<std::string>> out;
+  for (const std::string& host : list.hosts) {
+    if (host.empty()) {
+      throw Failure{status::usage, "an empty host in the list of hosts in " + source};
+    }
+    ClientOptions one = client_options(where, list.before + host + list.after, source);
+    if (!one.unix_socket.empty()) {
+      throw Failure{status::usage, "Redis Cluster nodes and Sentinels are reached over TCP, not " +
+                                       redacted(list.before + host + list.after)};
+    }
+    out.second.push_back(one.endpoint());
+    if (out.second.size() == 1) out.first = std::move(one);
+  }
+  return out;
+}
+
+// Calls use(backend) with the Client, ClusterClient or SentinelClient the
+// options ask for, and returns what it returns. The backend is a handle:
+// what use() makes from it may keep it past this call.
+template <class Use>
+auto with_backend(const Where& where, Use&& use) {
+  const ChosenUrl chosen = chosen_url(where);
+  const HostList list = split_hosts(chosen.url);
+  const bool sentinel = !where.sentinel.empty();
+  if (!sentinel && (!where.sentinel_user.empty() || !where.sentinel_password_file.empty() ||
+                    where.sentinel_tls)) {
+    throw Failure{status::usage, "--sentinel-* options need --sentinel MASTER"};
+  }
+  if (sentinel && where.cluster) {
+    throw Failure{status::usage, "--cluster and --sentinel exclude each other"};
+  }
+  if (sentinel) {
+    auto [data, sentinels] = options_of_hosts(where, list, chosen.source);
+    SentinelOptions options(where.sentinel, std::move(sentinels), std::move(data));
+    options.sentinel_username = where.sentinel_user;
+    if (!where.sentinel_password_file.empty()) {
+      options.sentinel_password =
+          password_from(where.sentinel_password_file, "--sentinel-password-file");
+    }
+    if (where.sentinel_tls) {
+      if (!options.tls.enabled) {
+        throw Failure{status::usage, "--sentinel-tls needs TLS: a rediss:// URL, or --tls"};
+      }
+      options.sentinel_tls = options.tls;
+    }
+    SentinelClient backend(std::move(options));
+    return use(backend);
+  }
+  if (where.cluster || list.hosts.size() > 1) {
+    auto [data, seeds] = options_of_hosts(where, list, chosen.source);
+    if (data.db != 0) {
+      throw Failure{status::usage, "a Redis Cluster has only db 0 (" + chosen.source + ")"};
+    }
+    ClusterClient backend(ClusterOptions(std::move(seeds), std::move(data)));
+    return use(backend);
+  }
+  Client backend(client_options(where, chosen.url, chosen.source));
+  return use(backend);
 }
 
 inline void check_name(const std::string& name) {

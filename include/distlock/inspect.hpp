@@ -16,6 +16,10 @@
 //     std::cout << to_string(status.kind) << " for " << status.ttl->count() << " ms\n";
 //   }
 //   distlock::force_unlock(redis, "jobs:nightly");   // administrative
+//
+// Each takes any backend a lock takes (Client, ClusterClient,
+// SentinelClient): the step goes where a lock of that name would, following
+// a cluster's redirects or a Sentinel's master.
 #pragma once
 
 #include <chrono>
@@ -25,6 +29,7 @@
 #include <utility>
 
 #include "distlock/client.hpp"
+#include "distlock/detail/acquire.hpp"
 #include "distlock/detail/field_hold.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_layout.hpp"
@@ -58,21 +63,27 @@ struct KeyFound {
   LockLayout layout;
 };
 
-inline KeyFound read_layout(Client& client, const std::string& key) {
-  auto connection = client.borrow();
-  connection->append("MULTI");
-  connection->append("TYPE", key);
-  connection->append("PTTL", key);
-  connection->append("HGETALL", key);  // WRONGTYPE for a key that is no hash: not read then
-  connection->append("EXEC");
-  for (int queued = 0; queued < 4; ++queued) connection->read_reply().throw_if_error();
-  const Reply& answers = connection->read_reply().throw_if_error();
-  if (answers.size() != 3) throw ConnectionError(Errc::protocol_error, "bad EXEC reply");
-  KeyFound found;
-  found.type = std::string(answers[0].str());
-  found.pttl = answers[1].integer();
-  found.layout = classify_lock(found.type, found.pttl, answers[2]);
-  return found;
+/// Where a lock on `key` lives reads the transaction. On a cluster a MOVED
+/// is answered to the first queued read, which route() follows; after an
+/// ASK, the ASKING sent before MULTI lasts the whole transaction.
+template <class Backend>
+KeyFound read_layout(Backend& backend, const std::string& key) {
+  Backend at_key = for_lock_key(backend, key);
+  return on_connection(at_key, no_deadline, [&](Connection& connection) {
+    connection.append("MULTI");
+    connection.append("TYPE", key);
+    connection.append("PTTL", key);
+    connection.append("HGETALL", key);  // WRONGTYPE for a key that is no hash: not read then
+    connection.append("EXEC");
+    for (int queued = 0; queued < 4; ++queued) connection.read_reply().throw_if_error();
+    const Reply& answers = connection.read_reply().throw_if_error();
+    if (answers.size() != 3) throw ConnectionError(Errc::protocol_error, "bad EXEC reply");
+    KeyFound found;
+    found.type = std::string(answers[0].str());
+    found.pttl = answers[1].integer();
+    found.layout = classify_lock(found.type, found.pttl, answers[2]);
+    return found;
+  });
 }
 
 }  // namespace detail
@@ -83,8 +94,9 @@ inline KeyFound read_layout(Client& client, const std::string& key) {
 /// (lock_layout.hpp: no expiry, a hash of other fields, a list...) is kind
 /// other, not held, with `holds` saying what is there. For a Redlock, ask
 /// each master.
-inline LockStatus inspect(Client& client, std::string_view name, const LockOptions& options = {}) {
-  detail::KeyFound found = detail::read_layout(client, detail::lock_key(options, name));
+template <class Backend>
+LockStatus inspect(Backend& backend, std::string_view name, const LockOptions& options = {}) {
+  detail::KeyFound found = detail::read_layout(backend, detail::lock_key(options, name));
   LockStatus status;
   status.kind = found.layout.kind;
   status.held = status.kind != LockKind::none && status.kind != LockKind::other;
@@ -96,9 +108,10 @@ inline LockStatus inspect(Client& client, std::string_view name, const LockOptio
 
 /// Whether a lock holds `name` now. A key that is no lock is neither held
 /// nor free: NotALockError, naming the key and what it holds.
-inline bool is_locked(Client& client, std::string_view name, const LockOptions& options = {}) {
+template <class Backend>
+bool is_locked(Backend& backend, std::string_view name, const LockOptions& options = {}) {
   const std::string key = detail::lock_key(options, name);
-  const detail::KeyFound found = detail::read_layout(client, key);
+  const detail::KeyFound found = detail::read_layout(backend, key);
   if (found.layout.kind == LockKind::other) {
     throw NotALockError(key, found.type, found.layout.holds, "neither held nor free");
   }
@@ -121,14 +134,19 @@ inline bool is_locked(Client& client, std::string_view name, const LockOptions& 
 /// meanwhile it may still be working under the lock it thinks it holds.
 /// Break a lock only when its holder is known dead or stuck; for a Redlock,
 /// on each master. Needs EVALSHA/EVAL (the step is one script).
-inline bool force_unlock(Client& client, std::string_view name, const LockOptions& options = {}) {
+template <class Backend>
+bool force_unlock(Backend& backend, std::string_view name, const LockOptions& options = {}) {
   const std::string key = detail::lock_key(options, name);
   const std::string lease_channel = detail::companion_key(key, "released");
   const std::string reentrant_channel = detail::redisson_prefixed("redisson_lock__channel", key);
   const std::string shared_channel = detail::redisson_prefixed("redisson_rwlock", key);
   const std::string stem = detail::redisson_tagged(key);
-  const Reply reply = client.eval(
-      scripts::force_unlock, {key, lease_channel, reentrant_channel, shared_channel, stem}, {});
+  Backend at_key = detail::for_lock_key(backend, key);
+  const Reply reply =
+      detail::on_connection(at_key, detail::no_deadline, [&](Connection& connection) {
+        return connection.eval(scripts::force_unlock,
+                               {key, lease_channel, reentrant_channel, shared_channel, stem}, {});
+      });
   if (reply.size() == 3) {
     const std::string type(reply[0].str());
     throw NotALockError(key, type, detail::not_a_lock(type, reply[1].str(), reply[2].str()),
