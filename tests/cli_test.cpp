@@ -294,6 +294,18 @@ TEST_F(Cli, APausedServerLetsTheLeaseRunOutAndStopsTheCommand) {
   EXPECT_NE(t.err().find("ran out without a renewal"), std::string::npos) << t.err();
 }
 
+// A wait that Redis leaves unanswered until --wait runs out is an outage
+// (69), and its message blames no command timeout: none was reached.
+TEST_F(Cli, AWaitRedisLeavesUnansweredIsAnOutageThatBlamesNoCommandTimeout) {
+  server_->pause();
+  Tool& t = run({"run", "--wait", "600ms", "--command-timeout", "5s", "nightly", "--", "true"});
+  server_->resume();
+  EXPECT_EQ(t.status(), 69) << t.err();
+  EXPECT_NE(t.err().find("did not answer"), std::string::npos) << t.err();
+  EXPECT_EQ(t.err().find("--command-timeout"), std::string::npos) << t.err();
+  EXPECT_FALSE(exists("nightly"));
+}
+
 TEST_F(Cli, ACommandThatIgnoresSigtermIsKilledAfterTheGrace) {
   const std::string job =
       "trap '' TERM; echo $$ > '" + path("pid") + "'; while :; do sleep 0.02; done";

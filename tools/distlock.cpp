@@ -41,7 +41,12 @@ int failure_from(const std::exception_ptr& raised, std::string& message) {
     message = "cannot reach Redis at " + text_of(error);
     return status::redis;
   } catch (const TimeoutError& error) {
-    message = "Redis did not answer in time (--command-timeout): " + text_of(error);
+    // Either a reply missed --command-timeout, or a wait's deadline (--wait)
+    // passed with Redis silent; the library's text says which.
+    const std::string text = text_of(error);
+    const bool deadline = text.find("before the deadline") != std::string::npos;
+    message = std::string("Redis did not answer in time") +
+              (deadline ? "" : " (--command-timeout)") + ": " + text;
     return status::redis;
   } catch (const NotALockError& error) {
     message = text_of(error);
