@@ -1,6 +1,8 @@
 // Least privilege: every lock type run as a Redis ACL user that has exactly
 // the rules the README's "Least privilege (ACL)" section lists for it, and
-// nothing more. The rules below are the README's, written once here, so a
+// nothing more. The rules are the README's, written once in
+// support/acl_rules.hpp (beside the Cluster's and Sentinel's extras,
+// tested in cluster_acl_test.cpp and sentinel_acl_test.cpp), so a
 // lock that starts sending a command (or touching a key or channel) the
 // README does not list fails these tests instead of an operator's
 // deployment. Each test takes the lock through its real paths as that user:
@@ -14,7 +16,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <future>
 #include <iostream>
 #include <memory>
@@ -24,15 +25,10 @@
 #include <vector>
 
 #include "distlock/distlock.hpp"
+#include "support/acl_rules.hpp"
 #include "support/eventually.hpp"
 #include "support/fixture.hpp"
 #include "support/options.hpp"
-
-// The build passes the README's path; a bare compile (a syntax check from
-// the source tree) looks for it in the working directory.
-#ifndef DISTLOCK_README_PATH
-#define DISTLOCK_README_PATH "README.md"
-#endif
 
 namespace distlock {
 namespace {
@@ -43,114 +39,20 @@ using testing::eventually;
 
 using testing::RedisServer;
 
-// The README's rules, for lock names that all start with "jobs:" (written
-// with "jobs:*" for the key and "{jobs:*}" for the companions). Every user
-// starts from "reset" (no commands, keys or channels) so that these lines
-// are all it has. AUTH and HELLO need no rule.
-using Rules = std::vector<std::string>;
-
-// What every lease-holding lock sends besides its own commands: PING (the
-// server watch, while a lease is held), SUBSCRIBE/UNSUBSCRIBE (the release
-// notifier, for waits woken by a release), EVALSHA with EVAL for a server
-// that lost its script cache, SCRIPT LOAD (the Watchdog's batched renewal).
-Rules with_common(Rules rules) {
-  const Rules common = {"+ping", "+subscribe", "+unsubscribe", "+evalsha", "+eval", "+script|load"};
-  rules.insert(rules.begin(), common.begin(), common.end());
-  return rules;
-}
-
-const Rules mutex_rules =
-    with_common({"+set", "+get", "+del", "+pexpire", "+pttl", "+mget", "+type", "+publish", "+incr",
-                 "~jobs:*", "~{jobs:*}:fence", "~{jobs:*}:released", "&{jobs:*}:released"});
-// No scripts: MULTI/EXEC, WATCH, and the release announced by PUBLISH.
-const Rules simple_mutex_rules = {"+ping",
-                                  "+subscribe",
-                                  "+unsubscribe",
-                                  "+set",
-                                  "+get",
-                                  "+del",
-                                  "+pexpire",
-                                  "+pttl",
-                                  "+mget",
-                                  "+type",
-                                  "+multi",
-                                  "+exec",
-                                  "+watch",
-                                  "+unwatch",
-                                  "+publish",
-                                  "+incr",
-                                  "~jobs:*",
-                                  "~{jobs:*}:fence",
-                                  "&{jobs:*}:released"};
-const Rules reentrant_rules =
-    with_common({"+exists", "+hexists", "+hget", "+hincrby", "+hlen", "+pexpire", "+pttl", "+del",
-                 "+get", "+incr", "+type", "+publish", "~jobs:*", "~{jobs:*}:fence",
-                 "~redisson_lock__channel:{jobs:*}", "&redisson_lock__channel:{jobs:*}"});
-const Rules shared_rules = with_common(
-    {"+exists", "+hexists", "+hget", "+hgetall", "+hset", "+hdel", "+hincrby", "+hlen", "+set",
-     "+pexpire", "+pttl", "+del", "+type", "+publish", "~jobs:*", "~{jobs:*}",
-     "~{jobs:*}:*rwlock_timeout*", "~redisson_rwlock:{jobs:*}", "&redisson_rwlock:{jobs:*}"});
-const Rules semaphore_rules =
-    with_common({"+zadd", "+zrem", "+zcard", "+zcount", "+zrange", "+zscore", "+zmscore",
-                 "+zremrangebyscore", "+get", "+set", "+pexpire", "+pttl", "+time", "+publish",
-                 "~jobs:*", "~{jobs:*}:permits", "~{jobs:*}:released", "&{jobs:*}:released"});
-// No lease: no watch, no waiting on a channel.
-const Rules rate_limiter_rules = {"+evalsha", "+eval", "+get", "+set",   "+incrby",
-                                  "+pttl",    "+time", "+del", "~jobs:*"};
-// Per master; Redlock has no fencing and no wake-on-release (so no
-// SUBSCRIBE), but its release still announces on the channel.
-const Rules redlock_rules = {"+ping",
-                             "+evalsha",
-                             "+eval",
-                             "+script|load",
-                             "+set",
-                             "+get",
-                             "+del",
-                             "+pexpire",
-                             "+pttl",
-                             "+mget",
-                             "+type",
-                             "+publish",
-                             "~jobs:*",
-                             "~{jobs:*}:released",
-                             "&{jobs:*}:released"};
-// inspect() and is_locked() read in one MULTI/EXEC; force_unlock() is one
-// script over the key, the read holds' timeout keys and every channel.
-const Rules admin_rules = {"+multi",
-                           "+exec",
-                           "+type",
-                           "+pttl",
-                           "+hgetall",
-                           "+evalsha",
-                           "+eval",
-                           "+del",
-                           "+publish",
-                           "~jobs:*",
-                           "~{jobs:*}",
-                           "~{jobs:*}:*rwlock_timeout*",
-                           "~{jobs:*}:released",
-                           "&{jobs:*}:released",
-                           "~redisson_lock__channel:{jobs:*}",
-                           "&redisson_lock__channel:{jobs:*}",
-                           "~redisson_rwlock:{jobs:*}",
-                           "&redisson_rwlock:{jobs:*}"};
-
-// A user with `rules`, password "pw", replacing any earlier one of that name.
-void set_user(const RedisServer& server, const std::string& user, const Rules& rules) {
-  std::vector<std::string> argv = {"ACL", "SETUSER", user, "reset", "on", ">pw"};
-  argv.insert(argv.end(), rules.begin(), rules.end());
-  const std::string answer = server.command(argv);
-  ASSERT_EQ(answer, "OK") << "ACL SETUSER " << user;
-}
-
-// The rules without `rule` (one of them), for the negative tests.
-[[maybe_unused]] Rules without(const Rules& rules, const std::string& rule) {
-  Rules left;
-  for (const std::string& each : rules) {
-    if (each != rule) left.push_back(each);
-  }
-  return left;
-}
+// The README's rules and the helpers around them (support/acl_rules.hpp).
+using testing::acl::admin_rules;
+using testing::acl::mutex_rules;
+using testing::acl::rate_limiter_rules;
+using testing::acl::readme_rules;
+using testing::acl::redlock_rules;
+using testing::acl::reentrant_rules;
+using testing::acl::refusals;
+using testing::acl::Rules;
+using testing::acl::semaphore_rules;
+using testing::acl::set_user;
+using testing::acl::shared_rules;
+using testing::acl::simple_mutex_rules;
+using testing::acl::without;
 
 ClientOptions as_user(const RedisServer& server, const std::string& user) {
   ClientOptions options = client_options(server);
@@ -166,15 +68,6 @@ long long subscribers(const RedisServer& server, const std::string& channel) {
 
 long long pttl(const RedisServer& server, const std::string& key) {
   return std::stoll(server.command({"PTTL", key}));
-}
-
-// What the server refused since the last ACL LOG RESET ("" when nothing):
-// a refusal the library tolerates still shows here, so a passing path
-// with a refusal behind it is caught too.
-std::string refusals(const RedisServer& server) {
-  const std::string log = server.command({"ACL", "LOG"});
-  server.command({"ACL", "LOG", "RESET"});
-  return log;
 }
 
 // A lease renewed by the Watchdog: its PTTL goes up between two looks
@@ -521,22 +414,6 @@ TEST_F(AclTest, TheWatchPingsWhileALeaseIsHeld) {
   EXPECT_EQ(lock.release(), Release::released);
 }
 
-// The README's ready-to-paste line for `user`: its rules after
-// "ACL SETUSER <user> reset on >secret".
-Rules readme_rules(const std::string& user) {
-  std::ifstream readme(DISTLOCK_README_PATH);
-  const std::string start = "ACL SETUSER " + user + " reset on >secret ";
-  std::string line;
-  while (std::getline(readme, line)) {
-    if (line.compare(0, start.size(), start) != 0) continue;
-    std::istringstream words(line.substr(start.size()));
-    Rules rules;
-    for (std::string word; words >> word;) rules.push_back(word);
-    return rules;
-  }
-  return {};
-}
-
 // The rules these tests run with are the README's, word for word.
 TEST(AclReadme, ListsTheRulesTheTestsRunWith) {
   EXPECT_EQ(readme_rules("jobs"), mutex_rules);
@@ -547,6 +424,10 @@ TEST(AclReadme, ListsTheRulesTheTestsRunWith) {
   EXPECT_EQ(readme_rules("jobs-rate"), rate_limiter_rules);
   EXPECT_EQ(readme_rules("jobs-redlock"), redlock_rules);
   EXPECT_EQ(readme_rules("jobs-admin"), admin_rules);
+  // The backends' (cluster_acl_test.cpp, sentinel_acl_test.cpp).
+  EXPECT_EQ(readme_rules("jobs-cluster"), testing::acl::on_cluster(mutex_rules));
+  EXPECT_EQ(readme_rules("jobs-sentinel"), testing::acl::on_sentinel_master(mutex_rules));
+  EXPECT_EQ(readme_rules("jobs-sentinels"), testing::acl::sentinel_rules);
 }
 
 // Redlock: the same user on each of three masters.
