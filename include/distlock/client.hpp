@@ -391,7 +391,10 @@ inline void Endpoint::give_back(std::unique_ptr<Connection> connection) noexcept
       reusable = false;
     }
   }
-  if (reusable && identity_due_.exchange(false, std::memory_order_relaxed)) {
+  // A plain read first: the check is due only after a new connection with
+  // an event hook, and every give-back passes here.
+  if (reusable && identity_due_.load(std::memory_order_relaxed) &&
+      identity_due_.exchange(false, std::memory_order_relaxed)) {
     try {
       if (new_process(*connection)) {
         emit_about(events_, LockEventType::master_switched, options_.endpoint());
