@@ -77,12 +77,15 @@ class Heard {
  public:
   using clock = SteadyClock;
 
-  /// A step answered now; `sent`, when the waiter sent it itself (else a
-  /// default time_point), times its round trip.
-  void answer(clock::time_point sent) {
-    at_ = clock::now();
-    if (sent != clock::time_point{}) slowest_ = std::max(slowest_, at_ - sent);
+  /// A step the waiter sent at `sent` answered now; its round trip counts
+  /// toward the probe window.
+  void answered(clock::time_point sent) {
+    answer();
+    slowest_ = std::max(slowest_, at_ - sent);
   }
+  /// Redis answered now, by a reply the waiter did not time (a release
+  /// message, another thread's step).
+  void answer() { at_ = clock::now(); }
 
   /// How a call the deadline ended without the lock comes out: busy if
   /// Redis answered within the probe window before `deadline`.
@@ -150,7 +153,7 @@ class Lifecycle : public HoldKeeper<Protocol> {
       if (presented.answer) {
         // Settled as one we sent ourselves at `sent` (adopt() still defers
         // to a holder of this object that got there first).
-        heard.answer(clock::time_point{});
+        heard.answer();
         result = *std::exchange(presented.answer, std::nullopt);
         local_holder = false;
       } else if (local_holder) {
@@ -158,7 +161,7 @@ class Lifecycle : public HoldKeeper<Protocol> {
       } else {
         const std::optional<Attempt> answered = protocol_.attempt(kind, id, step_deadline);
         if (!answered) return heard.outcome_at(deadline);  // the deadline cut the step short
-        if (!answered->unheard) heard.answer(sent);
+        if (!answered->unheard) heard.answered(sent);
         result = *answered;
       }
       if (!local_holder) {
@@ -219,7 +222,7 @@ class Lifecycle : public HoldKeeper<Protocol> {
       if (holder_pttl == -3) {
         const std::optional<long long> pttl = protocol_.holder_pttl(deadline);
         if (!pttl) return heard.outcome_at(deadline);
-        heard.answer(clock::time_point{});
+        heard.answer();
         if (clock::now() >= deadline) return Outcome::timed_out;
         holder_pttl = *pttl;
       }
