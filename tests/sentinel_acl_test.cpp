@@ -177,6 +177,26 @@ TEST_F(SentinelAcl, MutexAcrossAFailover) {
   EXPECT_EQ(all_refusals(), "");
 }
 
+// A master that refuses ROLE to the user is a permission problem, said at
+// once as the server's NOPERM, not waited out like a failover until the
+// deadline and then called an outage.
+TEST_F(SentinelAcl, AMasterThatRefusesRoleIsANopermErrorAtOnce) {
+  set_users(without(on_sentinel_master(mutex_rules), "+role"), sentinel_rules);
+  SentinelClient client(as_app());
+  SentinelMutex mutex(client, "jobs:refused");
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    static_cast<void>(mutex.try_lock_for(10s));
+    ADD_FAILURE() << "locked without ROLE";
+  } catch (const ServerError& error) {
+    EXPECT_EQ(error.kind(), ServerErrorKind::noperm) << error.what();
+    EXPECT_NE(std::string(error.what()).find("ROLE at"), std::string::npos) << error.what();
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << "not the server's refusal: " << error.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "the 10 s deadline was waited out";
+}
+
 // Each of Sentinel's own rules dropped alone: on the master ROLE (no server
 // is taken for the master without it) and INFO (refused, the master is
 // still found, but a restarted one at the same address is not told apart);

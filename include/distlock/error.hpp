@@ -10,6 +10,7 @@
 // the per-master results it carries.
 #pragma once
 
+#include <exception>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -232,5 +233,24 @@ class NotHeldError : public Error {
  public:
   explicit NotHeldError(const std::string& what) : Error(Errc::not_held, what) {}
 };
+
+namespace detail {
+
+/// what() of `error` without the ": <code's message>" std::system_error
+/// appends to a distlock Error: for an error told inside another, which
+/// appends its own.
+inline std::string message_of(const std::exception& error) {
+  std::string text = error.what();
+  if (const auto* coded = dynamic_cast<const Error*>(&error)) {
+    const std::string suffix = ": " + coded->code().message();
+    if (text.size() > suffix.size() &&
+        text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      text.resize(text.size() - suffix.size());
+    }
+  }
+  return text;
+}
+
+}  // namespace detail
 
 }  // namespace distlock

@@ -121,7 +121,8 @@ class SentinelMaster : public std::enable_shared_from_this<SentinelMaster> {
   /// Asks the Sentinels now (see the top of this file). Throws
   /// ConnectionError naming every Sentinel and what it said when none named
   /// a master that says ROLE master; Error(invalid_argument) when the
-  /// Sentinels that answered know no master of that name.
+  /// Sentinels that answered know no master of that name; ServerError
+  /// (NOPERM) when the one named refuses ROLE to this user.
   void find(SteadyClock::time_point deadline);
 
   /// A connection to the master, the step's reply timeout set.
@@ -201,7 +202,7 @@ class SentinelMaster : public std::enable_shared_from_this<SentinelMaster> {
         throw TimeoutError(Errc::timed_out, "no master of '" + options_.master_name +
                                                 "' answered until the deadline: " + error.what());
       }
-      const std::string why = error.what();
+      const std::string why = message_of(error);  // the error thrown here adds the code's
       const std::string prefix = "no master of '" + options_.master_name + "'";
       throw ConnectionError(Errc::connect_failed,
                             why.compare(0, prefix.size(), prefix) == 0 ? why : prefix + ": " + why);
@@ -211,9 +212,10 @@ class SentinelMaster : public std::enable_shared_from_this<SentinelMaster> {
   }
 
   // What the Sentinel at `address` names, if that server says ROLE master.
-  // `answered`: the Sentinel answered; `named`: it named an address.
+  // `answered`: the Sentinel answered; `named`: it named an address;
+  // `refused`: the server named refused ROLE to this user (NOPERM).
   std::optional<Found> ask(const std::string& address, SteadyClock::time_point deadline,
-                           std::string& why, bool& named, bool& answered);
+                           std::string& why, bool& named, bool& answered, std::string& refused);
   // Makes `found` the master; a new one moves the Notifier and has the
   // leases revalidated.
   void adopt(const Found& found);
@@ -256,8 +258,9 @@ inline void SentinelMaster::find(SteadyClock::time_point deadline) {
   std::string why;
   bool named = false;
   bool answered = false;
+  std::string refused;
   for (const std::string& address : options_.sentinels) {
-    if (const std::optional<Found> found = ask(address, deadline, why, named, answered)) {
+    if (const std::optional<Found> found = ask(address, deadline, why, named, answered, refused)) {
       adopt(*found);
       start_watch();
       return;
@@ -271,6 +274,11 @@ inline void SentinelMaster::find(SteadyClock::time_point deadline) {
     throw Error(Errc::invalid_argument,
                 "no Sentinel knows a master named '" + options_.master_name + "':" + why);
   }
+  if (!refused.empty()) {
+    // The master is there and answers, but not to this user: no wait for a
+    // failover will change that (the ACL rules, README "Least privilege").
+    throw ServerError(refused);
+  }
   throw ConnectionError(Errc::connect_failed,
                         "no master of '" + options_.master_name + "' found:" + why);
 }
@@ -278,7 +286,8 @@ inline void SentinelMaster::find(SteadyClock::time_point deadline) {
 inline std::optional<SentinelMaster::Found> SentinelMaster::ask(const std::string& address,
                                                                 SteadyClock::time_point deadline,
                                                                 std::string& why, bool& named,
-                                                                bool& answered) {
+                                                                bool& answered,
+                                                                std::string& refused) {
   Found found;
   try {
     const ConnectionOptions usual = options_.sentinel_connection(address);
@@ -299,7 +308,7 @@ inline std::optional<SentinelMaster::Found> SentinelMaster::ask(const std::strin
     found.host = master->host;
     found.port = master->port;
   } catch (const std::exception& error) {
-    why += "\n  sentinel " + address + ": " + error.what();
+    why += "\n  sentinel " + address + ": " + message_of(error);
     return std::nullopt;
   }
   const std::string where = found.host + ":" + std::to_string(found.port);
@@ -319,6 +328,11 @@ inline std::optional<SentinelMaster::Found> SentinelMaster::ask(const std::strin
     const std::string role_text = role.is_error()                      ? std::string(role.str())
                                   : role.is_array() && role.size() > 0 ? std::string(role[0].str())
                                                                        : std::string("?");
+    if (role.is_error() && classify_server_error(role.str()) == ServerErrorKind::noperm) {
+      refused = role_text + " (ROLE at " + where + ", which Sentinel " + address +
+                " names as the master of '" + options_.master_name + "')";
+    }
+    // `role` is the connection's last reply: read before the next one.
     const Reply& info = connection->read_reply();
     if (!info.is_error()) found.run_id = std::string(server_info_field(info.str(), "run_id"));
     if (!master) {
@@ -326,7 +340,7 @@ inline std::optional<SentinelMaster::Found> SentinelMaster::ask(const std::strin
       return std::nullopt;
     }
   } catch (const Error& error) {
-    why += "\n  sentinel " + address + " names " + where + ": " + error.what();
+    why += "\n  sentinel " + address + " names " + where + ": " + message_of(error);
     return std::nullopt;
   }
   return found;
