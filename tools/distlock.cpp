@@ -38,7 +38,7 @@ int failure_from(const std::exception_ptr& raised, std::string& message) {
     message = text_of(error);
     return status::usage;
   } catch (const ConnectionError& error) {
-    message = "cannot reach Redis at " + text_of(error);
+    message = "cannot reach Redis: " + text_of(error);
     return status::redis;
   } catch (const TimeoutError& error) {
     // Either a reply missed --command-timeout, or a wait's deadline (--wait)
