@@ -235,6 +235,12 @@ std::string semaphore_paths(const RedisServer& server, const std::string& user) 
     Client waiter_client(as_user(server, user));
     Semaphore holder(holder_client, "jobs:exports", 1, renewing);
     Semaphore waiter(waiter_client, "jobs:exports", 1, renewing);
+    {
+      // The count the first acquire adopts goes with the last live permit.
+      Permit once = holder.try_acquire();
+      DISTLOCK_STEP(once);
+      DISTLOCK_STEP(once.release() == Release::released);
+    }
     Permit permit = holder.try_acquire();
     DISTLOCK_STEP(permit);
     auto waited = std::async(std::launch::async, [&] { return waiter.try_acquire_for(5s); });
@@ -369,6 +375,7 @@ TEST_F(AclTest, SharedMutexFailsWithoutItsRules) {
 }
 TEST_F(AclTest, SemaphoreFailsWithoutItsRules) {
   expect_fails_without(semaphore_rules, "+time", semaphore_paths);
+  expect_fails_without(semaphore_rules, "+del", semaphore_paths);  // the adopted count's end
 }
 TEST_F(AclTest, RateLimiterFailsWithoutItsRules) {
   expect_fails_without(rate_limiter_rules, "+incrby", rate_limiter_paths);

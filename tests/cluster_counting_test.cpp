@@ -50,10 +50,13 @@ TEST_F(ClusterSemaphores, PermitsOnEachMaster) {
     EXPECT_EQ(at(master, {"ZCARD", name}), "2") << "master " << master;
     EXPECT_EQ(semaphore.held(), 2u) << "master " << master;
     EXPECT_EQ(semaphore.available(), 0u) << "master " << master;
+    // The count adopted by the first acquire, in the set's slot.
+    EXPECT_EQ(at(master, {"GET", "{" + name + "}:permits"}), "2") << "master " << master;
     EXPECT_EQ(first.release(), Release::released) << "master " << master;
     EXPECT_EQ(semaphore.available(), 1u) << "master " << master;
     EXPECT_EQ(second.release(), Release::released) << "master " << master;
     EXPECT_EQ(at(master, {"ZCARD", name}), "0") << "master " << master;
+    EXPECT_EQ(at(master, {"EXISTS", "{" + name + "}:permits"}), "0") << "master " << master;
   }
 }
 

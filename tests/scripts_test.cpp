@@ -54,18 +54,22 @@ TEST_F(ScriptsTest, RenewBatchRenewsOnlyLeasesStillHoldingTheirTokenAndNeverShor
 }
 
 // Renews permits of two sets, interleaved in the call as leases of two
-// semaphores falling due together, and checks what each became.
+// semaphores falling due together, and checks what each became, and what
+// became of their count keys.
 void renew_permits_of_two_sets(Client& client) {
   const long long now = std::stoll(std::string(client.command("TIME")[0].str())) * 1000;
   const auto at = [&](long long ms) { return std::to_string(now + ms); };
   client.command("ZADD", "a", at(1000), "a1", at(-5000), "a-expired", at(90000), "a-long");
   client.command("PEXPIRE", "a", "2000");
+  client.command("SET", "a:n", "3");  // stored by resize(): no expiry, left so
   client.command("ZADD", "b", at(1000), "b1");
-  client.command("PEXPIRE", "b", "90000");  // longer than any lease: left alone
-  client.command("SET", "c", "x");          // another type: gone, not an error
-  const Reply gone = client.command(
-      "EVAL", scripts::semaphore_renew.source, "6", "a", "b", "a", "a", "b", "c", "a1", "30000",
-      "b1", "20000", "a-expired", "30000", "a-long", "30000", "b-missing", "30000", "c1", "30000");
+  client.command("PEXPIRE", "b", "90000");          // longer than any lease: left alone
+  client.command("SET", "b:n", "2", "PX", "1000");  // adopted: lives as long as its set
+  client.command("SET", "c", "x");                  // another type: gone, not an error
+  const Reply gone =
+      client.command("EVAL", scripts::semaphore_renew.source, "12", "a", "a:n", "b", "b:n", "a",
+                     "a:n", "a", "a:n", "b", "b:n", "c", "c:n", "a1", "30000", "b1", "20000",
+                     "a-expired", "30000", "a-long", "30000", "b-missing", "30000", "c1", "30000");
   EXPECT_EQ(gone_positions(gone), (std::set<long long>{3, 5, 6}));
   const auto score = [&](const char* set, const char* id) {
     return std::stoll(std::string(client.command("ZSCORE", set, id).str()));
@@ -76,6 +80,9 @@ void renew_permits_of_two_sets(Client& client) {
   EXPECT_GE(score("a", "a-long"), now + 89000);  // never moved back
   EXPECT_GT(client.command("PTTL", "a").integer(), 25000);
   EXPECT_GT(client.command("PTTL", "b").integer(), 60000);
+  EXPECT_EQ(client.command("PTTL", "a:n").integer(), -1);
+  EXPECT_GT(client.command("PTTL", "b:n").integer(), 60000);
+  EXPECT_EQ(client.command("EXISTS", "c:n").integer(), 0);  // none is made
 }
 
 TEST_F(ScriptsTest, SemaphoreRenewRenewsOnlyLivePermitsOfEverySetItIsGiven) {

@@ -1,7 +1,9 @@
 // Tests for semaphore.hpp against real redis-servers: never more than N
 // holders (processes and threads), permits as server-timed leases (a killed
 // holder's comes back, renewal keeps one, a lost one is reported), batched
-// renewal, resize, waking on release, the Lockable view and bad input.
+// renewal, resize, the count kept on the server (adopted from the first
+// acquire, refused to an object of another count, outlived by no permit),
+// waking on release, the Lockable view and bad input.
 #include "distlock/semaphore.hpp"
 
 #include <gtest/gtest.h>
@@ -14,9 +16,12 @@
 #include <future>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "support/eventually.hpp"
 #include "support/fixture.hpp"
 #include "support/lock_helpers.hpp"
 #include "support/options.hpp"
@@ -29,24 +34,28 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using testing::client_options;
 using testing::command_calls;
+using testing::eventually;
 
 // Under the sanitizers every step is several times slower: smaller runs.
 constexpr int scale = testing::sanitized_build() ? 2 : 1;
 
 class SemaphoreTest : public testing::RedisClientTest {
  protected:
-  // Waits (up to 5 s) until `done()`; false if it never was.
-  template <class Done>
-  static bool eventually(Done done) {
-    const Clock::time_point end = Clock::now() + 5s;
-    while (!done()) {
-      if (Clock::now() > end) return false;
-      std::this_thread::sleep_for(5ms);
-    }
-    return true;
-  }
-
   long long zcard(const std::string& key) { return client().command("ZCARD", key).integer(); }
+  long long score(const std::string& key, const std::string& id) {
+    return std::stoll(std::string(client().command("ZSCORE", key, id).str()));
+  }
+  bool exists(const std::string& key) { return client().command("EXISTS", key).integer() == 1; }
+  // The PTTLs of the permits' set and of its count key, in one script. The
+  // count's is read first: where the clock runs on within a script (before
+  // Redis 7), the set's read later can only look shorter, never longer.
+  std::pair<long long, long long> pttls(const std::string& key) {
+    const Reply both = client().command("EVAL",
+                                        "local count = redis.call('pttl', KEYS[2]) "
+                                        "return {redis.call('pttl', KEYS[1]), count}",
+                                        "2", key, "{" + key + "}:permits");
+    return {both[0].integer(), both[1].integer()};
+  }
 };
 
 // The oracle: counts holders inside, and records a violation when more
@@ -231,6 +240,187 @@ TEST_F(SemaphoreTest, ResizeUpAndDownKeepsHolders) {
   EXPECT_FALSE(other.try_acquire());
   client().command("DEL", "{exports}:permits");
   EXPECT_EQ(exports.permits(), 2u);
+}
+
+// The count is the name's, not each object's: the first acquire stores
+// ("adopts") its object's count, and while a permit under it is live an
+// object made with another count is refused, at once and clearly, rather
+// than let in under a count of its own.
+TEST_F(SemaphoreTest, AnObjectOfAnotherCountIsRefusedWhileTheAdoptedCountIsInForce) {
+  Semaphore two(client(), "exports", 2, LockOptions{}.ttl(60s));
+  Semaphore four(client(), "exports", 4, LockOptions{}.ttl(60s));
+  Permit first = two.acquire();
+  EXPECT_EQ(get("{exports}:permits"), "2");
+  try {
+    Permit taken = four.try_acquire();
+    ADD_FAILURE() << "a permit under a count of 4 while 2 is in force";
+  } catch (const InvalidArgument& error) {
+    const std::string what = error.what();
+    for (const char* word : {"exports", " 2", " 4", "resize()"}) {
+      EXPECT_NE(what.find(word), std::string::npos) << word << " not in: " << what;
+    }
+  }
+  // Neither waited on nor retried as a busy semaphore: every form refuses
+  // at once.
+  const Clock::time_point start = Clock::now();
+  EXPECT_THROW(four.try_acquire_for(30s), InvalidArgument);
+  EXPECT_THROW(four.try_acquire_until(std::chrono::system_clock::now() + 30s), InvalidArgument);
+  auto blocking = std::async(std::launch::async, [&] {
+    try {
+      Permit permit = four.acquire();
+      return std::string("acquired");
+    } catch (const InvalidArgument&) {
+      return std::string("refused");
+    } catch (const std::exception& error) {
+      return std::string(error.what());
+    }
+  });
+  if (blocking.wait_for(10s) != std::future_status::ready) four.cancel_waits();
+  EXPECT_EQ(blocking.get(), "refused");
+  EXPECT_LT(Clock::now() - start, 5s);
+  // The refusals added no permit and deleted nothing.
+  EXPECT_EQ(zcard("exports"), 1);
+  EXPECT_EQ(get("{exports}:permits"), "2");
+  // Every object reports the count in force.
+  EXPECT_EQ(four.permits(), 2u);
+  EXPECT_EQ(four.available(), 1u);
+  EXPECT_EQ(four.held(), 1u);
+  Permit second = two.try_acquire();
+  ASSERT_TRUE(second);
+  EXPECT_FALSE(two.try_acquire());
+  EXPECT_THROW(four.try_acquire(), InvalidArgument);
+  EXPECT_EQ(zcard("exports"), 2);
+}
+
+TEST_F(SemaphoreTest, NeverMoreHoldersThanTheAdoptedCountWhenObjectsDisagree) {
+  Semaphore two(client(), "exports", 2, LockOptions{}.ttl(60s));
+  Semaphore four(client(), "exports", 4, LockOptions{}.ttl(60s));
+  Permit anchor = two.acquire();  // keeps 2 in force; one place is left
+  std::atomic<int> refused{0};
+  std::atomic<int> granted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 10 / scale; ++i) {
+        Permit permit = two.acquire();
+        inside(client(), 1);
+      }
+    });
+    threads.emplace_back([&] {
+      for (int i = 0; i < 10 / scale; ++i) {
+        try {
+          if (Permit permit = four.try_acquire_for(1s)) {
+            ++granted;
+            inside(client(), 1);
+          }
+        } catch (const InvalidArgument&) {
+          ++refused;
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(get("violations"), "(nil)");
+  EXPECT_EQ(granted.load(), 0);
+  EXPECT_EQ(refused.load(), 3 * (10 / scale));
+  EXPECT_EQ(zcard("exports"), 1);
+}
+
+TEST_F(SemaphoreTest, TheAdoptedCountGoesWithTheLastLivePermit) {
+  Semaphore two(client(), "exports", 2, LockOptions{}.ttl(300ms));
+  Permit lapsed = two.acquire();
+  const auto [set_pttl, count_pttl] = pttls("exports");
+  EXPECT_GT(set_pttl, 0);
+  EXPECT_GE(count_pttl, set_pttl);  // never a permit without its count
+  // Not given back: the lease runs out on the server, and the count with it.
+  EXPECT_TRUE(eventually([&] { return !exists("{exports}:permits"); }));
+  EXPECT_EQ(lapsed.release(), Release::expired);
+  // The next acquire adopts its own count.
+  Semaphore four(client(), "exports", 4, LockOptions{}.ttl(60s));
+  Permit permit = four.try_acquire();
+  ASSERT_TRUE(permit);
+  EXPECT_EQ(get("{exports}:permits"), "4");
+  // Given back, the last live permit takes the count with it.
+  EXPECT_EQ(permit.release(), Release::released);
+  EXPECT_EQ(client().command("DBSIZE").integer(), 0);
+  // A count whose permits have all run out is not in force, though its key
+  // may outlive them (a set's expiry only ever lengthens).
+  Permit ended = four.try_acquire();
+  ASSERT_TRUE(ended);
+  client().command("ZADD", "exports", "XX", "1", ended.id());
+  EXPECT_EQ(two.permits(), 2u);
+  Permit adopted = two.try_acquire();
+  ASSERT_TRUE(adopted);
+  EXPECT_EQ(get("{exports}:permits"), "2");
+}
+
+TEST_F(SemaphoreTest, TheAdoptedCountLivesAsLongAsARenewedPermit) {
+  Semaphore two(client(), "exports", 2, LockOptions{}.ttl(300ms).auto_renew(true));
+  Semaphore four(client(), "exports", 4, LockOptions{}.ttl(60s));
+  Permit permit = two.acquire();
+  const long long first = score("exports", permit.id());
+  // The Watchdog's renewals carry the permit past two more leases.
+  ASSERT_TRUE(eventually([&] { return score("exports", permit.id()) > first + 600; }));
+  ASSERT_FALSE(permit.lost());
+  const auto [set_pttl, count_pttl] = pttls("exports");
+  EXPECT_GT(set_pttl, 0);
+  EXPECT_GE(count_pttl, set_pttl);
+  EXPECT_EQ(get("{exports}:permits"), "2");
+  EXPECT_THROW(four.try_acquire(), InvalidArgument);
+  // So does an extend.
+  ASSERT_TRUE(permit.extend(60s));
+  const auto [extended_set, extended_count] = pttls("exports");
+  EXPECT_GT(extended_set, 50000);
+  EXPECT_GE(extended_count, extended_set);
+  EXPECT_EQ(permit.release(), Release::released);
+  EXPECT_FALSE(exists("{exports}:permits"));
+}
+
+TEST_F(SemaphoreTest, AResizedCountWinsOverEveryObjectsOwn) {
+  Semaphore two(client(), "exports", 2, LockOptions{}.ttl(60s));
+  Semaphore four(client(), "exports", 4, LockOptions{}.ttl(60s).auto_renew(true));
+  Permit first = two.acquire();  // adopts 2
+  four.resize(3);                // configuration: no expiry, no mismatch
+  Permit second = four.try_acquire();
+  ASSERT_TRUE(second);
+  Permit third = two.try_acquire();
+  ASSERT_TRUE(third);
+  EXPECT_FALSE(four.try_acquire());
+  EXPECT_FALSE(two.try_acquire());
+  EXPECT_EQ(two.permits(), 3u);
+  EXPECT_EQ(four.permits(), 3u);
+  client().watchdog().renew_all_now();
+  EXPECT_EQ(client().command("PTTL", "{exports}:permits").integer(), -1);  // grants and
+  EXPECT_EQ(first.release(), Release::released);                           // renewals leave it
+  EXPECT_EQ(second.release(), Release::released);
+  EXPECT_EQ(third.release(), Release::released);
+  EXPECT_EQ(get("{exports}:permits"), "3");  // and it outlives them
+  // Deleted, the name goes back to adoption.
+  client().command("DEL", "{exports}:permits");
+  Permit fourth = four.try_acquire();
+  ASSERT_TRUE(fourth);
+  EXPECT_EQ(get("{exports}:permits"), "4");
+  EXPECT_THROW(two.try_acquire(), InvalidArgument);
+}
+
+TEST_F(SemaphoreTest, TheErrorCodeFormsReportAMismatchedCount) {
+  Semaphore two(client(), "exports", 2, LockOptions{}.ttl(60s));
+  Semaphore four(client(), "exports", 4, LockOptions{}.ttl(60s));
+  Permit held = two.acquire();
+  const Clock::time_point start = Clock::now();
+  std::error_code ec;
+  EXPECT_FALSE(four.try_acquire_for(30s, ec));
+  EXPECT_EQ(ec, Errc::invalid_argument) << ec.message();
+  PermitLock one(four);
+  EXPECT_FALSE(one.try_lock(ec));
+  EXPECT_EQ(ec, Errc::invalid_argument) << ec.message();
+  EXPECT_FALSE(one.try_lock_for(30s, ec));
+  EXPECT_EQ(ec, Errc::invalid_argument) << ec.message();
+  EXPECT_FALSE(one.try_lock_until(Clock::now() + 30s, ec));
+  EXPECT_EQ(ec, Errc::invalid_argument) << ec.message();
+  EXPECT_FALSE(one.owns_lock());
+  EXPECT_LT(Clock::now() - start, 5s);
+  EXPECT_EQ(zcard("exports"), 1);
 }
 
 TEST_F(SemaphoreTest, AWaiterIsWokenByAReleaseWithoutPolling) {

@@ -71,34 +71,59 @@ return {1, 0, math.floor((spare - need) / interval)}
 // Semaphore: a sorted set at the name whose members are permit ids, each
 // scored by its expiry in server milliseconds (live while score > now), and
 // which lives at least as long as its longest permit; the permit count at
-// "{name}:permits" when resize() has stored one, else the count the caller
-// was made with.
+// "{name}:permits". Which count is in force is told by that key's expiry:
+// none, a count resize() stored (configuration, in force for everyone);
+// one, a count the first acquire adopted from its caller, in force while a
+// permit is live and kept alive at least as long as the set (acquire,
+// extend and renew lengthen it with the set, release deletes it with the
+// last live permit). No count in force: the caller's.
 
 /// Semaphore acquire. KEYS[1] permits, KEYS[2] stored count; ARGV[1]
-/// permit id, ARGV[2] lease in ms, ARGV[3] the caller's count. Prunes
-/// expired permits, then adds ours if fewer than the count are live.
-/// Returns {1, 0} when acquired, {0, ms until the first live permit
-/// expires} when not ({0, -1} when none is held: a count of 0).
+/// permit id, ARGV[2] lease in ms, ARGV[3] the caller's count. A caller
+/// whose count differs from an adopted one in force is refused before
+/// anything is written. Otherwise prunes expired permits, then adds ours
+/// if fewer than the count are live, adopting the caller's count when none
+/// is in force. Returns {1, 0} when acquired, {0, ms until the first live
+/// permit expires} when not ({0, -1} when none is held: a count of 0), {-1,
+/// the adopted count} when refused.
 inline constexpr Script semaphore_acquire{
     R"lua(if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local stored = tonumber(redis.call('get', KEYS[2]))
+local adopted = stored and redis.call('pttl', KEYS[2]) >= 0
+if adopted then
+  if redis.call('zcount', KEYS[1], string.format('(%.0f', now), '+inf') == 0 then
+    stored = nil
+  elseif stored ~= tonumber(ARGV[3]) then
+    return {-1, stored}
+  end
+end
 redis.call('zremrangebyscore', KEYS[1], '-inf', string.format('%.0f', now))
-local permits = tonumber(redis.call('get', KEYS[2])) or tonumber(ARGV[3])
-if redis.call('zcard', KEYS[1]) < permits then
+if redis.call('zcard', KEYS[1]) < (stored or tonumber(ARGV[3])) then
   local ttl = tonumber(ARGV[2])
   redis.call('zadd', KEYS[1], string.format('%.0f', now + ttl), ARGV[1])
-  if redis.call('pttl', KEYS[1]) < ttl then redis.call('pexpire', KEYS[1], ARGV[2]) end
+  local left = redis.call('pttl', KEYS[1])
+  if left < ttl then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    left = ttl
+  end
+  if not stored then
+    redis.call('set', KEYS[2], ARGV[3], 'PX', string.format('%.0f', left))
+  elseif adopted and redis.call('pttl', KEYS[2]) < left then
+    redis.call('pexpire', KEYS[2], string.format('%.0f', left))
+  end
   return {1, 0}
 end
 local first = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')
 if #first == 0 then return {0, -1} end
 return {0, tonumber(first[2]) - now}
 )lua",
-    "0663b52bf9023db2225211830e6e26f47cfb1f76"};
+    "616b7d734882ee67cf1a15ddd1eb0d5ac9f5af9c"};
 
-/// Semaphore release. KEYS[1] permits, KEYS[2] release channel; ARGV[1]
-/// permit id. Removes the permit and announces a free one. Returns 1
+/// Semaphore release. KEYS[1] permits, KEYS[2] release channel, KEYS[3]
+/// stored count; ARGV[1] permit id. Removes the permit and announces a free
+/// one; with it the last live permit, an adopted count goes too. Returns 1
 /// released, 0 the permit had expired (or was gone).
 inline constexpr Script semaphore_release{
     R"lua(if redis.replicate_commands then redis.replicate_commands() end
@@ -107,15 +132,20 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local score = tonumber(redis.call('zscore', KEYS[1], ARGV[1]))
 if not score then return 0 end
 redis.call('zrem', KEYS[1], ARGV[1])
+if redis.call('pttl', KEYS[3]) >= 0 and
+   redis.call('zcount', KEYS[1], string.format('(%.0f', now), '+inf') == 0 then
+  redis.call('del', KEYS[3])
+end
 redis.call('publish', KEYS[2], '0')
 if score <= now then return 0 end
 return 1
 )lua",
-    "356143e79b03fa3e527389d5d5642672519c65b0"};
+    "04fcfd24c27580064e7419601f6bbaa7adbecd4c"};
 
-/// Semaphore extend. KEYS[1] permits; ARGV[1] permit id, ARGV[2] lease in
-/// ms. A live permit's lease becomes exactly the new one (the set's only
-/// ever lengthens). Returns 1 extended, 0 the permit had expired or was gone.
+/// Semaphore extend. KEYS[1] permits, KEYS[2] stored count; ARGV[1] permit
+/// id, ARGV[2] lease in ms. A live permit's lease becomes exactly the new
+/// one (the set's only ever lengthens, and an adopted count's with it).
+/// Returns 1 extended, 0 the permit had expired or was gone.
 inline constexpr Script semaphore_extend{
     R"lua(if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('time')
@@ -128,31 +158,42 @@ if score <= now then
 end
 local ttl = tonumber(ARGV[2])
 redis.call('zadd', KEYS[1], string.format('%.0f', now + ttl), ARGV[1])
-if redis.call('pttl', KEYS[1]) < ttl then redis.call('pexpire', KEYS[1], ARGV[2]) end
+local left = redis.call('pttl', KEYS[1])
+if left < ttl then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  left = ttl
+end
+local kept = redis.call('pttl', KEYS[2])
+if kept >= 0 and kept < left then redis.call('pexpire', KEYS[2], string.format('%.0f', left)) end
 return 1
 )lua",
-    "1abcfc2645754852aa8f2e6e95a979b2ae91cc50"};
+    "92648be2ca31f66f9ff206a0541f3175a329ed99"};
 
-/// Watchdog renewal of many permits in one call. KEYS[i] permits i;
-/// ARGV[2i-1] permit id, ARGV[2i] its lease in ms. A live permit gets at
-/// least its lease from now (never less than it has), and its set lives at
-/// least as long; a key of another type counts as gone (pcall). Returns the
+/// Watchdog renewal of many permits in one call. KEYS[2i-1] permits i,
+/// KEYS[2i] its set's stored count; ARGV[2i-1] permit id, ARGV[2i] its
+/// lease in ms. A live permit gets at least its lease from now (never less
+/// than it has), its set lives at least as long, and an adopted count as
+/// long as its set (a count without expiry is left so, a missing one is
+/// not made); a key of another type counts as gone (pcall). Returns the
 /// positions i of the permits found gone. A script spends most of its time
-/// in calls to the server, not in Lua, so the permits of one set cost three
+/// in calls to the server, not in Lua, so the permits of one set cost four
 /// calls, however many there are: one ZMSCORE reads their scores (before
 /// Redis 6.2, which has none, one ZSCORE each), one ZADD moves the live
-/// ones, one PTTL (and PEXPIRE if short) covers the longest lease.
+/// ones, one PTTL (and PEXPIRE if short) covers the longest lease, one PTTL
+/// (and PEXPIRE if short) of the count follows the set.
 inline constexpr Script semaphore_renew{
     R"lua(if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local sets, order = {}, {}
-for i = 1, #KEYS do
-  local at = sets[KEYS[i]]
+local sets, order, counts = {}, {}, {}
+for i = 1, #KEYS / 2 do
+  local key = KEYS[2 * i - 1]
+  local at = sets[key]
   if not at then
     at = {}
-    sets[KEYS[i]] = at
-    order[#order + 1] = KEYS[i]
+    sets[key] = at
+    counts[key] = KEYS[2 * i]
+    order[#order + 1] = key
   end
   at[#at + 1] = i
 end
@@ -183,23 +224,33 @@ for _, key in ipairs(order) do
     end
   end
   if m > 0 then redis.call('zadd', key, unpack(moves)) end
-  if longest > 0 and redis.call('pttl', key) < longest then
-    redis.call('pexpire', key, string.format('%.0f', longest))
+  if longest > 0 then
+    local left = redis.call('pttl', key)
+    if left < longest then
+      redis.call('pexpire', key, string.format('%.0f', longest))
+      left = longest
+    end
+    local kept = redis.call('pttl', counts[key])
+    if kept >= 0 and kept < left then
+      redis.call('pexpire', counts[key], string.format('%.0f', left))
+    end
   end
 end
 return gone
 )lua",
-    "7fd9772aa04b5fcb112ecbac98a0abad3d5a79d6"};
+    "b0ad7dd7ded94f4dddb9340016d63324ce867017"};
 
 /// Semaphore count. KEYS[1] permits, KEYS[2] stored count; ARGV[1] the
-/// caller's count. Reads only. Returns {count, live permits}.
+/// caller's count. Reads only. Returns {the count in force, live permits}.
 inline constexpr Script semaphore_count{
     R"lua(local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local permits = tonumber(redis.call('get', KEYS[2])) or tonumber(ARGV[1])
-return {permits, redis.call('zcount', KEYS[1], string.format('(%.0f', now), '+inf')}
+local live = redis.call('zcount', KEYS[1], string.format('(%.0f', now), '+inf')
+local permits = tonumber(redis.call('get', KEYS[2]))
+if permits and live == 0 and redis.call('pttl', KEYS[2]) >= 0 then permits = nil end
+return {permits or tonumber(ARGV[1]), live}
 )lua",
-    "4b95c16f14cdf8a0cd40d4e99100f84a3e8e8520"};
+    "69f39016e2ae1e94b64eb3612381b82077efa0be"};
 
 /// Semaphore resize. KEYS[1] stored count, KEYS[2] release channel;
 /// ARGV[1] the new count. Stores it (no expiry: it is configuration, not a

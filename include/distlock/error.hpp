@@ -119,7 +119,9 @@ class Error : public std::system_error {
   Error(Errc code, const std::string& what) : std::system_error(code, what) {}
 };
 
-/// Bad input from the caller; nothing was sent to the server.
+/// Bad input from the caller: refused before anything was sent, or, for a
+/// Semaphore made with another count than the one its name adopted, by
+/// the server's script with nothing changed (retrying cannot help either way).
 class InvalidArgument : public Error {
  public:
   explicit InvalidArgument(const std::string& what) : Error(Errc::invalid_argument, what) {}

@@ -11,6 +11,18 @@
 // sleep until a release is announced on "{key}:released" or the first live
 // permit's lease ends, and the count can change at run time (resize()).
 //
+// The count is the name's, kept at "{key}:permits", so that every object on
+// the name enforces the same one. Its expiry says where it came from:
+// - none: resize() stored it. It is configuration, an administrator's
+//   explicit choice, and wins over every object's count without a word;
+// - one: the first acquire while no count was in force adopted its
+//   object's count. It lives as long as the name's permits (acquire,
+//   extend and renewal lengthen its expiry with the set's; giving back the
+//   last live permit deletes it) and counts only while one is live. An
+//   acquire through an object made with another count is refused with
+//   InvalidArgument naming both counts, and takes nothing.
+// Deleting "{key}:permits" by hand returns the name to adoption.
+//
 //   distlock::Semaphore exports{redis, "exports", 4};
 //   if (auto permit = exports.try_acquire_for(5s)) { run_export(); }   // RAII
 //
@@ -127,8 +139,10 @@ class BasicSemaphore {
   using Permit = BasicPermit<Backend, Policy>;
   using PermitLock = BasicPermitLock<Backend, Policy>;
 
-  /// `permits` (1 to 10^9) is the count unless resize() has stored one for
-  /// the name, which then wins. `options` are each permit's (ttl, auto
+  /// `permits` (1 to 10^9) is this object's count: adopted for the name by
+  /// an acquire when none is in force (see the top of file); an adopted
+  /// count that differs makes its acquires throw InvalidArgument, and one
+  /// resize() stored wins. `options` are each permit's (ttl, auto
   /// renewal, on_lost, wake_on_release, key_prefix; fencing and min_hold
   /// are refused, as are replicas and max_hold without auto-renewal).
   /// Validates (InvalidArgument); contacts no server.
@@ -158,7 +172,10 @@ class BasicSemaphore {
 
   /// Blocks until a permit is free and returns it (as PermitLock::lock():
   /// woken by releases, never polling while subscribed; throws on Redis
-  /// failures).
+  /// failures). Every acquire, this and the ones below, throws
+  /// InvalidArgument at once (the error_code forms set
+  /// Errc::invalid_argument) when this object's count differs from the
+  /// count the name adopted: waiting would not change it.
   Permit acquire() {
     auto lock = std::make_unique<PermitLock>(*this);
     lock->lock();
@@ -216,16 +233,18 @@ class BasicSemaphore {
     const auto [count, live] = read_count();
     return count > live ? count - live : 0;
   }
-  /// The count in force: resize()'s, or the one this object was made with.
+  /// The count in force: resize()'s, else the one adopted while a permit is
+  /// live, else the one this object was made with.
   std::size_t permits() { return read_count().first; }
   /// Live permits held now, by anyone.
   std::size_t held() { return read_count().second; }
 
-  /// Stores a new count (0 to 10^9) for every user of the name and wakes
-  /// waiters. Holders keep their permits: after a shrink below what is
-  /// held, new permits are granted only once enough are given back. The
-  /// stored count has no expiry; delete "{key}:permits" to return to the
-  /// count each object was made with.
+  /// Stores a new count (0 to 10^9) for every user of the name, whatever
+  /// count each object was made with, and wakes waiters. Holders keep their
+  /// permits: after a shrink below what is held, new permits are granted
+  /// only once enough are given back. The stored count has no expiry (it
+  /// replaces an adopted one); delete "{key}:permits" to return the name to
+  /// adoption by its next acquire.
   void resize(std::size_t permits) {
     const detail::Decimal count(static_cast<long long>(checked_count(permits, 0)));
     detail::on_connection(core_.backend, detail::no_deadline, [&](Connection& connection) {

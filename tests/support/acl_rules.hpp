@@ -71,10 +71,10 @@ inline const Rules shared_rules = with_common(
     {"+exists", "+hexists", "+hget", "+hgetall", "+hset", "+hdel", "+hincrby", "+hlen", "+set",
      "+pexpire", "+pttl", "+del", "+type", "+publish", "~jobs:*", "~{jobs:*}",
      "~{jobs:*}:*rwlock_timeout*", "~redisson_rwlock:{jobs:*}", "&redisson_rwlock:{jobs:*}"});
-inline const Rules semaphore_rules =
-    with_common({"+zadd", "+zrem", "+zcard", "+zcount", "+zrange", "+zscore", "+zmscore",
-                 "+zremrangebyscore", "+get", "+set", "+pexpire", "+pttl", "+time", "+publish",
-                 "~jobs:*", "~{jobs:*}:permits", "~{jobs:*}:released", "&{jobs:*}:released"});
+inline const Rules semaphore_rules = with_common(
+    {"+zadd", "+zrem", "+zcard", "+zcount", "+zrange", "+zscore", "+zmscore", "+zremrangebyscore",
+     "+get", "+set", "+del", "+pexpire", "+pttl", "+time", "+publish", "~jobs:*",
+     "~{jobs:*}:permits", "~{jobs:*}:released", "&{jobs:*}:released"});
 // No lease: no watch, no waiting on a channel.
 inline const Rules rate_limiter_rules = {"+evalsha", "+eval", "+get", "+set",   "+incrby",
                                          "+pttl",    "+time", "+del", "~jobs:*"};

@@ -8,6 +8,15 @@
 // it on "{key}:released"; extend and the watchdog's batched renewal move
 // our score on. A permit is a lease like any lock's: the Lifecycle keeps
 // it, waits for it, renews it and reports it lost.
+//
+// The count lives on the server too, at "{key}:permits", so that every
+// object on the name enforces the same one: stored by resize() without
+// expiry, or adopted by the first acquire from its object's count with an
+// expiry, which every script that lengthens the set's lengthens too (so
+// each of them, renewal included, gets the count key among its KEYS). An
+// acquire whose object was made with another count than an adopted one is
+// refused with InvalidArgument: it is the caller's configuration that
+// disagrees, and no retry or wait would change the answer.
 #pragma once
 
 #include <chrono>
@@ -15,7 +24,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "distlock/connection.hpp"
 #include "distlock/counting_scripts.hpp"
@@ -33,9 +44,22 @@ namespace distlock::detail {
 /// The most permits a Semaphore may have.
 inline constexpr std::size_t max_permits = 1'000'000'000;
 
+/// How a permit goes into a semaphore_renew call: the set and its count
+/// key (the lease's aux) as KEYS, the permit id and TTL as ARGV.
+struct PermitLeases {
+  static constexpr const Script& script = scripts::semaphore_renew;
+  static void add(const LeaseState& lease, std::vector<std::string_view>& keys,
+                  std::vector<std::string_view>& args) {
+    keys.push_back(lease.key);
+    keys.push_back(lease.aux);
+    args.push_back(lease.token);
+    args.push_back(lease.ttl_text);
+  }
+};
+
 /// Renewal of permits, semaphore_renew per batch of Watchdog::batch_size.
 template <class Backend>
-using PermitRenewer = ScriptRenewer<Backend, KeyTokenLeases<scripts::semaphore_renew>>;
+using PermitRenewer = ScriptRenewer<Backend, PermitLeases>;
 
 /// How a semaphore script answers a release or extend: 1 done, 0 the
 /// permit had expired or was gone (a permit id is never another's).
@@ -76,42 +100,54 @@ class SemaphoreProtocol : public SingleServer<Backend> {
           if (reply.size() != 2) {
             throw ConnectionError(Errc::protocol_error, "bad semaphore acquire reply");
           }
+          const long long answer = reply[0].expect_integer("semaphore acquire");
+          if (answer == -1) throw count_mismatch(reply[1].expect_integer("semaphore acquire"));
           Attempt attempt;
-          attempt.acquired = reply[0].expect_integer("semaphore acquire") == 1;
+          attempt.acquired = answer == 1;
           if (!attempt.acquired) {
             attempt.holder_pttl = reply[1].expect_integer("semaphore acquire");
           }
           return attempt;
         },
         [&](Connection& connection) {
-          connection.send_eval_behind(scripts::semaphore_release, {this->key_, this->channel_},
-                                      {id});
+          connection.send_eval_behind(scripts::semaphore_release,
+                                      {this->key_, this->channel_, count_key_}, {id});
         });
   }
 
   TokenCheck release(Kind, const std::string& id) {
     return this->checked([&](Connection& connection) {
-      return permit_check(
-          connection.eval(scripts::semaphore_release, {this->key_, this->channel_}, {id}));
+      return permit_check(connection.eval(scripts::semaphore_release,
+                                          {this->key_, this->channel_, count_key_}, {id}));
     });
   }
 
   TokenCheck extend(Kind, const std::string& id, std::chrono::milliseconds ttl) {
     return this->checked([&](Connection& connection) {
-      return permit_check(
-          connection.eval(scripts::semaphore_extend, {this->key_}, {id, Decimal(ttl.count())}));
+      return permit_check(connection.eval(scripts::semaphore_extend, {this->key_, count_key_},
+                                          {id, Decimal(ttl.count())}));
     });
   }
 
   std::shared_ptr<LeaseState> watched(Kind, const std::string& id, SteadyClock::time_point sent,
                                       const LockOptions& options) const {
     return std::make_shared<LeaseState>(this->key_, id, options.ttl(), sent, options.on_lost(),
-                                        renewer_);
+                                        renewer_, count_key_);
   }
 
   static std::string describe(Kind) { return "permit"; }
 
  private:
+  // The refusal of an acquire whose object's count is not the adopted one.
+  InvalidArgument count_mismatch(long long adopted) const {
+    return InvalidArgument("semaphore " + this->key_ + ": made with a count of " +
+                           std::string(permits_.view()) + ", but the count in force is " +
+                           std::to_string(adopted) + " (adopted at " + count_key_ +
+                           " by the first acquire, kept while a permit is live); make every "
+                           "object with " +
+                           std::to_string(adopted) + ", or change the count with resize()");
+  }
+
   const std::string count_key_;
   const Decimal permits_;
   std::shared_ptr<Renewer> renewer_;
