@@ -43,70 +43,73 @@ struct Where {
 };
 
 inline void add_where_options(CLI::App& app, Where& where) {
-  app.add_option("--url", where.url,
-                 "Redis to use: redis://[[user]:password@]host[:port][/db], rediss://... "
-                 "(TLS) or unix:///path[?db=N]; several hosts (h1:7000,h2:7000) are a "
-                 "cluster's seeds, or the Sentinels with --sentinel. Default: $DISTLOCK_URL, "
-                 "else $REDIS_URL, else redis://127.0.0.1:6379")
-      ->type_name("URL")
-      ->group("Redis");
-  app.add_flag("--cluster", where.cluster,
-               "Redis Cluster: the URL's hosts are seeds; every node is found from them (implied "
-               "by a URL with several hosts)")
-      ->group("Redis");
-  app.add_option("--sentinel", where.sentinel,
-                 "Redis Sentinel: the master's name as the Sentinels monitor it; the URL's hosts "
-                 "are the Sentinels, its credentials, db and TLS the master's")
-      ->type_name("MASTER")
-      ->group("Sentinel");
-  app.add_option("--sentinel-user", where.sentinel_user, "the Sentinels' ACL user name")
-      ->type_name("NAME")
-      ->group("Sentinel");
-  app.add_option("--sentinel-password-file", where.sentinel_password_file,
-                 "the Sentinels' password, read from this file (its first line)")
-      ->type_name("PATH")
-      ->group("Sentinel");
-  app.add_flag("--sentinel-tls", where.sentinel_tls,
-               "speak TLS to the Sentinels too, with the --tls-* files (by default only the "
-               "master and replicas are reached over TLS)")
-      ->group("Sentinel");
-  app.add_option("--user", where.user, "ACL user name (AUTH user password)")
-      ->type_name("NAME")
-      ->group("Redis");
-  app.add_option("--password-file", where.password_file,
-                 "read the password from this file (its first line), so it is not in argv")
-      ->type_name("PATH")
-      ->group("Redis");
-  app.add_option(
-         "--command-timeout", where.command_timeout,
-         std::string("longest wait for a connect or a reply (") + duration_forms + "; default 1s)")
-      ->type_name("DURATION")
-      ->group("Redis");
-  app.add_flag("--tls", where.tls, "use TLS (as rediss:// does); the server is verified")
-      ->group("TLS");
   struct TextOption {
     const char* name;
     std::string* field;
-    const char* help;
+    std::string help;
     const char* type;
+    const char* group;
+  };
+  struct Flag {
+    const char* name;
+    bool* field;
+    const char* help;
+    const char* group;
   };
   TlsOptions& tls = where.tls_options;
+  // In --help's order: each group where its first option is.
   for (const TextOption& option :
-       {TextOption{"--tls-ca-file", &tls.ca_file, "trust these CAs (PEM) instead of the system's",
-                   "PATH"},
-        TextOption{"--tls-ca-dir", &tls.ca_dir, "trust the CAs in this folder", "PATH"},
+       {TextOption{"--url", &where.url,
+                   "Redis to use: redis://[[user]:password@]host[:port][/db], rediss://... "
+                   "(TLS) or unix:///path[?db=N]; several hosts (h1:7000,h2:7000) are a "
+                   "cluster's seeds, or the Sentinels with --sentinel. Default: "
+                   "$DISTLOCK_URL, else $REDIS_URL, else redis://127.0.0.1:6379",
+                   "URL", "Redis"},
+        TextOption{"--user", &where.user, "ACL user name (AUTH user password)", "NAME", "Redis"},
+        TextOption{"--password-file", &where.password_file,
+                   "read the password from this file (its first line), so it is not in argv",
+                   "PATH", "Redis"},
+        TextOption{"--command-timeout", &where.command_timeout,
+                   std::string("longest wait for a connect or a reply (") + duration_forms +
+                       "; default 1s)",
+                   "DURATION", "Redis"},
+        TextOption{"--sentinel", &where.sentinel,
+                   "Redis Sentinel: the master's name as the Sentinels monitor it; the URL's "
+                   "hosts are the Sentinels, its credentials, db and TLS the master's",
+                   "MASTER", "Sentinel"},
+        TextOption{"--sentinel-user", &where.sentinel_user, "the Sentinels' ACL user name", "NAME",
+                   "Sentinel"},
+        TextOption{"--sentinel-password-file", &where.sentinel_password_file,
+                   "the Sentinels' password, read from this file (its first line)", "PATH",
+                   "Sentinel"},
+        TextOption{"--tls-ca-file", &tls.ca_file, "trust these CAs (PEM) instead of the system's",
+                   "PATH", "TLS"},
+        TextOption{"--tls-ca-dir", &tls.ca_dir, "trust the CAs in this folder", "PATH", "TLS"},
         TextOption{"--tls-cert", &tls.cert_file,
-                   "client certificate (PEM), for a server that asks for one", "PATH"},
-        TextOption{"--tls-key", &tls.key_file, "the client certificate's key (PEM)", "PATH"},
+                   "client certificate (PEM), for a server that asks for one", "PATH", "TLS"},
+        TextOption{"--tls-key", &tls.key_file, "the client certificate's key (PEM)", "PATH", "TLS"},
         TextOption{"--tls-server-name", &tls.server_name,
                    "name to send (SNI) and to check the certificate against (default: the "
                    "host)",
-                   "NAME"}}) {
-    app.add_option(option.name, *option.field, option.help)->type_name(option.type)->group("TLS");
+                   "NAME", "TLS"}}) {
+    app.add_option(option.name, *option.field, option.help)
+        ->type_name(option.type)
+        ->group(option.group);
   }
-  app.add_flag("--tls-insecure-skip-verify", where.tls_options.insecure_skip_verify,
-               "accept any server certificate (throwaway test servers only)")
-      ->group("TLS");
+  for (const Flag& flag :
+       {Flag{"--cluster", &where.cluster,
+             "Redis Cluster: the URL's hosts are seeds; every node is found from them (implied "
+             "by a URL with several hosts)",
+             "Redis"},
+        Flag{"--sentinel-tls", &where.sentinel_tls,
+             "speak TLS to the Sentinels too, with the --tls-* files (by default only the "
+             "master and replicas are reached over TLS)",
+             "Sentinel"},
+        Flag{"--tls", &where.tls, "use TLS (as rediss:// does); the server is verified", "TLS"},
+        Flag{"--tls-insecure-skip-verify", &tls.insecure_skip_verify,
+             "accept any server certificate (throwaway test servers only)", "TLS"}}) {
+    app.add_flag(flag.name, *flag.field, flag.help)->group(flag.group);
+  }
 }
 
 // The URL with any credentials masked, for messages.

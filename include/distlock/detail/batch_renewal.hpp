@@ -141,6 +141,20 @@ struct KeyTokenLeases {
   }
 };
 
+/// The same with a second key per lease, its aux (a SharedMutex reader's
+/// timeout-key stem, a Semaphore's count key), after its own.
+template <const Script& BatchScript>
+struct KeyAuxTokenLeases {
+  static constexpr const Script& script = BatchScript;
+  static void add(const LeaseState& lease, std::vector<std::string_view>& keys,
+                  std::vector<std::string_view>& args) {
+    keys.push_back(lease.key);
+    keys.push_back(lease.aux);
+    args.push_back(lease.token);
+    args.push_back(lease.ttl_text);
+  }
+};
+
 /// Renews leases of one kind by one script per batch (renew_by_script).
 /// `Kind` names the script and how a lease goes into a call:
 ///   static constexpr const Script& script;

@@ -240,17 +240,7 @@ using FieldRenewer = ScriptRenewer<Backend, KeyTokenLeases<scripts::hash_field_r
 
 /// Renewal of SharedMutex read holds (the lease's aux is the owner's
 /// timeout-key stem), one read_renew per batch.
-struct ReadLeases {
-  static constexpr const Script& script = scripts::read_renew;
-  static void add(const LeaseState& lease, std::vector<std::string_view>& keys,
-                  std::vector<std::string_view>& args) {
-    keys.push_back(lease.key);
-    keys.push_back(lease.aux);
-    args.push_back(lease.token);
-    args.push_back(lease.ttl_text);
-  }
-};
 template <class Backend>
-using ReadRenewer = ScriptRenewer<Backend, ReadLeases>;
+using ReadRenewer = ScriptRenewer<Backend, KeyAuxTokenLeases<scripts::read_renew>>;
 
 }  // namespace distlock::detail

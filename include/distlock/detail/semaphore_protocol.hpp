@@ -44,22 +44,10 @@ namespace distlock::detail {
 /// The most permits a Semaphore may have.
 inline constexpr std::size_t max_permits = 1'000'000'000;
 
-/// How a permit goes into a semaphore_renew call: the set and its count
-/// key (the lease's aux) as KEYS, the permit id and TTL as ARGV.
-struct PermitLeases {
-  static constexpr const Script& script = scripts::semaphore_renew;
-  static void add(const LeaseState& lease, std::vector<std::string_view>& keys,
-                  std::vector<std::string_view>& args) {
-    keys.push_back(lease.key);
-    keys.push_back(lease.aux);
-    args.push_back(lease.token);
-    args.push_back(lease.ttl_text);
-  }
-};
-
-/// Renewal of permits, semaphore_renew per batch of Watchdog::batch_size.
+/// Renewal of permits, semaphore_renew per batch of Watchdog::batch_size
+/// (the lease's aux is the name's count key, kept alive with the set).
 template <class Backend>
-using PermitRenewer = ScriptRenewer<Backend, PermitLeases>;
+using PermitRenewer = ScriptRenewer<Backend, KeyAuxTokenLeases<scripts::semaphore_renew>>;
 
 /// How a semaphore script answers a release or extend: 1 done, 0 the
 /// permit had expired or was gone (a permit id is never another's).
