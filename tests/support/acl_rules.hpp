@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -40,29 +41,29 @@ inline Rules with_common(Rules rules) {
   return rules;
 }
 
+/// `parts` one after another, in order (the README lines are compared word
+/// for word).
+inline Rules joined(std::initializer_list<Rules> parts) {
+  Rules out;
+  for (const Rules& part : parts) out.insert(out.end(), part.begin(), part.end());
+  return out;
+}
+
+// What a string lease sends (SET NX PX, the token checked by GET or MGET,
+// DEL, PEXPIRE, PTTL, and TYPE for a key no lock can be taken on): Mutex,
+// SimpleMutex and Redlock.
+inline const Rules lease_commands = {"+set", "+get", "+del", "+pexpire", "+pttl", "+mget", "+type"};
+
 inline const Rules mutex_rules =
-    with_common({"+set", "+get", "+del", "+pexpire", "+pttl", "+mget", "+type", "+publish", "+incr",
-                 "~jobs:*", "~{jobs:*}:fence", "~{jobs:*}:released", "&{jobs:*}:released"});
+    with_common(joined({lease_commands,
+                        {"+publish", "+incr", "~jobs:*", "~{jobs:*}:fence", "~{jobs:*}:released",
+                         "&{jobs:*}:released"}}));
 // No scripts: MULTI/EXEC, WATCH, and the release announced by PUBLISH.
-inline const Rules simple_mutex_rules = {"+ping",
-                                         "+subscribe",
-                                         "+unsubscribe",
-                                         "+set",
-                                         "+get",
-                                         "+del",
-                                         "+pexpire",
-                                         "+pttl",
-                                         "+mget",
-                                         "+type",
-                                         "+multi",
-                                         "+exec",
-                                         "+watch",
-                                         "+unwatch",
-                                         "+publish",
-                                         "+incr",
-                                         "~jobs:*",
-                                         "~{jobs:*}:fence",
-                                         "&{jobs:*}:released"};
+inline const Rules simple_mutex_rules =
+    joined({{"+ping", "+subscribe", "+unsubscribe"},
+            lease_commands,
+            {"+multi", "+exec", "+watch", "+unwatch", "+publish", "+incr", "~jobs:*",
+             "~{jobs:*}:fence", "&{jobs:*}:released"}});
 inline const Rules reentrant_rules =
     with_common({"+exists", "+hexists", "+hget", "+hincrby", "+hlen", "+pexpire", "+pttl", "+del",
                  "+get", "+incr", "+type", "+publish", "~jobs:*", "~{jobs:*}:fence",
@@ -80,21 +81,10 @@ inline const Rules rate_limiter_rules = {"+evalsha", "+eval", "+get", "+set",   
                                          "+pttl",    "+time", "+del", "~jobs:*"};
 // Per master; Redlock has no fencing and no wake-on-release (so no
 // SUBSCRIBE), but its release still announces on the channel.
-inline const Rules redlock_rules = {"+ping",
-                                    "+evalsha",
-                                    "+eval",
-                                    "+script|load",
-                                    "+set",
-                                    "+get",
-                                    "+del",
-                                    "+pexpire",
-                                    "+pttl",
-                                    "+mget",
-                                    "+type",
-                                    "+publish",
-                                    "~jobs:*",
-                                    "~{jobs:*}:released",
-                                    "&{jobs:*}:released"};
+inline const Rules redlock_rules =
+    joined({{"+ping", "+evalsha", "+eval", "+script|load"},
+            lease_commands,
+            {"+publish", "~jobs:*", "~{jobs:*}:released", "&{jobs:*}:released"}});
 // inspect() and is_locked() read in one MULTI/EXEC; force_unlock() is one
 // script over the key, the read holds' timeout keys and every channel.
 inline const Rules admin_rules = {"+multi",
