@@ -286,7 +286,10 @@ inline std::size_t Socket::read_tls(char* buffer, std::size_t size, bool wait, I
 
 inline IoStatus Socket::write_all(std::string_view data) {
   while (!data.empty()) {
-    ERR_clear_error();
+    // Only for TLS: OpenSSL's error queue is made per thread on first use,
+    // and a plain write has no business making one (a SentinelClient's
+    // watch thread, still asking when the process exits, left it behind).
+    if (ssl_) ERR_clear_error();
     errno = 0;
     // write(2), as hiredis writes (OpenSSL's too): SIGPIPE is handled as
     // it always was (ClientOptions::ignore_sigpipe).
