@@ -185,15 +185,19 @@ inline ChosenUrl chosen_url(const Where& where) {
 // The options of one endpoint: the URL (with a single host) and the
 // options that override it. A multi-host URL is read by the caller, which
 // passes each host's URL in turn.
-inline ClientOptions client_options(const Where& where, const std::string& url,
-                                    const std::string& source) {
-  ClientOptions options;
+// The URL alone, its errors told as the tool's usage errors.
+inline ClientOptions parsed_url(const std::string& url, const std::string& source) {
   try {
-    options = ClientOptions::from_uri(url);
+    return ClientOptions::from_uri(url);
   } catch (const InvalidArgument& error) {
     throw Failure{status::usage,
                   "bad Redis URL '" + redacted(url) + "' (from " + source + "): " + text_of(error)};
   }
+}
+
+inline ClientOptions client_options(const Where& where, const std::string& url,
+                                    const std::string& source) {
+  ClientOptions options = parsed_url(url, source);
   if (where.tls) options.tls.enabled = true;
   const TlsOptions& given = where.tls_options;
   const bool tls_asked = !given.ca_file.empty() || !given.ca_dir.empty() ||
@@ -230,10 +234,14 @@ inline std::pair<ClientOptions, std::vector<std::string>> options_of_hosts(
     if (host.empty()) {
       throw Failure{status::usage, "an empty host in the list of hosts in " + source};
     }
-    ClientOptions one = client_options(where, list.before + host + list.after, source);
+    // The first host's URL with every option applied (the password file
+    // read once); the others' only for their address.
+    const std::string url = list.before + host + list.after;
+    ClientOptions one =
+        out.second.empty() ? client_options(where, url, source) : parsed_url(url, source);
     if (!one.unix_socket.empty()) {
-      throw Failure{status::usage, "Redis Cluster nodes and Sentinels are reached over TCP, not " +
-                                       redacted(list.before + host + list.after)};
+      throw Failure{status::usage,
+                    "Redis Cluster nodes and Sentinels are reached over TCP, not " + redacted(url)};
     }
     out.second.push_back(one.endpoint());
     if (out.second.size() == 1) out.first = std::move(one);
