@@ -1,4 +1,4 @@
-// ClusterMutex on a free lock against the same two commands sent raw to the
+// Mutex on a free lock against the same two commands sent raw to the
 // node that owns the lock's slot: what the cluster routing (slot lookup,
 // MOVED/ASK handling) adds to a lock and release.
 //
@@ -17,6 +17,7 @@
 #include "distlock/detail/cluster_slots.hpp"
 #include "distlock/detail/sharded_scripts.hpp"
 #include "distlock/lock_options.hpp"
+#include "distlock/mutex.hpp"
 #include "distlock/scripts.hpp"
 #include "paired.hpp"
 #include "support/redis_cluster.hpp"
@@ -50,7 +51,7 @@ ClientOptions owner_of(const std::string& key) {
 
 void BM_Cluster_Mutex_LockUnlock(benchmark::State& state) {
   ClusterClient cluster(cluster_options());
-  ClusterMutex lock(cluster, lock_name);
+  Mutex lock(cluster, lock_name);
   for (auto _ : state) {
     if (!lock.try_lock()) {
       state.SkipWithError("lock was not free");
@@ -77,7 +78,7 @@ void BM_Raw_Cluster_SetNxPx_EvalshaDel(benchmark::State& state) {
 }
 BENCHMARK(BM_Raw_Cluster_SetNxPx_EvalshaDel)->UseRealTime();
 
-// What ClusterMutex sends, byte for byte in size, raw: SET NX PX with a
+// What Mutex sends, byte for byte in size, raw: SET NX PX with a
 // 32-digit token, then its own release script (sharded twin: it SPUBLISHes
 // on the lock's channel, a second key of the same slot). Against this, the
 // ratio is what the client adds; against the one above, also what the
@@ -100,7 +101,7 @@ BENCHMARK(BM_Raw_Cluster_SetNxPx_EvalshaDelSpublish)->UseRealTime();
 
 // The cycle and its floors in turns (paired.hpp), the raw key in the
 // lock's slot so that both sides talk to the same node: the plain SET NX
-// PX + compare-and-delete, and (_SameCommands) exactly what ClusterMutex
+// PX + compare-and-delete, and (_SameCommands) exactly what Mutex
 // sends, its token and its SPUBLISH release.
 void paired_cluster(benchmark::State& state, const std::string& token,
                     std::string_view release_source, bool with_channel) {
@@ -113,7 +114,7 @@ void paired_cluster(benchmark::State& state, const std::string& token,
   const RawCommand release = with_channel ? RawCommand{"EVALSHA", sha, "2", key, channel, token}
                                           : RawCommand{"EVALSHA", sha, "1", key, token};
   ClusterClient cluster(cluster_options());
-  ClusterMutex lock(cluster, lock_name);
+  Mutex lock(cluster, lock_name);
   run_paired(state, lock_unlock_cycle(state, lock),
              raw_cycle(state, redis.get(), set, REDIS_REPLY_STATUS, release));
 }

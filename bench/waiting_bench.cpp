@@ -180,12 +180,11 @@ void BM_Mutex_Handoff_Idle2ms(benchmark::State& state) {
 BENCHMARK(BM_Mutex_Handoff_Idle2ms)->UseManualTime()->Iterations(2000);
 
 void BM_Mutex_Handoff_Polling50ms(benchmark::State& state) {
-  using PollingMutex = BasicMutex<Client, FixedInterval>;
   Client client(server_options());
   const LockOptions options = LockOptions{}.ttl(std::chrono::seconds(30)).wake_on_release(false);
   const FixedInterval every_50ms(std::chrono::milliseconds(50));
-  PollingMutex holder(client, "bench:handoff", options, every_50ms);
-  PollingMutex waiting(client, "bench:handoff", options, every_50ms);
+  Mutex holder(client, "bench:handoff", options, every_50ms);
+  Mutex waiting(client, "bench:handoff", options, every_50ms);
   handoff(state, holder, waiting);
 }
 BENCHMARK(BM_Mutex_Handoff_Polling50ms)->UseManualTime()->Iterations(20);

@@ -16,16 +16,15 @@ int main(int argc, char** argv) {
   distlock::ClusterClient cluster{where};
 
   // The same lock types, over the cluster: only the backend's construction changed.
-  distlock::ClusterMutex stock{cluster, "stock:{42}",
-                               distlock::LockOptions{}.ttl(5s).fencing(true)};
+  distlock::Mutex stock{cluster, "stock:{42}", distlock::LockOptions{}.ttl(5s).fencing(true)};
   if (std::unique_lock lock{stock, 2s}) {
     std::printf("stock:{42} held with fence %lld\n", stock.fence());
   }
 
   // Each name lives on the master that owns its hash slot; renewals, releases
   // and waits follow it there, through MOVED and ASK while slots move.
-  distlock::BasicReentrantMutex<distlock::ClusterClient> tree{cluster, "menu-tree"};
-  distlock::ClusterSharedMutex catalog{cluster, "catalog"};
+  distlock::ReentrantMutex tree{cluster, "menu-tree"};
+  distlock::SharedMutex catalog{cluster, "catalog"};
   {
     std::lock_guard hold{tree};
     std::shared_lock read{catalog};

@@ -144,11 +144,11 @@ TEST_F(ClusterCli, ReentrantAndSharedRunOnAClusterToo) {
 // the name's shard, where cluster waiters listen.
 TEST_F(ClusterCli, ReleaseWakesALibraryWaiterOnTheNamesShard) {
   const std::string name = name_on(1, "cli-wake");
-  ClusterMutex holder(client(), name, LockOptions{}.ttl(60s));
+  Mutex holder(client(), name, LockOptions{}.ttl(60s));
   ASSERT_TRUE(holder.try_lock());
-  ClusterMutex waiter(client(), name, LockOptions{}.ttl(5s));
+  Mutex waiter(client(), name, LockOptions{}.ttl(5s));
   std::atomic<bool> acquired{false};
-  Waiter<ClusterMutex> waiting{waiter, std::thread([&] { acquired = waiter.try_lock_for(20s); })};
+  Waiter<Mutex> waiting{waiter, std::thread([&] { acquired = waiter.try_lock_for(20s); })};
   ASSERT_TRUE(subscribed_at(1, "{" + name + "}:released"));
   Tool& release = tools_.run({"release", "--force", "--yes", "--url", seeds_url(), name});
   EXPECT_EQ(release.status(), 0) << release.err();

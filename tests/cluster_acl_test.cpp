@@ -20,6 +20,8 @@
 
 #include "distlock/cluster_client.hpp"
 #include "distlock/detail/cluster_slots.hpp"
+#include "distlock/mutex.hpp"
+#include "distlock/reentrant_mutex.hpp"
 #include "distlock/semaphore.hpp"
 #include "support/acl_rules.hpp"
 #include "support/cluster_suite.hpp"
@@ -38,7 +40,6 @@ using testing::acl::Rules;
 using testing::acl::semaphore_rules;
 using testing::acl::set_user;
 using testing::acl::without;
-using ClusterSemaphore = BasicSemaphore<ClusterClient>;
 
 // One failed step, as the result of a path ("" when every step worked).
 #define DISTLOCK_STEP(condition) \
@@ -144,13 +145,12 @@ class ClusterAcl : public testing::ClusterSuite {
 
   std::string mutex_paths() {
     const std::string name = name_on(0, "jobs:nightly");
-    return exclusive_paths<ClusterMutex>(name, "{" + name + "}:released", true);
+    return exclusive_paths<Mutex>(name, "{" + name + "}:released", true);
   }
 
   std::string reentrant_paths() {
     const std::string name = name_on(1, "jobs:tree");
-    return exclusive_paths<ClusterReentrantMutex>(name, "redisson_lock__channel:{" + name + "}",
-                                                  true);
+    return exclusive_paths<ReentrantMutex>(name, "redisson_lock__channel:{" + name + "}", true);
   }
 
   // The score (deadline) of the semaphore's one permit.
@@ -165,8 +165,8 @@ class ClusterAcl : public testing::ClusterSuite {
     try {
       ClusterClient holder_client(as_app());
       ClusterClient waiter_client(as_app());
-      ClusterSemaphore holder(holder_client, name, 1, renewing);
-      ClusterSemaphore waiter(waiter_client, name, 1, renewing);
+      Semaphore holder(holder_client, name, 1, renewing);
+      Semaphore waiter(waiter_client, name, 1, renewing);
       {
         // The count the first acquire adopts goes with the last live permit.
         auto once = holder.try_acquire();
@@ -216,7 +216,7 @@ class ClusterAcl : public testing::ClusterSuite {
     } finish{cluster(), slot, migrating};
     try {
       ClusterClient client(as_app());
-      ClusterMutex held(client, name, LockOptions{}.ttl(10s));
+      Mutex held(client, name, LockOptions{}.ttl(10s));
       DISTLOCK_STEP(held.try_lock());
       cluster().begin_migration(slot, 2, 0);
       migrating = true;

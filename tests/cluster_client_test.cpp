@@ -24,7 +24,11 @@
 #include "distlock/detail/cluster_slots.hpp"
 #include "distlock/detail/sharded_scripts.hpp"
 #include "distlock/inspect.hpp"
+#include "distlock/mutex.hpp"
+#include "distlock/reentrant_mutex.hpp"
 #include "distlock/scripts.hpp"
+#include "distlock/shared_mutex.hpp"
+#include "distlock/simple_mutex.hpp"
 #include "support/cluster_suite.hpp"
 #include "support/fixture.hpp"
 #include "support/redis_cluster.hpp"
@@ -176,7 +180,7 @@ TEST_F(ClusterRouting, APlainClientAtANodeIsToldToUseClusterClient) {
   expect_hint("ReentrantMutex", [&] { static_cast<void>(reentrant.try_lock()); });
   // The ClusterClient follows the same redirect.
   EXPECT_TRUE(client().command("SET", key, "v").is_ok());
-  ClusterMutex routed(client(), key + "-lock");
+  Mutex routed(client(), key + "-lock");
   EXPECT_TRUE(routed.try_lock());
 }
 
@@ -188,8 +192,8 @@ TEST_F(ClusterRouting, InspectAndForceUnlockGoToTheNodeThatOwnsTheName) {
     const std::string lease = name_on(master, "inspect-lease");
     const std::string hash = name_on(master, "inspect-hash");
     const std::string data = name_on(master, "inspect-data");
-    ClusterMutex mutex(client(), lease);
-    ClusterReentrantMutex reentrant(client(), hash);
+    Mutex mutex(client(), lease);
+    ReentrantMutex reentrant(client(), hash);
     ASSERT_TRUE(mutex.try_lock());
     ASSERT_TRUE(reentrant.try_lock());
     EXPECT_EQ(inspect(client(), lease).kind, LockKind::lease) << master;
@@ -243,7 +247,7 @@ TEST_F(ClusterRouting, AUserDeniedClusterShardsStillRoutesByClusterSlots) {
   ClusterClient cluster_client{denied};
   for (std::size_t master = 0; master < cluster().masters(); ++master) {
     const std::string name = name_on(master, "no-shards");
-    ClusterMutex lock(cluster_client, name, LockOptions{}.ttl(10s));
+    Mutex lock(cluster_client, name, LockOptions{}.ttl(10s));
     ASSERT_TRUE(lock.try_lock()) << name;
     EXPECT_EQ(at(master, {"GET", name}), lock.token());
     EXPECT_EQ(lock.release(), Release::released);
@@ -281,8 +285,8 @@ class ClusterLocks : public ClusterTest {};
 TEST_F(ClusterLocks, MutexOnEachMaster) {
   for (std::size_t master = 0; master < cluster().size(); ++master) {
     const std::string name = name_on(master, "mutex");
-    ClusterMutex lock(client(), name, LockOptions{}.ttl(10s));
-    ClusterMutex other(client(), name, LockOptions{}.ttl(10s));
+    Mutex lock(client(), name, LockOptions{}.ttl(10s));
+    Mutex other(client(), name, LockOptions{}.ttl(10s));
     ASSERT_TRUE(lock.try_lock()) << name;
     EXPECT_EQ(at(master, {"GET", name}), lock.token());
     EXPECT_GT(pttl_at(master, name), 9000);
@@ -298,7 +302,7 @@ TEST_F(ClusterLocks, MutexOnEachMaster) {
 
 TEST_F(ClusterLocks, FencingCountsAtTheSlotOwner) {
   const std::string name = name_on(2, "fenced");
-  BasicMutex<ClusterClient> lock(client(), name, LockOptions{}.ttl(10s).fencing(true));
+  Mutex lock(client(), name, LockOptions{}.ttl(10s).fencing(true));
   ASSERT_TRUE(lock.try_lock());
   const long long first = lock.fence();
   lock.unlock();
@@ -311,24 +315,24 @@ TEST_F(ClusterLocks, FencingCountsAtTheSlotOwner) {
 TEST_F(ClusterLocks, NameWhoseKeysSpanSlotsIsRefused) {
   for (const char* name : {"a}b", "x{}y"}) {
     try {
-      ClusterMutex lock(client(), name);
+      Mutex lock(client(), name);
       FAIL() << "a lock whose keys span slots was made: " << name;
     } catch (const InvalidArgument& error) {
       EXPECT_NE(std::string(error.what()).find(std::string("\"") + name + "\""), std::string::npos)
           << error.what();
     }
-    EXPECT_THROW(ClusterReentrantMutex(client(), name), InvalidArgument);
-    EXPECT_THROW(ClusterSharedMutex(client(), name), InvalidArgument);
+    EXPECT_THROW(ReentrantMutex(client(), name), InvalidArgument);
+    EXPECT_THROW(SharedMutex(client(), name), InvalidArgument);
   }
   // A hash tag keeps every key in one slot.
-  EXPECT_NO_THROW(ClusterMutex(client(), "{a}b"));
+  EXPECT_NO_THROW(Mutex(client(), "{a}b"));
 }
 
 TEST_F(ClusterLocks, SimpleMutexOnEachMaster) {
   for (std::size_t master = 0; master < cluster().size(); ++master) {
     const std::string name = name_on(master, "simple");
-    ClusterSimpleMutex lock(client(), name, LockOptions{}.ttl(10s));
-    ClusterSimpleMutex other(client(), name, LockOptions{}.ttl(10s));
+    SimpleMutex lock(client(), name, LockOptions{}.ttl(10s));
+    SimpleMutex other(client(), name, LockOptions{}.ttl(10s));
     ASSERT_TRUE(lock.try_lock());
     EXPECT_EQ(at(master, {"GET", name}), lock.token());
     EXPECT_FALSE(other.try_lock());
@@ -341,11 +345,11 @@ TEST_F(ClusterLocks, SimpleMutexOnEachMaster) {
 TEST_F(ClusterLocks, ReentrantMutexOnEachMaster) {
   for (std::size_t master = 0; master < cluster().size(); ++master) {
     const std::string name = name_on(master, "reentrant");
-    ClusterReentrantMutex lock(client(), name, LockOptions{}.ttl(10s));
+    ReentrantMutex lock(client(), name, LockOptions{}.ttl(10s));
     ASSERT_TRUE(lock.try_lock());
     EXPECT_EQ(at(master, {"TYPE", name}), "hash");
     std::thread([&] {
-      ClusterReentrantMutex other(client(), name, LockOptions{}.ttl(10s));
+      ReentrantMutex other(client(), name, LockOptions{}.ttl(10s));
       EXPECT_FALSE(other.try_lock());
     }).join();
     EXPECT_EQ(lock.release(), Release::released);
@@ -356,18 +360,18 @@ TEST_F(ClusterLocks, ReentrantMutexOnEachMaster) {
 TEST_F(ClusterLocks, SharedMutexOnEachMaster) {
   for (std::size_t master = 0; master < cluster().size(); ++master) {
     const std::string name = name_on(master, "shared");
-    ClusterSharedMutex reader(client(), name, LockOptions{}.ttl(10s));
+    SharedMutex reader(client(), name, LockOptions{}.ttl(10s));
     ASSERT_TRUE(reader.try_lock_shared());
     EXPECT_EQ(at(master, {"HGET", name, "mode"}), "read");
     std::thread([&] {
-      ClusterSharedMutex other_reader(client(), name, LockOptions{}.ttl(10s));
-      ClusterSharedMutex writer(client(), name, LockOptions{}.ttl(10s));
+      SharedMutex other_reader(client(), name, LockOptions{}.ttl(10s));
+      SharedMutex writer(client(), name, LockOptions{}.ttl(10s));
       EXPECT_TRUE(other_reader.try_lock_shared());
       other_reader.unlock_shared();
       EXPECT_FALSE(writer.try_lock());  // our reader keeps it out
     }).join();
     reader.unlock_shared();
-    ClusterSharedMutex writer(client(), name, LockOptions{}.ttl(10s));
+    SharedMutex writer(client(), name, LockOptions{}.ttl(10s));
     ASSERT_TRUE(writer.try_lock());
     EXPECT_EQ(at(master, {"HGET", name, "mode"}), "write");
     EXPECT_EQ(writer.release(), Release::released);
@@ -381,13 +385,13 @@ TEST_F(ClusterLocks, WatchdogRenewsLeasesOnEveryMaster) {
   // token) where it lives.
   RenewalCount count;
   ClusterClient counted(counting(count));
-  std::vector<std::unique_ptr<ClusterMutex>> locks;
+  std::vector<std::unique_ptr<Mutex>> locks;
   std::vector<std::string> names;
   for (std::size_t master = 0; master < cluster().size(); ++master) {
     for (int i = 0; i < 2; ++i) {  // two slots per master: one batch each
       names.push_back(name_on(master, "renewed" + std::to_string(i)));
-      locks.push_back(std::make_unique<ClusterMutex>(counted, names.back(),
-                                                     LockOptions{}.ttl(30s).auto_renew(true)));
+      locks.push_back(
+          std::make_unique<Mutex>(counted, names.back(), LockOptions{}.ttl(30s).auto_renew(true)));
       ASSERT_TRUE(locks.back()->try_lock());
     }
   }
@@ -406,13 +410,12 @@ TEST_F(ClusterLocks, WaiterIsWokenByTheRelease) {
   // The waiter's own pause is 20 s: only the release's announcement can
   // bring it back in time.
   const std::string name = name_on(1, "woken");
-  ClusterMutex holder(client(), name, LockOptions{}.ttl(30s));
+  Mutex holder(client(), name, LockOptions{}.ttl(30s));
   ASSERT_TRUE(holder.try_lock());
   std::atomic<bool> waiting{false};
   std::atomic<bool> got{false};
   std::thread waiter([&] {
-    BasicMutex<ClusterClient, FixedInterval> lock(client(), name, LockOptions{}.ttl(30s),
-                                                  FixedInterval(20s));
+    Mutex lock(client(), name, LockOptions{}.ttl(30s), FixedInterval(20s));
     waiting = true;
     got = lock.try_lock_for(10s);
     if (got) lock.unlock();
@@ -438,7 +441,7 @@ class ClusterMigration : public ClusterTest {};
 TEST_F(ClusterMigration, ReleaseAndExtendFollowMovedAfterTheSlotMoved) {
   const std::string name = name_on(0, "moved");
   const int slot = detail::key_slot(name);
-  ClusterMutex lock(client(), name, LockOptions{}.ttl(10s));
+  Mutex lock(client(), name, LockOptions{}.ttl(10s));
   ASSERT_TRUE(lock.try_lock());
   cluster().move_slot(slot, 1);
   EXPECT_EQ(at(1, {"GET", name}), lock.token());
@@ -458,7 +461,7 @@ TEST_F(ClusterMigration, WatchdogRenewsAtTheNewOwner) {
   ClusterClient counted(counting(count));
   const std::string name = name_on(1, "renewed-moved");
   const int slot = detail::key_slot(name);
-  ClusterMutex lock(counted, name, LockOptions{}.ttl(30s).auto_renew(true));
+  Mutex lock(counted, name, LockOptions{}.ttl(30s).auto_renew(true));
   ASSERT_TRUE(lock.try_lock());
   cluster().move_slot(slot, 2);
   const long long expiry = expiry_at(2, name);
@@ -475,7 +478,7 @@ TEST_F(ClusterMigration, WatchdogRenewsAtTheNewOwner) {
 TEST_F(ClusterMigration, AskDuringTheMigrationWindowReachesTheImportingNode) {
   const std::string name = name_on(2, "asked");
   const int slot = detail::key_slot(name);
-  ClusterMutex held(client(), name, LockOptions{}.ttl(10s));
+  Mutex held(client(), name, LockOptions{}.ttl(10s));
   ASSERT_TRUE(held.try_lock());
   cluster().begin_migration(slot, 2, 0);
   cluster().migrate_keys(slot, 2, 0);
@@ -484,7 +487,7 @@ TEST_F(ClusterMigration, AskDuringTheMigrationWindowReachesTheImportingNode) {
   EXPECT_TRUE(held.extend(20s));
   // A new key of the slot is made at the importing node too.
   const std::string sibling = "{" + name + "}:sibling";
-  ClusterMutex other(client(), sibling, LockOptions{}.ttl(10s));
+  Mutex other(client(), sibling, LockOptions{}.ttl(10s));
   ASSERT_TRUE(other.try_lock());
   // The source has neither key: it sends a reader of either on with ASK.
   EXPECT_EQ(at(2, {"GET", sibling}).rfind("(error) ASK ", 0), 0u);
@@ -505,12 +508,12 @@ TEST_F(ClusterMigration, AskDuringTheMigrationWindowReachesTheImportingNode) {
 TEST_F(ClusterMigration, ARefusedTryLockLooksAtTheHolderAcrossTheMigrationWindow) {
   const std::string name = name_on(2, "refused-asked");
   const int slot = detail::key_slot(name);
-  ClusterMutex held(client(), name, LockOptions{}.ttl(10s));
+  Mutex held(client(), name, LockOptions{}.ttl(10s));
   ASSERT_TRUE(held.try_lock());
   cluster().begin_migration(slot, 2, 0);
   cluster().migrate_keys(slot, 2, 0);
   ClusterClient other_client(options());
-  ClusterMutex other(other_client, name, LockOptions{}.ttl(10s));
+  Mutex other(other_client, name, LockOptions{}.ttl(10s));
   bool taken = true;
   EXPECT_NO_THROW(taken = other.try_lock());
   EXPECT_FALSE(taken);
@@ -527,7 +530,7 @@ TEST_F(ClusterMigration, ReleaseDuringTheMigrationWindowIsRetriedUntilItEnds) {
   ClusterClient cluster_client{patient};
   const std::string name = name_on(1, "tryagain");
   const int slot = detail::key_slot(name);
-  ClusterMutex held(cluster_client, name, LockOptions{}.ttl(10s));
+  Mutex held(cluster_client, name, LockOptions{}.ttl(10s));
   ASSERT_TRUE(held.try_lock());
   cluster().begin_migration(slot, 1, 2);
   cluster().migrate_keys(slot, 1, 2);
@@ -558,7 +561,7 @@ TEST_F(ClusterMigration, ReleaseDuringTheMigrationWindowIsRetriedUntilItEnds) {
 TEST_F(ClusterMigration, NoScriptAtTheNewOwnerFallsBackToEval) {
   const std::string name = name_on(0, "noscript");
   const int slot = detail::key_slot(name);
-  ClusterMutex lock(client(), name, LockOptions{}.ttl(10s));
+  Mutex lock(client(), name, LockOptions{}.ttl(10s));
   ASSERT_TRUE(lock.try_lock());
   cluster().move_slot(slot, 2);
   at(2, {"SCRIPT", "FLUSH"});
@@ -594,14 +597,13 @@ TEST_F(ClusterPubSub, ShardedTwinsOfTheScriptsAreNamedByTheirSha1) {
 TEST_F(ClusterPubSub, WaiterOnEachMasterIsWokenByTheShardedRelease) {
   for (std::size_t master = 0; master < cluster().size(); ++master) {
     const std::string name = name_on(master, "sharded");
-    ClusterReentrantMutex holder(client(), name, LockOptions{}.ttl(30s));
+    ReentrantMutex holder(client(), name, LockOptions{}.ttl(30s));
     ASSERT_TRUE(holder.try_lock());
     const long long spublished = calls_at(master, "spublish");
     std::atomic<bool> got{false};
     // The waiter's own pause is 20 s: only the announcement brings it back.
     std::thread waiter([&] {
-      BasicReentrantMutex<ClusterClient, FixedInterval> lock(client(), name, LockOptions{}.ttl(30s),
-                                                             FixedInterval(20s));
+      ReentrantMutex lock(client(), name, LockOptions{}.ttl(30s), FixedInterval(20s));
       got = lock.try_lock_for(10s);
       if (got) lock.unlock();
     });
@@ -624,8 +626,7 @@ TEST_F(ClusterPubSub, WaiterIsWokenByARedissonReleaseInClusterMode) {
   ASSERT_EQ(at(1, {"PEXPIRE", name, "30000"}), "1");
   std::atomic<bool> got{false};
   std::thread waiter([&] {
-    BasicReentrantMutex<ClusterClient, FixedInterval> lock(client(), name, LockOptions{}.ttl(30s),
-                                                           FixedInterval(20s));
+    ReentrantMutex lock(client(), name, LockOptions{}.ttl(30s), FixedInterval(20s));
     got = lock.try_lock_for(10s);
     if (got) lock.unlock();
   });
@@ -641,14 +642,13 @@ TEST_F(ClusterPubSub, WaiterIsWokenByARedissonReleaseInClusterMode) {
 TEST_F(ClusterPubSub, WaiterSubscribesAgainWhereTheSlotMoved) {
   const std::string name = name_on(0, "sharded-moved");
   const int slot = detail::key_slot(name);
-  ClusterMutex holder(client(), name, LockOptions{}.ttl(30s));
+  Mutex holder(client(), name, LockOptions{}.ttl(30s));
   ASSERT_TRUE(holder.try_lock());
   std::atomic<bool> got{false};
   std::string failed;
   std::thread waiter([&] {
     try {
-      BasicMutex<ClusterClient, FixedInterval> lock(client(), name, LockOptions{}.ttl(30s),
-                                                    FixedInterval(20s));
+      Mutex lock(client(), name, LockOptions{}.ttl(30s), FixedInterval(20s));
       got = lock.try_lock_for(15s);
       if (got) lock.unlock();
     } catch (const Error& error) {
@@ -696,8 +696,7 @@ TEST_F(ClusterPubSub, AWaiterBehindItsOwnObjectsHolderSubscribesOnceWhereTheSlot
     if (event.type == LockEventType::acquired && event.key == name) attempts = event.attempts;
   };
   ClusterClient own(own_options);
-  BasicMutex<ClusterClient, FixedInterval> lock(own, name, LockOptions{}.ttl(30s),
-                                                FixedInterval(1s));
+  Mutex lock(own, name, LockOptions{}.ttl(30s), FixedInterval(1s));
   ASSERT_TRUE(lock.try_lock());
   std::atomic<bool> done{false};
   std::atomic<bool> got{false};
@@ -724,10 +723,9 @@ TEST_F(ClusterPubSub, CancelWaitsEndsAWaitAfterTheSlotMoved) {
   // The waiter sleeps on its subscription at master 0 (its own pause is
   // 20 s); the slot moves to master 2, and then its wait is cancelled.
   const std::string name = name_on(0, "cancel-moved");
-  ClusterMutex holder(client(), name, LockOptions{}.ttl(30s));
+  Mutex holder(client(), name, LockOptions{}.ttl(30s));
   ASSERT_TRUE(holder.try_lock());
-  BasicMutex<ClusterClient, FixedInterval> lock(client(), name, LockOptions{}.ttl(30s),
-                                                FixedInterval(20s));
+  Mutex lock(client(), name, LockOptions{}.ttl(30s), FixedInterval(20s));
   std::atomic<bool> done{false};
   std::atomic<bool> got{true};
   Waiter<decltype(lock)> waiter{lock, std::thread([&] {
@@ -788,20 +786,20 @@ TEST_F(ClusterFailover, CallersRecoverWithinTheirDeadlinesAfterTheirMasterIsKill
   const std::string second = name_on(0, "killed-second");
   {
     // The client knows the master and has a pooled connection to it.
-    ClusterMutex warm(client(), first);
+    Mutex warm(client(), first);
     ASSERT_TRUE(warm.try_lock());
     warm.unlock();
   }
   const std::size_t promoted = cluster().fail_over(0, /*kill=*/true);
   as_long_as_a_real_failover();
   // A call with a deadline looks for the slot's new owner until then.
-  ClusterMutex timed(client(), first, LockOptions{}.ttl(10s));
+  Mutex timed(client(), first, LockOptions{}.ttl(10s));
   const auto started = Clock::now();
   EXPECT_TRUE(timed.try_lock_for(3s));
   EXPECT_LT(Clock::now() - started, 3s + 500ms);
   EXPECT_EQ(at(promoted, {"GET", first}), timed.token());
   // One without, max_redirects times.
-  ClusterMutex untimed(client(), second, LockOptions{}.ttl(10s));
+  Mutex untimed(client(), second, LockOptions{}.ttl(10s));
   EXPECT_TRUE(untimed.try_lock());
   EXPECT_EQ(timed.release(), Release::released);
   EXPECT_EQ(untimed.release(), Release::released);
@@ -825,8 +823,8 @@ TEST_F(ClusterFailover, LeasesOnAKilledMasterAreRevalidatedAtTheNewOwner) {
         lost_reason = info.reason;
         ++lost_calls;
       });
-  ClusterMutex kept(cluster_client, kept_name, lease);
-  ClusterMutex dropped(cluster_client, dropped_name, lease);
+  Mutex kept(cluster_client, kept_name, lease);
+  Mutex dropped(cluster_client, dropped_name, lease);
   ASSERT_TRUE(kept.try_lock());
   ASSERT_TRUE(dropped.try_lock());
   cluster().wait_replicated(1);
@@ -837,7 +835,7 @@ TEST_F(ClusterFailover, LeasesOnAKilledMasterAreRevalidatedAtTheNewOwner) {
   as_long_as_a_real_failover();
   ASSERT_EQ(at(promoted, {"EXISTS", dropped_name}), "0");
   // Any call that meets the dead master reads the map again.
-  ClusterMutex other(cluster_client, name_on(promoted, "failover-other"));
+  Mutex other(cluster_client, name_on(promoted, "failover-other"));
   EXPECT_TRUE(other.try_lock_for(3s));
   other.unlock();
 
@@ -854,7 +852,7 @@ TEST_F(ClusterFailover, LeasesOnAKilledMasterAreRevalidatedAtTheNewOwner) {
 
 TEST_F(ClusterFailover, LeasesSurviveAHandOverByClusterFailover) {
   const std::string name = name_on(2, "handover");
-  ClusterMutex lock(client(), name, LockOptions{}.ttl(10s));
+  Mutex lock(client(), name, LockOptions{}.ttl(10s));
   ASSERT_TRUE(lock.try_lock());
   cluster().wait_replicated(2);
   const std::size_t promoted = cluster().fail_over(2, /*kill=*/false);
@@ -884,11 +882,10 @@ TEST_F(ClusterFailoverWaits, CancelWaitsReachesAWaiterAtAKilledMaster) {
   const RedisServer& replica = cluster().node(cluster().replica_of(0));
   both.seeds.push_back(replica.host() + ":" + std::to_string(replica.port()));
   client_.emplace(both);
-  ClusterMutex holder(client(), name, LockOptions{}.ttl(30s));
+  Mutex holder(client(), name, LockOptions{}.ttl(30s));
   ASSERT_TRUE(holder.try_lock());
   cluster().wait_replicated(0);
-  BasicMutex<ClusterClient, FixedInterval> lock(client(), name, LockOptions{}.ttl(30s),
-                                                FixedInterval(20s));
+  Mutex lock(client(), name, LockOptions{}.ttl(30s), FixedInterval(20s));
   std::atomic<bool> done{false};
   std::atomic<bool> got{true};
   std::string failed;
@@ -944,7 +941,7 @@ class ClusterFailoverMap : public ClusterFailover {
 
 TEST_F(ClusterFailoverMap, AMapReadOnceTheLiveNodesAgreeNamesThePromotedNode) {
   const std::string name = name_on(0, "map-killed");
-  ClusterMutex warm(client(), name);
+  Mutex warm(client(), name);
   ASSERT_TRUE(warm.try_lock());
   warm.unlock();
   const int first = cluster().first_slot_of(0);
@@ -958,7 +955,7 @@ TEST_F(ClusterFailoverMap, AMapReadOnceTheLiveNodesAgreeNamesThePromotedNode) {
   EXPECT_EQ(client().node_of(detail::key_slot(name)), address);
   // A call goes there at once: it has no dead master to try until its
   // deadline.
-  ClusterMutex timed(client(), name, LockOptions{}.ttl(10s));
+  Mutex timed(client(), name, LockOptions{}.ttl(10s));
   EXPECT_TRUE(timed.try_lock_for(3s));
   EXPECT_EQ(at(promoted, {"GET", name}), timed.token());
   EXPECT_EQ(timed.release(), Release::released);
@@ -976,14 +973,14 @@ TEST_F(ClusterFailoverMap, ACallWaitsForASlotNoNodeServesUntilItsDeadline) {
   // Until its deadline, as for the cluster's own CLUSTERDOWN: then an
   // outage (TimeoutError), not a busy lock.
   {
-    ClusterMutex lock(client(), name, LockOptions{}.ttl(10s));
+    Mutex lock(client(), name, LockOptions{}.ttl(10s));
     const auto started = Clock::now();
     EXPECT_THROW(static_cast<void>(lock.try_lock_for(300ms)), TimeoutError);
     EXPECT_GE(Clock::now() - started, 300ms);
     EXPECT_LT(Clock::now() - started, 300ms + 1s);
   }
   // And one whose slot gets an owner again before then takes the lock.
-  ClusterMutex lock(client(), name, LockOptions{}.ttl(10s));
+  Mutex lock(client(), name, LockOptions{}.ttl(10s));
   const long long reads = map_reads();
   std::atomic<bool> done{false};
   std::atomic<bool> got{false};
@@ -1015,7 +1012,7 @@ TEST_F(ClusterFailoverMap, ACallToAKilledMasterWithNoSuccessorYetEndsByItsDeadli
   // its own only after cluster-node-timeout, 5 s.)
   const std::string name = name_on(2, "map-no-successor");
   cluster().kill(2);
-  ClusterMutex lock(client(), name, LockOptions{}.ttl(10s));
+  Mutex lock(client(), name, LockOptions{}.ttl(10s));
   const auto started = Clock::now();
   try {
     EXPECT_FALSE(lock.try_lock_for(1s));

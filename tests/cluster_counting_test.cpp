@@ -17,6 +17,7 @@
 
 #include "distlock/cluster_client.hpp"
 #include "distlock/detail/cluster_slots.hpp"
+#include "distlock/mutex.hpp"
 #include "distlock/rate_limiter.hpp"
 #include "distlock/semaphore.hpp"
 #include "distlock/striped_mutex.hpp"
@@ -31,9 +32,6 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using testing::RedisCluster;
 using testing::RedisServer;
-using ClusterSemaphore = BasicSemaphore<ClusterClient>;
-using ClusterRateLimiter = BasicRateLimiter<ClusterClient>;
-using ClusterStripedMutex = BasicStripedMutex<ClusterClient>;
 
 // ---------------------------------------------------------------------------
 
@@ -42,7 +40,7 @@ class ClusterSemaphores : public testing::ClusterSuite {};
 TEST_F(ClusterSemaphores, PermitsOnEachMaster) {
   for (std::size_t master = 0; master < cluster().masters(); ++master) {
     const std::string name = name_on(master, "permits");
-    ClusterSemaphore semaphore(client(), name, 2, LockOptions{}.ttl(10s));
+    Semaphore semaphore(client(), name, 2, LockOptions{}.ttl(10s));
     auto first = semaphore.try_acquire();
     auto second = semaphore.try_acquire();
     ASSERT_TRUE(first && second) << "master " << master;
@@ -62,8 +60,8 @@ TEST_F(ClusterSemaphores, PermitsOnEachMaster) {
 
 TEST_F(ClusterSemaphores, HashTaggedNamesShareTheirSlotAndResize) {
   const std::string tag = name_on(2, "{tagged", "}") + "}";
-  ClusterSemaphore reads(client(), tag + ":reads", 1, LockOptions{}.ttl(10s));
-  ClusterSemaphore writes(client(), tag + ":writes", 1, LockOptions{}.ttl(10s));
+  Semaphore reads(client(), tag + ":reads", 1, LockOptions{}.ttl(10s));
+  Semaphore writes(client(), tag + ":writes", 1, LockOptions{}.ttl(10s));
   auto read = reads.try_acquire();
   auto write = writes.try_acquire();
   ASSERT_TRUE(read && write);
@@ -78,7 +76,7 @@ TEST_F(ClusterSemaphores, HashTaggedNamesShareTheirSlotAndResize) {
 
 TEST_F(ClusterSemaphores, ASlotMoveBetweenTwoAcquires) {
   const std::string name = name_on(0, "permits-moved");
-  ClusterSemaphore semaphore(client(), name, 2, LockOptions{}.ttl(10s));
+  Semaphore semaphore(client(), name, 2, LockOptions{}.ttl(10s));
   auto first = semaphore.try_acquire();
   ASSERT_TRUE(first);
   cluster().move_slot(detail::key_slot(name), 1);
@@ -105,7 +103,7 @@ TEST_F(ClusterSemaphores, TheWatchdogRenewsAPermitAtItsSlotsOwner) {
   };
   ClusterClient counted(hooked);
   const std::string name = name_on(1, "permits-renewed");
-  ClusterSemaphore semaphore(counted, name, 1, LockOptions{}.ttl(30s).auto_renew(true));
+  Semaphore semaphore(counted, name, 1, LockOptions{}.ttl(30s).auto_renew(true));
   auto permit = semaphore.try_acquire();
   ASSERT_TRUE(permit);
   // Its expiry made 10 s sooner, so that the renewal shows.
@@ -125,8 +123,7 @@ TEST_F(ClusterSemaphores, CancelWaitsWakesAWaiterAtItsSlotsOwner) {
   // The waiter's own pause is 20 s: only the wake at the node where it
   // sleeps on its subscription can end its wait in time.
   const std::string name = name_on(1, "permits-cancelled");
-  BasicSemaphore<ClusterClient, FixedInterval> semaphore(client(), name, 1, LockOptions{}.ttl(30s),
-                                                         FixedInterval(20s));
+  Semaphore semaphore(client(), name, 1, LockOptions{}.ttl(30s), FixedInterval(20s));
   auto held = semaphore.try_acquire();
   ASSERT_TRUE(held);
   std::atomic<bool> done{false};
@@ -153,7 +150,7 @@ class ClusterRateLimiters : public testing::ClusterSuite {};
 TEST_F(ClusterRateLimiters, FixedWindowOnEachMaster) {
   for (std::size_t master = 0; master < cluster().masters(); ++master) {
     const std::string name = name_on(master, "visits");
-    ClusterRateLimiter visits(client(), name, RateOptions{}.fixed_window(3, 10s));
+    RateLimiter visits(client(), name, RateOptions{}.fixed_window(3, 10s));
     for (int i = 0; i < 3; ++i) EXPECT_TRUE(visits.try_acquire()) << "master " << master;
     const RateDecision refused = visits.try_acquire();
     EXPECT_FALSE(refused.allowed) << "master " << master;
@@ -166,7 +163,7 @@ TEST_F(ClusterRateLimiters, FixedWindowOnEachMaster) {
 
 TEST_F(ClusterRateLimiters, SmoothOnAHashTaggedName) {
   const std::string tag = name_on(1, "{user", "}") + "}";
-  ClusterRateLimiter calls(client(), tag + ":calls", RateOptions{}.smooth(2, 10s));
+  RateLimiter calls(client(), tag + ":calls", RateOptions{}.smooth(2, 10s));
   EXPECT_TRUE(calls.try_acquire(2));
   EXPECT_FALSE(calls.try_acquire());
   EXPECT_EQ(at(1, {"EXISTS", calls.key()}), "1");
@@ -175,7 +172,7 @@ TEST_F(ClusterRateLimiters, SmoothOnAHashTaggedName) {
 
 TEST_F(ClusterRateLimiters, ASlotMoveBetweenTwoAcquires) {
   const std::string name = name_on(2, "visits-moved");
-  ClusterRateLimiter visits(client(), name, RateOptions{}.fixed_window(3, 10s));
+  RateLimiter visits(client(), name, RateOptions{}.fixed_window(3, 10s));
   EXPECT_TRUE(visits.try_acquire(2));
   cluster().move_slot(detail::key_slot(name), 0);
   // The count moved with the slot: one unit is left, at master 0.
@@ -193,10 +190,10 @@ TEST_F(ClusterRateLimiters, ASlotMoveBetweenTwoAcquires) {
 class ClusterStripes : public testing::ClusterSuite {};
 
 TEST_F(ClusterStripes, StripesSpreadOverTheMasters) {
-  ClusterStripedMutex segments(client(), "stock", 16, LockOptions{}.ttl(10s));
+  StripedMutex segments(client(), "stock", 16, LockOptions{}.ttl(10s));
   std::set<std::size_t> masters;
   for (std::size_t i = 0; i < segments.size(); ++i) {
-    ClusterMutex& stripe = segments.stripe(i);
+    Mutex& stripe = segments.stripe(i);
     ASSERT_TRUE(stripe.try_lock()) << "stripe " << i;
     const std::size_t master = cluster().owner_of(detail::key_slot(stripe.key()));
     masters.insert(master);
@@ -216,7 +213,7 @@ TEST_F(ClusterStripes, StripesSpreadOverTheMasters) {
 
 TEST_F(ClusterStripes, AHashTaggedNamePutsEveryStripeInItsSlot) {
   const std::string name = name_on(2, "{sale", "}") + "}";
-  ClusterStripedMutex segments(client(), name, 4, LockOptions{}.ttl(10s));
+  StripedMutex segments(client(), name, 4, LockOptions{}.ttl(10s));
   for (std::size_t i = 0; i < segments.size(); ++i) {
     ASSERT_TRUE(segments.stripe(i).try_lock());
   }
@@ -226,7 +223,7 @@ TEST_F(ClusterStripes, AHashTaggedNamePutsEveryStripeInItsSlot) {
 
 TEST_F(ClusterStripes, ASlotMoveBetweenTwoAcquires) {
   const std::string name = name_on(1, "segments-moved", ":0");
-  ClusterStripedMutex segments(client(), name, 1, LockOptions{}.ttl(10s));
+  StripedMutex segments(client(), name, 1, LockOptions{}.ttl(10s));
   const std::string key = segments.stripe(0).key();
   ASSERT_TRUE(segments.try_lock_any());
   cluster().move_slot(detail::key_slot(key), 2);
@@ -242,8 +239,8 @@ TEST_F(ClusterStripes, AWaiterSubscribesWhereItsStripeIsAndAgainWhereItMoved) {
   // object and a client of its own, as another process would.
   const std::string name = name_on(1, "segments-waited", ":0");
   ClusterClient other(options());
-  ClusterStripedMutex holder(other, name, 1, LockOptions{}.ttl(30s));
-  ClusterStripedMutex waiting(client(), name, 1, LockOptions{}.ttl(30s));
+  StripedMutex holder(other, name, 1, LockOptions{}.ttl(30s));
+  StripedMutex waiting(client(), name, 1, LockOptions{}.ttl(30s));
   const std::string key = holder.stripe(0).key();
   const std::string channel = detail::companion_key(key, "released");
   ASSERT_TRUE(holder.try_lock_any());

@@ -12,10 +12,13 @@
 #include <thread>
 #include <vector>
 
+#include "distlock/client.hpp"
 #include "distlock/cluster_client.hpp"
 #include "distlock/detail/cluster_slots.hpp"
+#include "distlock/events.hpp"
 #include "distlock/redlock.hpp"
 #include "support/fixture.hpp"
+#include "support/options.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
 
@@ -26,7 +29,6 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using testing::RedisCluster;
 using testing::RedisServer;
-using RedlockOnClusters = BasicRedlock<ClusterClient>;
 
 class ClusterRedlockTest : public ::testing::Test {
  protected:
@@ -101,7 +103,7 @@ TEST_F(ClusterRedlock, LocksAndUnlocksOnEveryCluster) {
     const std::string candidate = "redlock-cluster-" + std::to_string(i);
     if (clusters_[0]->owner_of(detail::key_slot(candidate)) == 1) name = candidate;
   }
-  RedlockOnClusters lock(masters(), name, RedlockOptions{}.ttl(10s));
+  Redlock lock(masters(), name, RedlockOptions{}.ttl(10s));
   ASSERT_TRUE(lock.try_lock());
   EXPECT_EQ(lock.last_attempt().ok(), 3u);
   for (std::size_t c = 0; c < clusters_.size(); ++c) {
@@ -122,8 +124,8 @@ TEST_F(ClusterRedlock, TwoRedlocksExcludeEachOther) {
     others.push_back(std::make_unique<ClusterClient>(options(*cluster)));
     other_masters.push_back(others.back().get());
   }
-  RedlockOnClusters first(masters(), name, RedlockOptions{}.ttl(10s));
-  RedlockOnClusters second(other_masters, name, RedlockOptions{}.ttl(10s));
+  Redlock first(masters(), name, RedlockOptions{}.ttl(10s));
+  Redlock second(other_masters, name, RedlockOptions{}.ttl(10s));
   ASSERT_TRUE(first.try_lock());
   EXPECT_FALSE(second.try_lock());
   EXPECT_EQ(second.last_attempt().count(NodeStatus::other_owner), 3u);
@@ -148,7 +150,7 @@ TEST_F(ClusterRedlock, WatchdogRenewsOnEveryCluster) {
   std::vector<ClusterClient*> with_hook = masters();
   with_hook[0] = &first;
   const std::string name = "redlock-cluster-renewed";
-  RedlockOnClusters lock(with_hook, name, RedlockOptions{}.ttl(30s).auto_renew(true));
+  Redlock lock(with_hook, name, RedlockOptions{}.ttl(30s).auto_renew(true));
   ASSERT_TRUE(lock.try_lock());
   first.watchdog().renew_all_now();
   EXPECT_TRUE(eventually([&] {
@@ -163,13 +165,55 @@ TEST_F(ClusterRedlock, WatchdogRenewsOnEveryCluster) {
   lock.unlock();
 }
 
+// Masters of any backend, mixed: two clusters and one lone server's Client,
+// each a vote, renewed together by one Watchdog round.
+TEST_F(ClusterRedlock, MastersOfDifferentBackendsShareOneLock) {
+  RedisServer lone;
+  ClientOptions lone_options = testing::client_options(lone);
+  std::mutex mutex;
+  int renewed = 0;
+  lone_options.on_event = [&](const LockEvent& event) {
+    if (event.type != LockEventType::renewed) return;
+    const std::lock_guard<std::mutex> guard(mutex);
+    ++renewed;
+  };
+  Client plain(lone_options);
+  const std::string name = "redlock-mixed";
+  Redlock lock({plain, *clients_[0], *clients_[1]}, name,
+               RedlockOptions{}.ttl(30s).auto_renew(true));
+  ASSERT_TRUE(lock.try_lock());
+  EXPECT_EQ(lock.last_attempt().ok(), 3u);
+  EXPECT_EQ(lone.command({"GET", name}), lock.token());
+  for (std::size_t c = 0; c < 2; ++c) {
+    EXPECT_EQ(at(c, name, {"GET", name}), lock.token()) << "cluster " << c;
+  }
+  plain.watchdog().renew_all_now();
+  EXPECT_TRUE(eventually([&] {
+    const std::lock_guard<std::mutex> guard(mutex);
+    return renewed > 0;
+  }));
+  EXPECT_FALSE(lock.lost());
+
+  // Another process's Redlock on the same three is kept out.
+  Client other_plain(testing::client_options(lone));
+  Redlock rival({*clients_[1], other_plain, *clients_[0]}, name, RedlockOptions{}.ttl(10s));
+  EXPECT_FALSE(rival.try_lock());
+  lock.unlock();
+  EXPECT_EQ(lone.command({"EXISTS", name}), "0");
+  for (std::size_t c = 0; c < 2; ++c) {
+    EXPECT_EQ(at(c, name, {"EXISTS", name}), "0") << "cluster " << c;
+  }
+  EXPECT_TRUE(rival.try_lock_for(5s));
+  rival.unlock();
+}
+
 // The masters' connections announce releases with SPUBLISH (the script
 // variant a cluster runs): a release that meets NOSCRIPT must load that same
 // variant by its EVAL, or every later release meets NOSCRIPT again and
 // costs two round trips.
 TEST_F(ClusterRedlock, AReleaseAfterAScriptFlushLoadsTheScriptItRunsNext) {
   const std::string name = "redlock-cluster-noscript";
-  RedlockOnClusters lock(masters(), name, RedlockOptions{}.ttl(10s));
+  Redlock lock(masters(), name, RedlockOptions{}.ttl(10s));
   for (std::size_t c = 0; c < clusters_.size(); ++c) at(c, name, {"SCRIPT", "FLUSH"});
   auto noscripts = [&](std::size_t c) {
     const std::string stats = at(c, name, {"INFO", "errorstats"});
@@ -200,7 +244,7 @@ std::string name_on(RedisCluster& cluster, const std::string& prefix, std::size_
 
 TEST_F(ClusterRedlock, AMasterWhoseSlotMovedFollowsItWithinTheStep) {
   const std::string name = name_on(*clusters_[0], "redlock-moved-", 0);
-  RedlockOnClusters lock(masters(), name, RedlockOptions{}.ttl(10s));
+  Redlock lock(masters(), name, RedlockOptions{}.ttl(10s));
   ASSERT_TRUE(lock.try_lock());
   clusters_[0]->move_slot(detail::key_slot(name), 1);
   // The first cluster's map still names master 0, which answers MOVED: the
@@ -215,7 +259,7 @@ TEST_F(ClusterRedlock, AMasterWhoseSlotMovedFollowsItWithinTheStep) {
 
 TEST_F(ClusterRedlock, AnAcquireAfterASlotMoveKeepsThatClustersVote) {
   const std::string name = name_on(*clusters_[0], "redlock-moved-acquire-", 1);
-  RedlockOnClusters lock(masters(), name, RedlockOptions{}.ttl(10s));
+  Redlock lock(masters(), name, RedlockOptions{}.ttl(10s));
   ASSERT_TRUE(lock.try_lock());
   lock.unlock();
   clusters_[0]->move_slot(detail::key_slot(name), 0);
@@ -231,7 +275,7 @@ TEST_F(ClusterRedlock, AnAcquireAfterASlotMoveKeepsThatClustersVote) {
 TEST_F(ClusterRedlock, AStepDuringASlotMigrationFollowsAskWithinTheStep) {
   const std::string name = name_on(*clusters_[0], "redlock-asked-", 0);
   const int slot = detail::key_slot(name);
-  RedlockOnClusters lock(masters(), name, RedlockOptions{}.ttl(10s));
+  Redlock lock(masters(), name, RedlockOptions{}.ttl(10s));
   ASSERT_TRUE(lock.try_lock());  // the first cluster's map names master 0
   lock.unlock();
   RedisCluster& first = *clusters_[0];
@@ -257,7 +301,7 @@ TEST_F(ClusterRedlock, AStepDuringASlotMigrationFollowsAskWithinTheStep) {
 
 TEST_F(ClusterRedlock, AClusterMastersErrorNamesTheClusterAndTheNode) {
   const std::string name = name_on(*clusters_[0], "redlock-error-", 1);
-  RedlockOnClusters lock(masters(), name, RedlockOptions{}.ttl(10s));
+  Redlock lock(masters(), name, RedlockOptions{}.ttl(10s));
   ASSERT_TRUE(lock.try_lock());
   // The key turns into a hash on the first cluster: its extend fails there
   // with WRONGTYPE, the others carry the quorum.
@@ -280,12 +324,12 @@ TEST_F(ClusterRedlock, AClusterMastersErrorNamesTheClusterAndTheNode) {
 
 TEST_F(ClusterRedlock, NamesAndMastersAreChecked) {
   // Keys of two slots: the release script could not run on a cluster.
-  EXPECT_THROW(RedlockOnClusters(masters(), "a}b"), InvalidArgument);
+  EXPECT_THROW(Redlock(masters(), "a}b"), InvalidArgument);
   // One cluster twice is one master, not two.
   std::vector<ClusterClient*> twice = masters();
   ClusterClient again(options(*clusters_[1]));
   twice[2] = &again;
-  EXPECT_THROW(RedlockOnClusters(twice, "k"), InvalidArgument);
+  EXPECT_THROW(Redlock(twice, "k"), InvalidArgument);
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ TEST(ClusterSlots, CompanionKeysShareTheLockKeysSlot) {
     EXPECT_EQ(key_slot(detail::companion_key(key, "released")), key_slot(key)) << key;
   }
   // A '}' in an untagged name ends the tag companion_key adds: such names
-  // are refused on a cluster (ClusterMutex.NameWhoseKeysSpanSlotsIsRefused).
+  // are refused on a cluster (Mutex.NameWhoseKeysSpanSlotsIsRefused).
   EXPECT_NE(key_slot(detail::companion_key("a}b", "fence")), key_slot("a}b"));
   EXPECT_NE(key_slot(detail::companion_key("x{}y", "fence")), key_slot("x{}y"));
 }

@@ -21,6 +21,7 @@
 #include "distlock/cluster_client.hpp"
 #include "distlock/detail/cluster_slots.hpp"
 #include "distlock/lock_options.hpp"
+#include "distlock/mutex.hpp"
 #include "support/cluster_suite.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_certs.hpp"
@@ -114,8 +115,8 @@ TEST_F(ClusterTls, MutexOnEachMaster) {
   ClusterClient rival_client{options()};
   for (std::size_t master = 0; master < cluster().masters(); ++master) {
     const std::string name = name_on(master, "tls-mutex");
-    ClusterMutex lock(client(), name, LockOptions{}.ttl(10s));
-    ClusterMutex rival(rival_client, name, LockOptions{}.ttl(10s));
+    Mutex lock(client(), name, LockOptions{}.ttl(10s));
+    Mutex rival(rival_client, name, LockOptions{}.ttl(10s));
     ASSERT_TRUE(lock.try_lock()) << name;
     EXPECT_EQ(at(master, {"GET", name}), lock.token());
     EXPECT_FALSE(rival.try_lock());
@@ -131,12 +132,12 @@ TEST_F(ClusterTls, MutexOnEachMaster) {
 TEST_F(ClusterTls, WatchdogRenewsOverTlsOnEveryMaster) {
   RenewalCount count;
   ClusterClient counted(counting(count));
-  std::vector<std::unique_ptr<ClusterMutex>> locks;
+  std::vector<std::unique_ptr<Mutex>> locks;
   std::vector<std::string> names;
   for (std::size_t master = 0; master < cluster().masters(); ++master) {
     names.push_back(name_on(master, "tls-renewed"));
-    locks.push_back(std::make_unique<ClusterMutex>(counted, names.back(),
-                                                   LockOptions{}.ttl(30s).auto_renew(true)));
+    locks.push_back(
+        std::make_unique<Mutex>(counted, names.back(), LockOptions{}.ttl(30s).auto_renew(true)));
     ASSERT_TRUE(locks.back()->try_lock());
   }
   counted.watchdog().renew_all_now();
@@ -151,15 +152,14 @@ TEST_F(ClusterTls, WaiterIsWokenByTheShardedReleaseOverTls) {
   // The waiter's own pause is 20 s: only the release's announcement, on
   // its TLS subscription at the slot's owner, can bring it back in time.
   const std::string name = name_on(2, "tls-woken");
-  ClusterMutex holder(client(), name, LockOptions{}.ttl(30s));
+  Mutex holder(client(), name, LockOptions{}.ttl(30s));
   ASSERT_TRUE(holder.try_lock());
-  BasicMutex<ClusterClient, FixedInterval> lock(client(), name, LockOptions{}.ttl(30s),
-                                                FixedInterval(20s));
+  Mutex lock(client(), name, LockOptions{}.ttl(30s), FixedInterval(20s));
   std::atomic<bool> got{false};
-  Waiter<BasicMutex<ClusterClient, FixedInterval>> waiter{lock, std::thread([&] {
-                                                            got = lock.try_lock_for(10s);
-                                                            if (got) lock.unlock();
-                                                          })};
+  Waiter<Mutex> waiter{lock, std::thread([&] {
+                         got = lock.try_lock_for(10s);
+                         if (got) lock.unlock();
+                       })};
   ASSERT_TRUE(subscribed_at(2, released_channel(name)));
   const auto released = Clock::now();
   holder.unlock();
@@ -172,7 +172,7 @@ TEST_F(ClusterTls, AClientThatDoesNotTrustTheCaFailsNamingTheSeeds) {
   ClusterOptions untrusting = options();
   untrusting.tls.ca_file = (*pki_)->other_ca.file();
   ClusterClient cluster_client{untrusting};
-  ClusterMutex lock(cluster_client, "tls-untrusted");
+  Mutex lock(cluster_client, "tls-untrusted");
   try {
     static_cast<void>(lock.try_lock());
     ADD_FAILURE() << "locked through a cluster whose CA is not trusted";
@@ -194,8 +194,8 @@ TEST_F(ClusterTlsFailover, TheLockContractHoldsWhenItsMasterIsKilled) {
   RenewalCount count;
   ClusterClient holder_client(counting(count));
   ClusterClient rival_client{options()};
-  ClusterMutex holder(holder_client, name, LockOptions{}.ttl(30s).auto_renew(true));
-  ClusterMutex rival(rival_client, name, LockOptions{}.ttl(30s));
+  Mutex holder(holder_client, name, LockOptions{}.ttl(30s).auto_renew(true));
+  Mutex rival(rival_client, name, LockOptions{}.ttl(30s));
   ASSERT_TRUE(holder.try_lock());
   ASSERT_FALSE(rival.try_lock());
   cluster().wait_replicated(0);
@@ -208,7 +208,7 @@ TEST_F(ClusterTlsFailover, TheLockContractHoldsWhenItsMasterIsKilled) {
   EXPECT_EQ(at(promoted, {"GET", name}), holder.token());
   // The rival finds the new owner within its deadline, and is refused
   // there: the key came over with the replica.
-  ClusterMutex probe(rival_client, name_on(promoted, "tls-probe"));
+  Mutex probe(rival_client, name_on(promoted, "tls-probe"));
   ASSERT_TRUE(probe.try_lock_for(3s));
   probe.unlock();
   EXPECT_FALSE(rival.try_lock());
@@ -222,13 +222,12 @@ TEST_F(ClusterTlsFailover, TheLockContractHoldsWhenItsMasterIsKilled) {
   EXPECT_FALSE(holder.lost());
 
   // A waiter at the new owner is woken by the holder's release.
-  BasicMutex<ClusterClient, FixedInterval> waiting(rival_client, name, LockOptions{}.ttl(30s),
-                                                   FixedInterval(20s));
+  Mutex waiting(rival_client, name, LockOptions{}.ttl(30s), FixedInterval(20s));
   std::atomic<bool> got{false};
-  Waiter<BasicMutex<ClusterClient, FixedInterval>> waiter{waiting, std::thread([&] {
-                                                            got = waiting.try_lock_for(10s);
-                                                            if (got) waiting.unlock();
-                                                          })};
+  Waiter<Mutex> waiter{waiting, std::thread([&] {
+                         got = waiting.try_lock_for(10s);
+                         if (got) waiting.unlock();
+                       })};
   ASSERT_TRUE(subscribed_at(promoted, released_channel(name)));
   const auto released = Clock::now();
   EXPECT_EQ(holder.release(), Release::released);
@@ -239,8 +238,8 @@ TEST_F(ClusterTlsFailover, TheLockContractHoldsWhenItsMasterIsKilled) {
 
 TEST_F(ClusterTlsFailover, ALeaseFollowsAHandOverOverTls) {
   const std::string name = name_on(1, "tls-handover");
-  ClusterMutex lock(client(), name, LockOptions{}.ttl(10s));
-  ClusterMutex rival(client(), name, LockOptions{}.ttl(10s));
+  Mutex lock(client(), name, LockOptions{}.ttl(10s));
+  Mutex rival(client(), name, LockOptions{}.ttl(10s));
   ASSERT_TRUE(lock.try_lock());
   cluster().wait_replicated(1);
   const std::size_t promoted = cluster().fail_over(1, /*kill=*/false);

@@ -800,19 +800,19 @@ struct StarvedKind {
   using Holder = HolderLock;  // of the waiter's layout; a SharedMutex writer keeps out every kind
   static bool try_lock_for(Lock& lock, milliseconds timeout) { return lock.try_lock_for(timeout); }
 };
-struct StarvedMutex : StarvedKind<BasicMutex<StarvedClient, Polling>, Mutex> {
+struct StarvedMutex : StarvedKind<Mutex, Mutex> {
   static constexpr const char* name = "Mutex";
 };
-struct StarvedSimpleMutex : StarvedKind<BasicSimpleMutex<StarvedClient, Polling>, Mutex> {
+struct StarvedSimpleMutex : StarvedKind<SimpleMutex, Mutex> {
   static constexpr const char* name = "SimpleMutex";
 };
-struct StarvedReentrant : StarvedKind<BasicReentrantMutex<StarvedClient, Polling>> {
+struct StarvedReentrant : StarvedKind<ReentrantMutex> {
   static constexpr const char* name = "ReentrantMutex";
 };
-struct StarvedSharedWrite : StarvedKind<BasicSharedMutex<StarvedClient, Polling>> {
+struct StarvedSharedWrite : StarvedKind<SharedMutex> {
   static constexpr const char* name = "SharedMutexWrite";
 };
-struct StarvedSharedRead : StarvedKind<BasicSharedMutex<StarvedClient, Polling>> {
+struct StarvedSharedRead : StarvedKind<SharedMutex> {
   static constexpr const char* name = "SharedMutexRead";
   static bool try_lock_for(Object& lock, milliseconds timeout) {
     return lock.try_lock_shared_for(timeout);

@@ -34,7 +34,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using testing::command_calls;
-using SleepyMutex = BasicMutex<Client, FixedInterval>;
 const FixedInterval an_hour{1h};
 
 class NotifierTest : public testing::RedisClientTest {
@@ -60,8 +59,8 @@ class NotifierTest : public testing::RedisClientTest {
 };
 
 TEST_F(NotifierTest, ReleaseWakesAWaiterThatWouldOtherwiseSleep) {
-  SleepyMutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
-  SleepyMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  Mutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  Mutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
   ASSERT_TRUE(holder.try_lock());
   auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
   // Let the waiter fail once and subscribe before the release.
@@ -75,8 +74,8 @@ TEST_F(NotifierTest, ReleaseWakesAWaiterThatWouldOtherwiseSleep) {
 }
 
 TEST_F(NotifierTest, NoMissedWakeUpUnderTightReleaseWaitInterleaving) {
-  SleepyMutex a(client(), "k", LockOptions{}.ttl(30s), an_hour);
-  SleepyMutex b(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  Mutex a(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  Mutex b(client(), "k", LockOptions{}.ttl(30s), an_hour);
   for (int round = 0; round < 100; ++round) {
     ASSERT_TRUE(a.try_lock()) << round;
     auto waiting = std::async(std::launch::async, [&] { return b.try_lock_for(10s); });
@@ -90,8 +89,8 @@ TEST_F(NotifierTest, NoMissedWakeUpUnderTightReleaseWaitInterleaving) {
 }
 
 TEST_F(NotifierTest, HandoffStillWorksWhenTheSubscriberConnectionIsKilled) {
-  SleepyMutex holder(client(), "k", LockOptions{}.ttl(1500ms), an_hour);
-  SleepyMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  Mutex holder(client(), "k", LockOptions{}.ttl(1500ms), an_hour);
+  Mutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
   ASSERT_TRUE(holder.try_lock());
   auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
   wait_for_a_subscriber();
@@ -113,8 +112,8 @@ TEST_F(NotifierTest, HandoffStillWorksWhenTheSubscriberConnectionIsKilled) {
 // waiter may look only while the thread is parked, never at the connection
 // the thread is dropping; ThreadSanitizer watches).
 TEST_F(NotifierTest, ALoneWaiterRidesOutItsSubscriberKilledRoundAfterRound) {
-  SleepyMutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
-  SleepyMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  Mutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  Mutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
   for (int round = 0; round < 20; ++round) {
     ASSERT_TRUE(holder.try_lock()) << round;
     auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
@@ -236,8 +235,8 @@ TEST_F(NotifierTest, WaiterBoundFailsAcquiresAtOnceWithAClearError) {
 }
 
 TEST_F(NotifierTest, AWaiterCanBeCancelledFromAnotherThread) {
-  SleepyMutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
-  SleepyMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  Mutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  Mutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
   ASSERT_TRUE(holder.try_lock());
   client().command("CONFIG", "RESETSTAT");
   auto timed = std::async(std::launch::async, [&] { return waiter.try_lock_for(20s); });
@@ -262,8 +261,7 @@ TEST_F(NotifierTest, AWaiterCanBeCancelledFromAnotherThread) {
 }
 
 TEST_F(NotifierTest, CancellingAPollingWaiterWorksToo) {
-  BasicMutex<Client, FixedInterval> waiter(client(), "k", LockOptions{}.wake_on_release(false),
-                                           an_hour);
+  Mutex waiter(client(), "k", LockOptions{}.wake_on_release(false), an_hour);
   Mutex holder(client(), "k");
   ASSERT_TRUE(holder.try_lock());
   client().command("CONFIG", "RESETSTAT");
@@ -276,8 +274,7 @@ TEST_F(NotifierTest, CancellingAPollingWaiterWorksToo) {
 }
 
 TEST_F(NotifierTest, WithoutWakeOnReleaseWaitersPollAtThePolicysPace) {
-  BasicMutex<Client, FixedInterval> waiter(client(), "k", LockOptions{}.wake_on_release(false),
-                                           FixedInterval(20ms));
+  Mutex waiter(client(), "k", LockOptions{}.wake_on_release(false), FixedInterval(20ms));
   Mutex holder(client(), "k", LockOptions{}.ttl(30s));
   ASSERT_TRUE(holder.try_lock());
   auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
@@ -288,8 +285,8 @@ TEST_F(NotifierTest, WithoutWakeOnReleaseWaitersPollAtThePolicysPace) {
 }
 
 TEST_F(NotifierTest, SimpleMutexReleasesAreAnnouncedToo) {
-  BasicSimpleMutex<Client, FixedInterval> holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
-  BasicSimpleMutex<Client, FixedInterval> waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  SimpleMutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  SimpleMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
   ASSERT_TRUE(holder.try_lock());
   auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
   wait_for_a_subscriber();
@@ -307,8 +304,8 @@ bool eventually_armed(Notifier& notifier) {
 }
 
 TEST_F(NotifierTest, TheNotifierSendsTheSleepingWaitersAttemptOnRelease) {
-  SleepyMutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
-  SleepyMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  Mutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  Mutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
   ASSERT_TRUE(holder.try_lock());
   auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
   ASSERT_TRUE(eventually_armed(client().notifier()));
@@ -324,8 +321,8 @@ TEST_F(NotifierTest, TheNotifierSendsTheSleepingWaitersAttemptOnRelease) {
 }
 
 TEST_F(NotifierTest, FencedAndReplicatedAttemptsAreNotArmed) {
-  SleepyMutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
-  SleepyMutex waiter(client(), "k", LockOptions{}.ttl(30s).fencing(true), an_hour);
+  Mutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  Mutex waiter(client(), "k", LockOptions{}.ttl(30s).fencing(true), an_hour);
   ASSERT_TRUE(holder.try_lock());
   auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
   wait_for_a_subscriber();
@@ -338,8 +335,8 @@ TEST_F(NotifierTest, FencedAndReplicatedAttemptsAreNotArmed) {
 // cancel_waits() and a release at once: the waiter either holds the lock
 // (its attempt was on the wire first) or gave up holding nothing.
 TEST_F(NotifierTest, CancelWaitsRacingAPreSentAttemptLeavesNoLockBehind) {
-  SleepyMutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
-  SleepyMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  Mutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  Mutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
   int taken = 0;
   for (int round = 0; round < 30; ++round) {
     ASSERT_TRUE(holder.try_lock());
@@ -374,8 +371,8 @@ TEST_F(NotifierTest, APreSentAttemptAnsweredPastTheDeadlineIsUndone) {
   through.port = proxy.port();
   through.command_timeout = 5000ms;
   Client waiting_client(through);
-  SleepyMutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
-  SleepyMutex waiter(waiting_client, "k", LockOptions{}.ttl(30s), an_hour);
+  Mutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  Mutex waiter(waiting_client, "k", LockOptions{}.ttl(30s), an_hour);
   ASSERT_TRUE(holder.try_lock());
   const auto deadline = Clock::now() + 2250ms;
   auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_until(deadline); });
@@ -417,8 +414,8 @@ bool eventually_lent(Notifier& notifier, std::uint64_t lends) {
 }
 
 TEST_F(NotifierTest, ALoneSleepingMutexWaiterReadsTheReleaseItself) {
-  SleepyMutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
-  SleepyMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  Mutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  Mutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
   ASSERT_TRUE(holder.try_lock());
   auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
   ASSERT_TRUE(eventually_lent(client().notifier(), 1)) << "the waiter never read it itself";
@@ -508,8 +505,8 @@ TEST_F(NotifierTest, AWaiterIsWokenByAReleaseAfterItsSubscriberWasReplaced) {
   ClientOptions options = testing::client_options(server());
   options.max_connection_age = 300ms;
   Client aging(options);
-  SleepyMutex holder(aging, "k", LockOptions{}.ttl(60s), an_hour);
-  SleepyMutex waiter(aging, "k", LockOptions{}.ttl(60s), an_hour);
+  Mutex holder(aging, "k", LockOptions{}.ttl(60s), an_hour);
+  Mutex waiter(aging, "k", LockOptions{}.ttl(60s), an_hour);
   ASSERT_TRUE(holder.try_lock());
   auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(30s); });
   Notifier& notifier = aging.notifier();
@@ -539,15 +536,15 @@ TEST_F(NotifierTest, ReplacingTheSubscriberLosesNoReleaseOfManyChannels) {
   options.max_connection_age = 50ms;
   Client aging(options);
   constexpr std::size_t channels = 8;
-  std::vector<std::unique_ptr<SleepyMutex>> holders;
-  std::vector<std::unique_ptr<SleepyMutex>> waiters;
+  std::vector<std::unique_ptr<Mutex>> holders;
+  std::vector<std::unique_ptr<Mutex>> waiters;
   std::vector<std::future<Clock::time_point>> got_in;  // max(): never
   for (std::size_t i = 0; i < channels; ++i) {
     const std::string key = "k" + std::to_string(i);
-    holders.push_back(std::make_unique<SleepyMutex>(aging, key, LockOptions{}.ttl(60s), an_hour));
-    waiters.push_back(std::make_unique<SleepyMutex>(aging, key, LockOptions{}.ttl(60s), an_hour));
+    holders.push_back(std::make_unique<Mutex>(aging, key, LockOptions{}.ttl(60s), an_hour));
+    waiters.push_back(std::make_unique<Mutex>(aging, key, LockOptions{}.ttl(60s), an_hour));
     ASSERT_TRUE(holders.back()->try_lock());
-    SleepyMutex& mine = *waiters.back();
+    Mutex& mine = *waiters.back();
     got_in.push_back(std::async(std::launch::async, [&mine] {
       return mine.try_lock_for(30s) ? Clock::now() : Clock::time_point::max();
     }));

@@ -28,7 +28,6 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using testing::client_options;
 using testing::command_calls;
-using SleepyReentrantMutex = BasicReentrantMutex<Client, FixedInterval>;
 const FixedInterval an_hour{1h};
 
 // Redisson's RLock tryLock and unlock scripts, as a Java service sends them.
@@ -248,7 +247,7 @@ TEST_F(ReentrantMutexTest, ARedissonHolderAndWeExcludeAndWakeEachOther) {
   // A Java service takes the lock with Redisson's script.
   EXPECT_TRUE(
       client().command("EVAL", redisson_try_lock, "1", "shared", "30000", java_owner).is_nil());
-  SleepyReentrantMutex ours(client(), "shared", LockOptions{}.ttl(30s), an_hour);
+  ReentrantMutex ours(client(), "shared", LockOptions{}.ttl(30s), an_hour);
   EXPECT_FALSE(ours.try_lock());
   Clock::time_point released{};
   std::thread java([&] {
@@ -296,11 +295,11 @@ TEST_F(ReentrantMutexTest, RedissonsUnlockReleasesAHoldOfOurs) {
 }
 
 TEST_F(ReentrantMutexTest, ReleaseWakesAWaiterThatWouldOtherwiseSleep) {
-  SleepyReentrantMutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  ReentrantMutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
   holder.lock();
   holder.lock();
   auto waiting = std::async(std::launch::async, [&] {
-    SleepyReentrantMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
+    ReentrantMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
     return waiter.try_lock_for(20s);
   });
   ASSERT_TRUE(eventually_subscribed(holder.channel()));
@@ -562,7 +561,7 @@ TEST_F(ReentrantMutexTest, TimedOutAcquireLeavesNoHoldBehind) {
 TEST_F(ReentrantMutexTest, AWaiterCanBeCancelledFromAnotherThread) {
   Client other(client_options(server()));
   ReentrantMutex holder(other, "k", LockOptions{}.ttl(30s));
-  SleepyReentrantMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
+  ReentrantMutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
   ASSERT_TRUE(holder.try_lock());  // also caches the script the waiters run
   client().command("CONFIG", "RESETSTAT");
   auto timed = std::async(std::launch::async, [&] { return waiter.try_lock_for(20s); });

@@ -20,6 +20,7 @@
 #include <string>
 #include <utility>
 
+#include "distlock/mutex.hpp"
 #include "distlock/sentinel_client.hpp"
 #include "support/acl_rules.hpp"
 #include "support/eventually.hpp"
@@ -112,8 +113,8 @@ class SentinelAcl : public ::testing::Test {
       const LockOptions options = LockOptions{}.ttl(600ms).auto_renew(true).fencing(true);
       SentinelClient holder_client(as_app());
       SentinelClient waiter_client(as_app());
-      SentinelMutex holder(holder_client, name, options);
-      SentinelMutex waiter(waiter_client, name, options);
+      Mutex holder(holder_client, name, options);
+      Mutex waiter(waiter_client, name, options);
       DISTLOCK_STEP(holder.try_lock());
       const long long fence = holder.fence();
       DISTLOCK_STEP(fence > 0);
@@ -160,8 +161,7 @@ TEST_F(SentinelAcl, Mutex) {
 TEST_F(SentinelAcl, MutexAcrossAFailover) {
   set_users(on_sentinel_master(mutex_rules), sentinel_rules);
   SentinelClient client(as_app());
-  SentinelMutex held(client, "jobs:failover",
-                     LockOptions{}.ttl(60s).auto_renew(true).fencing(true));
+  Mutex held(client, "jobs:failover", LockOptions{}.ttl(60s).auto_renew(true).fencing(true));
   ASSERT_TRUE(held.try_lock());
   // Both replicas have the lease before the switch (replication is
   // asynchronous, and this test is not about losing it).
@@ -183,7 +183,7 @@ TEST_F(SentinelAcl, MutexAcrossAFailover) {
 TEST_F(SentinelAcl, AMasterThatRefusesRoleIsANopermErrorAtOnce) {
   set_users(without(on_sentinel_master(mutex_rules), "+role"), sentinel_rules);
   SentinelClient client(as_app());
-  SentinelMutex mutex(client, "jobs:refused");
+  Mutex mutex(client, "jobs:refused");
   const auto start = std::chrono::steady_clock::now();
   try {
     static_cast<void>(mutex.try_lock_for(10s));

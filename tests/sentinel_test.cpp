@@ -22,9 +22,12 @@
 #include "distlock/lock_options.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/rate_limiter.hpp"
+#include "distlock/reentrant_mutex.hpp"
 #include "distlock/semaphore.hpp"
 #include "distlock/sentinel_client.hpp"
 #include "distlock/sentinel_options.hpp"
+#include "distlock/shared_mutex.hpp"
+#include "distlock/simple_mutex.hpp"
 #include "distlock/striped_mutex.hpp"
 #include "support/eventually.hpp"
 #include "support/fixture.hpp"
@@ -115,30 +118,29 @@ void take_after_reconnect(Mutex& lock) {
 
 TEST_F(Sentinel, FindsTheMasterAndEveryLockWorks) {
   SentinelClient sentinel(sentinel_options(group()));
-  SentinelMutex mutex(sentinel, "job");
+  Mutex mutex(sentinel, "job");
   ASSERT_TRUE(mutex.try_lock());
   EXPECT_EQ(sentinel.master_address(), "127.0.0.1:" + std::to_string(group().master().port()));
   EXPECT_EQ(group().master().command({"EXISTS", "job"}), "1");
   mutex.unlock();
-  SentinelReentrantMutex reentrant(sentinel, "re");
+  ReentrantMutex reentrant(sentinel, "re");
   ASSERT_TRUE(reentrant.try_lock());
   reentrant.unlock();
-  SentinelSharedMutex shared(sentinel, "rw");
+  SharedMutex shared(sentinel, "rw");
   ASSERT_TRUE(shared.try_lock_shared());
   shared.unlock_shared();
-  SentinelSimpleMutex simple(sentinel, "simple", LockOptions{}.ttl(seconds(5)));
+  SimpleMutex simple(sentinel, "simple", LockOptions{}.ttl(seconds(5)));
   ASSERT_TRUE(simple.try_lock());
   simple.unlock();
-  BasicSemaphore<SentinelClient> permits(sentinel, "permits", 2);
+  Semaphore permits(sentinel, "permits", 2);
   auto permit = permits.try_acquire();
   ASSERT_TRUE(permit);
   EXPECT_EQ(permit.release(), Release::released);
-  BasicStripedMutex<SentinelClient> stripes(sentinel, "stripes", 4);
+  StripedMutex stripes(sentinel, "stripes", 4);
   auto taken = stripes.lock_any(seconds(2));
   ASSERT_TRUE(taken);
   taken.guard.unlock();
-  BasicRateLimiter<SentinelClient> limiter(sentinel, "visits",
-                                           RateOptions{}.fixed_window(1, seconds(10)));
+  RateLimiter limiter(sentinel, "visits", RateOptions{}.fixed_window(1, seconds(10)));
   EXPECT_TRUE(limiter.try_acquire().allowed);
   EXPECT_FALSE(limiter.try_acquire().allowed);
 
@@ -157,11 +159,10 @@ TEST_F(Sentinel, ReplicatedLeaseSurvivesSentinelFailoverAndIsRevalidated) {
   options.on_event = events.hook();
   SentinelClient sentinel(options);
   std::atomic<int> lost_calls{0};
-  SentinelMutex held(
-      sentinel, "job",
-      long_lease().replicas_majority(milliseconds(1000)).on_lost([&](const LeaseInfo&) {
-        ++lost_calls;
-      }));
+  Mutex held(sentinel, "job",
+             long_lease().replicas_majority(milliseconds(1000)).on_lost([&](const LeaseInfo&) {
+               ++lost_calls;
+             }));
   ASSERT_TRUE(held.try_lock());
   const std::string old_master = sentinel.master_address();
   events.start();
@@ -180,7 +181,7 @@ TEST_F(Sentinel, ReplicatedLeaseSurvivesSentinelFailoverAndIsRevalidated) {
   EXPECT_GT(held.validity(), seconds(50));
   EXPECT_EQ(group().master().command({"GET", "job"}), held.token());
   // Locks keep working on the new master.
-  SentinelMutex other(sentinel, "other");
+  Mutex other(sentinel, "other");
   EXPECT_TRUE(other.try_lock_for(seconds(5)));
   other.unlock();
   EXPECT_EQ(held.release(), Release::released);
@@ -189,7 +190,7 @@ TEST_F(Sentinel, ReplicatedLeaseSurvivesSentinelFailoverAndIsRevalidated) {
 TEST_F(Sentinel, LeaseThePromotedReplicaNeverHadIsReportedLost) {
   SentinelClient sentinel(sentinel_options(group()));
   std::atomic<int> taken{0};
-  SentinelMutex held(sentinel, "job", long_lease().on_lost([&](const LeaseInfo& info) {
+  Mutex held(sentinel, "job", long_lease().on_lost([&](const LeaseInfo& info) {
     if (info.reason == LostReason::taken) ++taken;
   }));
   // Neither replica gets the grant: both stopped, their links cut.
@@ -205,7 +206,7 @@ TEST_F(Sentinel, LeaseThePromotedReplicaNeverHadIsReportedLost) {
   std::atomic<bool> switching{true};
   std::atomic<long long> worst_overrun_ms{0};
   JoiningThread caller([&] {
-    SentinelMutex probe(sentinel, "probe", LockOptions{}.ttl(seconds(5)));
+    Mutex probe(sentinel, "probe", LockOptions{}.ttl(seconds(5)));
     while (switching) {
       const auto start = steady_clock::now();
       bool got = false;
@@ -231,7 +232,7 @@ TEST_F(Sentinel, LeaseThePromotedReplicaNeverHadIsReportedLost) {
   EXPECT_LT(worst_overrun_ms.load(), 1500) << "a caller overran its deadline during the switch";
   EXPECT_EQ(held.release(), Release::lost);
   // And the name is free on the new master.
-  SentinelMutex second(sentinel, "job", LockOptions{}.ttl(seconds(5)));
+  Mutex second(sentinel, "job", LockOptions{}.ttl(seconds(5)));
   EXPECT_TRUE(second.try_lock_for(seconds(5)));
 }
 
@@ -247,17 +248,16 @@ TEST_F(Sentinel, FixedTtlLeasesAreRevalidatedOnTheNewMaster) {
   const LockOptions fixed = LockOptions{}.ttl(seconds(60));
   std::atomic<int> kept_lost{0};
   std::atomic<int> taken{0};
-  SentinelMutex kept(
-      sentinel, "kept",
-      LockOptions(fixed).replicas(2, milliseconds(1000)).on_lost([&](const LeaseInfo&) {
-        ++kept_lost;
-      }));
+  Mutex kept(sentinel, "kept",
+             LockOptions(fixed).replicas(2, milliseconds(1000)).on_lost([&](const LeaseInfo&) {
+               ++kept_lost;
+             }));
   ASSERT_TRUE(kept.try_lock());
   // Neither replica gets the second grant: both stopped, their links cut.
   group().replica(0).pause();
   group().replica(1).pause();
   group().master().command({"CLIENT", "KILL", "TYPE", "replica"});
-  SentinelMutex gone(sentinel, "gone", LockOptions(fixed).on_lost([&](const LeaseInfo& info) {
+  Mutex gone(sentinel, "gone", LockOptions(fixed).on_lost([&](const LeaseInfo& info) {
     if (info.reason == LostReason::taken) ++taken;
   }));
   ASSERT_TRUE(gone.try_lock());
@@ -292,7 +292,7 @@ TEST_F(Sentinel, DestructionDoesNotWaitForALookInProgress) {
   options.command_timeout = seconds(10);
   auto sentinel = std::make_unique<SentinelClient>(options);
   {
-    SentinelMutex mutex(*sentinel, "job", LockOptions{}.ttl(seconds(5)));
+    Mutex mutex(*sentinel, "job", LockOptions{}.ttl(seconds(5)));
     ASSERT_TRUE(mutex.try_lock());
     mutex.unlock();
   }
@@ -330,12 +330,12 @@ TEST_F(Sentinel, WaiterIsWokenByAReleaseOnTheNewMaster) {
   SentinelClient holder_side(sentinel_options(group()));
   SentinelClient waiter_side(sentinel_options(group()));
   // Both replicas have the grant, whichever is promoted.
-  SentinelMutex holder(holder_side, "job", long_lease().replicas(2, milliseconds(1000)));
+  Mutex holder(holder_side, "job", long_lease().replicas(2, milliseconds(1000)));
   ASSERT_TRUE(holder.try_lock());
   std::atomic<bool> acquired{false};
   std::atomic<long long> acquired_at_ns{0};
   JoiningThread waiter([&] {
-    SentinelMutex lock(waiter_side, "job", LockOptions{}.ttl(seconds(5)));
+    Mutex lock(waiter_side, "job", LockOptions{}.ttl(seconds(5)));
     const auto limit = steady_clock::now() + seconds(30);
     while (!acquired && steady_clock::now() < limit) {
       try {
@@ -379,7 +379,7 @@ TEST(SentinelAuth, SentinelsAndDataNodesAuthenticateSeparately) {
   options.password = "data-secret";
   options.sentinel_password = "sentinel-secret";
   SentinelClient sentinel(options);
-  SentinelMutex mutex(sentinel, "job");
+  Mutex mutex(sentinel, "job");
   ASSERT_TRUE(mutex.try_lock());
   mutex.unlock();
 
@@ -387,7 +387,7 @@ TEST(SentinelAuth, SentinelsAndDataNodesAuthenticateSeparately) {
   swapped.password = "sentinel-secret";
   swapped.sentinel_password = "data-secret";
   SentinelClient wrong(swapped);
-  SentinelMutex refused(wrong, "job");
+  Mutex refused(wrong, "job");
   try {
     static_cast<void>(refused.try_lock());
     FAIL() << "locked with the passwords swapped";
@@ -405,7 +405,7 @@ TEST(SentinelBadInput, UnknownMasterNameIsAClearError) {
   SentinelOptions sentinel_options("unknown",
                                    {"127.0.0.1:" + std::to_string(lone_sentinel.port())});
   SentinelClient sentinel(sentinel_options);
-  SentinelMutex mutex(sentinel, "job");
+  Mutex mutex(sentinel, "job");
   const auto start = steady_clock::now();
   try {
     static_cast<void>(mutex.try_lock_for(seconds(5)));
@@ -422,7 +422,7 @@ TEST(SentinelBadInput, NoSentinelReachableFailsByTheDeadline) {
   SentinelOptions options("mymaster", {"127.0.0.1:" + std::to_string(closed_port)});
   options.connect_timeout = milliseconds(200);
   SentinelClient sentinel(options);
-  SentinelMutex mutex(sentinel, "job");
+  Mutex mutex(sentinel, "job");
   auto start = steady_clock::now();
   // Kept asking until the deadline: an outage, not a busy lock.
   EXPECT_THROW(static_cast<void>(mutex.try_lock_for(milliseconds(400))), TimeoutError);

@@ -13,6 +13,7 @@
 
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
+#include "distlock/mutex.hpp"
 #include "distlock/sentinel_client.hpp"
 #include "distlock/sentinel_options.hpp"
 #include "support/eventually.hpp"
@@ -83,8 +84,8 @@ TEST_F(SentinelTls, ALockKeepsItsContractAcrossAKilledMaster) {
   SentinelClient rival_side(all_tls_options());
   // Renewals are 20 s away: only the Sentinels' announcement, on the
   // watch's TLS subscription, tells of the switch.
-  SentinelMutex holder(holder_side, "job", LockOptions{}.ttl(seconds(60)).auto_renew(true));
-  SentinelMutex rival(rival_side, "job", LockOptions{}.ttl(seconds(5)));
+  Mutex holder(holder_side, "job", LockOptions{}.ttl(seconds(60)).auto_renew(true));
+  Mutex rival(rival_side, "job", LockOptions{}.ttl(seconds(5)));
   ASSERT_TRUE(holder.try_lock());
   // Both replicas have the grant (over the TLS replication links),
   // whichever is promoted.
@@ -111,7 +112,7 @@ TEST_F(SentinelTls, ALockKeepsItsContractAcrossAKilledMaster) {
 
 TEST_F(SentinelTls, PlainTextToTlsOnlySentinelsFailsNamingThem) {
   SentinelClient plain_to_sentinels(options());
-  SentinelMutex lock(plain_to_sentinels, "job");
+  Mutex lock(plain_to_sentinels, "job");
   try {
     static_cast<void>(lock.try_lock());
     ADD_FAILURE() << "locked through Sentinels it spoke plain text to";
@@ -131,7 +132,7 @@ class SentinelTlsDataOnly : public SentinelTls {
 
 TEST_F(SentinelTlsDataOnly, ALockFollowsSentinelFailoverToTlsDataNodes) {
   SentinelClient sentinel(options());
-  SentinelMutex held(sentinel, "job", LockOptions{}.ttl(seconds(60)).auto_renew(true));
+  Mutex held(sentinel, "job", LockOptions{}.ttl(seconds(60)).auto_renew(true));
   ASSERT_TRUE(held.try_lock());
   ASSERT_EQ(group().master().command({"WAIT", "2", "5000"}), "2");
   const std::string old_master = sentinel.master_address();

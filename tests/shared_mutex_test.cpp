@@ -35,7 +35,6 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using testing::client_options;
 using testing::command_calls;
-using SleepySharedMutex = BasicSharedMutex<Client, FixedInterval>;
 const FixedInterval an_hour{1h};
 
 class SharedMutexTest : public testing::RedisClientTest {
@@ -347,12 +346,12 @@ TEST_F(SharedMutexTest, ACrashedReaderBlocksWritersNoLongerThanItsLease) {
 }
 
 TEST_F(SharedMutexTest, DowngradeKeepsTheDataLockedThroughout) {
-  SleepySharedMutex lock(client(), "rw", LockOptions{}.ttl(30s), an_hour);
+  SharedMutex lock(client(), "rw", LockOptions{}.ttl(30s), an_hour);
   lock.lock();
   // A reader elsewhere waits (with an hour-long policy) for the writer.
   auto reader = std::async(std::launch::async, [&] {
     Client other(client_options(server()));
-    SleepySharedMutex elsewhere(other, "rw", LockOptions{}.ttl(30s), an_hour);
+    SharedMutex elsewhere(other, "rw", LockOptions{}.ttl(30s), an_hour);
     const bool got = elsewhere.try_lock_shared_for(20s);
     if (got) elsewhere.unlock_shared();
     return got;
@@ -408,11 +407,11 @@ TEST_F(SharedMutexTest, AnUpgradeIsRefusedAtOnceInsteadOfDeadlocking) {
 }
 
 TEST_F(SharedMutexTest, AWriterIsWokenByTheLastReadersAnnouncement) {
-  SleepySharedMutex reader(client(), "rw", LockOptions{}.ttl(30s), an_hour);
+  SharedMutex reader(client(), "rw", LockOptions{}.ttl(30s), an_hour);
   ASSERT_TRUE(reader.try_lock_shared());
   auto writer = std::async(std::launch::async, [&] {
     Client other(client_options(server()));
-    SleepySharedMutex elsewhere(other, "rw", LockOptions{}.ttl(30s), an_hour);
+    SharedMutex elsewhere(other, "rw", LockOptions{}.ttl(30s), an_hour);
     const bool got = elsewhere.try_lock_for(20s);
     if (got) elsewhere.unlock();
     return got;
@@ -425,7 +424,7 @@ TEST_F(SharedMutexTest, AWriterIsWokenByTheLastReadersAnnouncement) {
 }
 
 TEST_F(SharedMutexTest, ReadersAreWokenByTheWritersAnnouncement) {
-  SleepySharedMutex writer(client(), "rw", LockOptions{}.ttl(30s), an_hour);
+  SharedMutex writer(client(), "rw", LockOptions{}.ttl(30s), an_hour);
   ASSERT_TRUE(writer.try_lock());
   std::vector<std::future<bool>> readers;
   for (int i = 0; i < 3; ++i) {
@@ -689,10 +688,10 @@ TEST_F(SharedMutexTest, TimedOutAcquireLeavesNoHoldBehind) {
 TEST_F(SharedMutexTest, AWaiterCanBeCancelledFromAnotherThread) {
   Client other(client_options(server()));
   SharedMutex holder(other, "rw", LockOptions{}.ttl(30s));
-  SleepySharedMutex waiter(client(), "rw", LockOptions{}.ttl(30s), an_hour);
+  SharedMutex waiter(client(), "rw", LockOptions{}.ttl(30s), an_hour);
   ASSERT_TRUE(holder.try_lock());
   {
-    SleepySharedMutex warm(client(), "warm", LockOptions{}.ttl(30s), an_hour);
+    SharedMutex warm(client(), "warm", LockOptions{}.ttl(30s), an_hour);
     std::shared_lock guard(warm);  // the server caches the read script too
   }
   client().command("CONFIG", "RESETSTAT");

@@ -211,8 +211,8 @@ TEST_F(WatchdogTest, ARoundOfSimpleMutexLeasesIsOneRoundTripPerChunkAndOnlyLengt
 // each PTTL with the lease itself. Redis 7 is made to look older by telling
 // the renewer so.
 TEST_F(WatchdogTest, SimpleMutexRenewalWithoutGtStillOnlyLengthens) {
-  auto renewer = std::make_shared<detail::TransactionalLease::Renewer<Client>>(
-      client(), /*server_has_gt=*/false);
+  auto renewer = std::make_shared<detail::TransactionalLease::Renewer>(client().site_for(""),
+                                                                       /*server_has_gt=*/false);
   std::vector<std::unique_ptr<detail::LeaseState>> states;
   for (const char* key : {"short", "long", "taken"}) {
     client().command("SET", key, std::string("tok-") + key, "PX", "10000");

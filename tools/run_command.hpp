@@ -62,7 +62,7 @@ class ExclusiveLock final : public HeldLock {
     return lock_.fence();
   }
   std::string holder_id() const override {
-    if constexpr (std::is_same_v<Lock, BasicMutex<Backend>>) {
+    if constexpr (std::is_same_v<Lock, Mutex>) {
       return id_prefix(lock_.token());
     } else {
       return id_prefix(lock_.owner_id());
@@ -87,7 +87,7 @@ class ReadLock final : public HeldLock {
   std::string holder_id() const override { return id_prefix(lock_.owner_id()); }
 
  private:
-  BasicSharedMutex<Backend> lock_;
+  SharedMutex lock_;
 };
 
 struct RunArgs {
@@ -255,11 +255,10 @@ inline int run(const RunArgs& args, const Signals& signals, const InheritedFds& 
         using Backend = std::decay_t<decltype(backend)>;
         if (args.shared) return std::make_unique<ReadLock<Backend>>(backend, args.name, options);
         if (args.reentrant) {
-          return std::make_unique<ExclusiveLock<BasicReentrantMutex<Backend>, Backend>>(
-              backend, args.name, options);
+          return std::make_unique<ExclusiveLock<ReentrantMutex, Backend>>(backend, args.name,
+                                                                          options);
         }
-        return std::make_unique<ExclusiveLock<BasicMutex<Backend>, Backend>>(backend, args.name,
-                                                                             options);
+        return std::make_unique<ExclusiveLock<Mutex, Backend>>(backend, args.name, options);
       });
 
   // Acquire. A forwarded signal meanwhile cancels the wait (the watcher

@@ -17,7 +17,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
+#include <type_traits>
+#include <utility>
 
 #include "distlock/error.hpp"
 #include "distlock/token.hpp"
@@ -79,6 +82,27 @@ class ExponentialBackoff {
 
 /// The policy locks use unless told otherwise.
 using DefaultPolicy = ExponentialBackoff;
+
+/// Any policy as the value a lock keeps: one of the above (the default,
+/// ExponentialBackoff{}) or a type of your own with the same pause().
+class AcquirePolicy {
+ public:
+  AcquirePolicy() : AcquirePolicy(DefaultPolicy{}) {}
+  template <class Policy,
+            class = std::enable_if_t<!std::is_same_v<std::decay_t<Policy>, AcquirePolicy>>,
+            class = decltype(std::declval<const Policy&>().pause(1U, 0.0))>
+  AcquirePolicy(Policy policy)  // NOLINT: any policy converts, as to std::function
+      : pause_([policy = std::move(policy)](unsigned attempt, double unit) {
+          return std::chrono::nanoseconds(policy.pause(attempt, unit));
+        }) {}
+
+  std::chrono::nanoseconds pause(unsigned attempt, double unit) const {
+    return pause_(attempt, unit);
+  }
+
+ private:
+  std::function<std::chrono::nanoseconds(unsigned, double)> pause_;
+};
 
 namespace detail {
 

@@ -2,13 +2,12 @@
 // takes in place of a Client:
 //
 //   distlock::ClusterClient cluster{"redis://10.0.0.5:7000,10.0.0.6:7000"};
-//   distlock::BasicMutex<distlock::ClusterClient> stock{cluster, "stock:{42}"};
-//   distlock::ClusterMutex same_thing{cluster, "stock:{42}"};
+//   distlock::Mutex stock{cluster, "stock:{42}"};
 //
 // How it plugs in: a lock's keys all share one hash slot (its companion keys
-// carry the name as a hash tag), so a lock object binds its copy of the
-// ClusterClient to that slot when it is made (for_key(); the keys are
-// checked then, InvalidArgument if they do not share a slot), and every
+// carry the name as a hash tag), so a lock object's site is a copy of the
+// ClusterClient bound to that slot (for_key(); the keys are checked when
+// the lock is made, InvalidArgument if they do not share a slot), and every
 // step it sends, from any thread and the Watchdog's renewals too, goes to
 // the node that owns the slot now, following MOVED and ASK
 // (detail/cluster_route.hpp). The Watchdog renews the leases of one slot
@@ -34,6 +33,7 @@
 #include <string_view>
 #include <utility>
 
+#include "distlock/backend.hpp"
 #include "distlock/client.hpp"
 #include "distlock/cluster_options.hpp"
 #include "distlock/connection.hpp"
@@ -41,23 +41,18 @@
 #include "distlock/detail/cluster_route.hpp"
 #include "distlock/detail/cluster_routing.hpp"
 #include "distlock/detail/cluster_slots.hpp"
+#include "distlock/detail/function_ref.hpp"
+#include "distlock/detail/site.hpp"
 #include "distlock/error.hpp"
-#include "distlock/mutex.hpp"
 #include "distlock/notifier.hpp"
-#include "distlock/reentrant_mutex.hpp"
 #include "distlock/reply.hpp"
-#include "distlock/shared_mutex.hpp"
-#include "distlock/simple_mutex.hpp"
 #include "distlock/watchdog.hpp"
 
 namespace distlock {
 
 /// A thread-safe handle to one Redis Cluster. Copies share everything.
-class ClusterClient {
+class ClusterClient : public Backend {
  public:
-  /// Marks a Backend whose steps are routed by slot (detail/acquire.hpp).
-  using routes_by_slot = void;
-
   /// Throws InvalidArgument for bad options (no seed among them); connects
   /// nothing.
   explicit ClusterClient(ClusterOptions options)
@@ -190,10 +185,8 @@ class ClusterClient {
   bool forked() const noexcept { return nodes_->forked(); }
   void check_process() const { nodes_->check_process(); }
 
-  /// Throws InvalidArgument unless the keys a lock touches share one slot.
-  static void check_keys(std::string_view what, std::initializer_list<std::string_view> keys) {
-    detail::check_one_slot(what, keys);
-  }
+  /// Where a lock on `key` sends its steps: the owner of its slot.
+  std::shared_ptr<detail::Site> site_for(std::string_view key) const override;
 
  private:
   int bound_slot() const {
@@ -207,10 +200,58 @@ class ClusterClient {
   int slot_ = -1;
 };
 
-/// The lock types on a cluster: each is its Basic template over ClusterClient.
-using ClusterMutex = BasicMutex<ClusterClient>;
-using ClusterSimpleMutex = BasicSimpleMutex<ClusterClient>;
-using ClusterReentrantMutex = BasicReentrantMutex<ClusterClient>;
-using ClusterSharedMutex = BasicSharedMutex<ClusterClient>;
+namespace detail {
+
+/// A ClusterClient's site: a copy bound to the key's slot.
+class ClusterSite final : public Site {
+ public:
+  explicit ClusterSite(ClusterClient bound) : cluster_(std::move(bound)) {}
+
+  void run(clock::time_point deadline, FunctionRef<void(Connection&)> send) override {
+    cluster_.route(deadline, send);
+  }
+  Borrowed borrow(clock::time_point deadline) override { return cluster_.borrow(deadline); }
+  bool saw_error(std::string_view reply) override { return cluster_.saw_error(reply); }
+  bool redirects() const noexcept override { return true; }
+  Borrowed borrow_asked(std::string_view reply, clock::time_point deadline) override {
+    return cluster_.borrow_asked(reply, deadline);
+  }
+  Notifier& notifier() override { return cluster_.notifier(); }
+  Notifier::Subscription subscribe(const std::string& channel,
+                                   clock::time_point deadline) override {
+    return cluster_.subscribe(channel, deadline);
+  }
+  void wake(const std::string& channel) override { cluster_.wake_waiters(channel); }
+  Watchdog& watchdog() override { return cluster_.watchdog(); }
+  const SharedEventHook& events() const noexcept override { return cluster_.events(); }
+
+  const ClientOptions& options() const noexcept override { return cluster_.options(); }
+  const std::string& id() const noexcept override { return cluster_.id(); }
+  bool forked() const noexcept override { return cluster_.forked(); }
+  void check_process() const override { cluster_.check_process(); }
+  const void* identity() const noexcept override { return cluster_.slot_identity(); }
+  std::string describe() const override {
+    std::string text = "cluster";
+    char separator = ' ';
+    for (const std::string& seed : cluster_.cluster_options().seeds) {
+      text += separator + seed;
+      separator = ',';
+    }
+    return text;
+  }
+  void check_keys(std::string_view what,
+                  std::initializer_list<std::string_view> keys) const override {
+    check_one_slot(what, keys);
+  }
+
+ private:
+  ClusterClient cluster_;
+};
+
+}  // namespace detail
+
+inline std::shared_ptr<detail::Site> ClusterClient::site_for(std::string_view key) const {
+  return std::make_shared<detail::ClusterSite>(for_key(key));
+}
 
 }  // namespace distlock

@@ -7,7 +7,9 @@
 #include <shared_mutex>
 
 #include "distlock/acquire_policy.hpp"
+#include "distlock/backend.hpp"
 #include "distlock/client.hpp"
+#include "distlock/client_options.hpp"
 #include "distlock/cluster_client.hpp"
 #include "distlock/cluster_options.hpp"
 #include "distlock/connection.hpp"

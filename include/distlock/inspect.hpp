@@ -66,10 +66,8 @@ struct KeyFound {
 /// Where a lock on `key` lives reads the transaction. On a cluster a MOVED
 /// is answered to the first queued read, which route() follows; after an
 /// ASK, the ASKING sent before MULTI lasts the whole transaction.
-template <class Backend>
-KeyFound read_layout(Backend& backend, const std::string& key) {
-  Backend at_key = for_lock_key(backend, key);
-  return on_connection(at_key, no_deadline, [&](Connection& connection) {
+inline KeyFound read_layout(const Backend& backend, const std::string& key) {
+  return on_site(*backend.site_for(key), no_deadline, [&](Connection& connection) {
     connection.append("MULTI");
     connection.append("TYPE", key);
     connection.append("PTTL", key);
@@ -94,8 +92,8 @@ KeyFound read_layout(Backend& backend, const std::string& key) {
 /// (lock_layout.hpp: no expiry, a hash of other fields, a list...) is kind
 /// other, not held, with `holds` saying what is there. For a Redlock, ask
 /// each master.
-template <class Backend>
-LockStatus inspect(Backend& backend, std::string_view name, const LockOptions& options = {}) {
+inline LockStatus inspect(const Backend& backend, std::string_view name,
+                          const LockOptions& options = {}) {
   detail::KeyFound found = detail::read_layout(backend, detail::lock_key(options, name));
   LockStatus status;
   status.kind = found.layout.kind;
@@ -108,8 +106,8 @@ LockStatus inspect(Backend& backend, std::string_view name, const LockOptions& o
 
 /// Whether a lock holds `name` now. A key that is no lock is neither held
 /// nor free: NotALockError, naming the key and what it holds.
-template <class Backend>
-bool is_locked(Backend& backend, std::string_view name, const LockOptions& options = {}) {
+inline bool is_locked(const Backend& backend, std::string_view name,
+                      const LockOptions& options = {}) {
   const std::string key = detail::lock_key(options, name);
   const detail::KeyFound found = detail::read_layout(backend, key);
   if (found.layout.kind == LockKind::other) {
@@ -134,16 +132,15 @@ bool is_locked(Backend& backend, std::string_view name, const LockOptions& optio
 /// meanwhile it may still be working under the lock it thinks it holds.
 /// Break a lock only when its holder is known dead or stuck; for a Redlock,
 /// on each master. Needs EVALSHA/EVAL (the step is one script).
-template <class Backend>
-bool force_unlock(Backend& backend, std::string_view name, const LockOptions& options = {}) {
+inline bool force_unlock(const Backend& backend, std::string_view name,
+                         const LockOptions& options = {}) {
   const std::string key = detail::lock_key(options, name);
   const std::string lease_channel = detail::companion_key(key, "released");
   const std::string reentrant_channel = detail::redisson_prefixed("redisson_lock__channel", key);
   const std::string shared_channel = detail::redisson_prefixed("redisson_rwlock", key);
   const std::string stem = detail::redisson_tagged(key);
-  Backend at_key = detail::for_lock_key(backend, key);
   const Reply reply =
-      detail::on_connection(at_key, detail::no_deadline, [&](Connection& connection) {
+      detail::on_site(*backend.site_for(key), detail::no_deadline, [&](Connection& connection) {
         return connection.eval(scripts::force_unlock,
                                {key, lease_channel, reentrant_channel, shared_channel, stem}, {});
       });

@@ -82,19 +82,17 @@ struct ScriptedLease {
   }
 
   // Renewal: renew_batch, one call per Watchdog::batch_size leases.
-  template <class Backend>
-  using Renewer = ScriptRenewer<Backend, KeyTokenLeases<scripts::renew_batch>>;
+  using Renewer = ScriptRenewer<KeyTokenLeases<scripts::renew_batch>>;
 };
 
 }  // namespace detail
 
-/// An exclusive lease lock over any Backend (a Client) and AcquirePolicy.
+/// An exclusive lease lock on any Backend, waiting by any AcquirePolicy.
 /// Meets Lockable and TimedLockable; see detail::ExclusiveLock for each
 /// member's contract.
-template <class Backend = Client, class Policy = DefaultPolicy>
-using BasicMutex = detail::LeaseMutex<detail::ScriptedLease, Backend, Policy>;
-
-/// The exclusive lock for ordinary use.
-using Mutex = BasicMutex<>;
+class Mutex : public detail::LeaseMutex<detail::ScriptedLease> {
+ public:
+  using LeaseMutex::LeaseMutex;
+};
 
 }  // namespace distlock

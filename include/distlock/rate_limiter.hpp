@@ -126,18 +126,17 @@ struct RateDecision {
   explicit operator bool() const noexcept { return allowed; }
 };
 
-/// A rate limiter over any Backend (a Client). Thread-safe; cheap to make;
-/// keeps a copy of the Client (a handle).
-template <class Backend = Client>
-class BasicRateLimiter {
+/// A rate limiter on any Backend. Thread-safe; cheap to make; keeps the
+/// site of its key (detail/site.hpp), so it may outlive its backend object.
+class RateLimiter {
  public:
   using clock = std::chrono::steady_clock;
 
   /// Validates name and options (InvalidArgument, also when no algorithm
   /// was chosen); contacts no server.
-  BasicRateLimiter(const Backend& backend, std::string_view name, RateOptions options)
+  RateLimiter(const Backend& backend, std::string_view name, RateOptions options)
       : key_(detail::lock_key(LockOptions{}.key_prefix(options.key_prefix()), name)),
-        backend_(detail::for_lock_key(backend, key_)),
+        site_(backend.site_for(key_)),
         options_(std::move(options)),
         first_(options_.algorithm() == RateOptions::Algorithm::smooth
                    ? static_cast<long long>(options_.interval().count())
@@ -188,8 +187,8 @@ class BasicRateLimiter {
   /// Forgets what was taken: the next call starts a fresh window (or a full
   /// bucket) for every caller of this name.
   void reset() {
-    detail::on_connection(backend_, detail::no_deadline,
-                          [&](Connection& connection) { return connection.command("DEL", key_); });
+    detail::on_site(*site_, detail::no_deadline,
+                    [&](Connection& connection) { return connection.command("DEL", key_); });
   }
 
   const std::string& key() const noexcept { return key_; }
@@ -210,8 +209,8 @@ class BasicRateLimiter {
                                : scripts::rate_fixed_window;
     const detail::Decimal amount(static_cast<long long>(cost));
     try {
-      // On a cluster, at the owner of the key's slot (backend_ is bound to it).
-      const Reply reply = detail::on_connection(backend_, deadline, [&](Connection& connection) {
+      // On a cluster, at the owner of the key's slot.
+      const Reply reply = detail::on_site(*site_, deadline, [&](Connection& connection) {
         return connection.eval(script, {key_}, {first_, second_, amount});
       });
       if (reply.size() != 3) throw ConnectionError(Errc::protocol_error, "bad rate limiter reply");
@@ -227,15 +226,12 @@ class BasicRateLimiter {
   }
 
   const std::string key_;
-  Backend backend_;  // on a cluster, bound to the slot of key_
+  const detail::SitePtr site_;
   const RateOptions options_;
   // The script's first two arguments: limit and window (ms), or interval
   // (us) and burst.
   const detail::Decimal first_;
   const detail::Decimal second_;
 };
-
-/// The rate limiter for ordinary use.
-using RateLimiter = BasicRateLimiter<>;
 
 }  // namespace distlock

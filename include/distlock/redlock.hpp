@@ -104,10 +104,12 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "distlock/acquire_policy.hpp"
+#include "distlock/backend.hpp"
 #include "distlock/client.hpp"
 #include "distlock/detail/exclusive_lock.hpp"
 #include "distlock/detail/redlock_protocol.hpp"
@@ -118,33 +120,36 @@
 namespace distlock {
 
 /// A lock held by a majority of independent masters, each a Backend (a
-/// Client, or a ClusterClient per cluster). Meets Lockable and
-/// TimedLockable (see detail::ExclusiveLock for each member's contract).
-/// Thread-safe as std::mutex is: threads may share one object. Not
-/// copyable, not movable.
-template <class Backend = Client, class Policy = DefaultPolicy>
-class BasicRedlock : public detail::ExclusiveLock<detail::RedlockProtocol<Backend>, Policy> {
-  using Protocol = detail::RedlockProtocol<Backend>;
-  using Base = detail::ExclusiveLock<Protocol, Policy>;
+/// Client, or a ClusterClient per cluster, or a SentinelClient per group).
+/// Meets Lockable and TimedLockable (see detail::ExclusiveLock for each
+/// member's contract). Thread-safe as std::mutex is: threads may share one
+/// object. Not copyable, not movable.
+class Redlock : public detail::ExclusiveLock<detail::RedlockProtocol> {
+  using Protocol = detail::RedlockProtocol;
+  using Base = detail::ExclusiveLock<Protocol>;
 
  public:
-  /// One Backend per master; the lock keeps a copy of each (a handle).
+  /// One Backend per master; the lock keeps the site of its key at each.
   /// Validates at once and contacts no server. Throws InvalidArgument for
-  /// no masters, a null one, two with the same endpoint, a bad name, a TTL
-  /// no longer than its drift allowance (under 3 ms), or options a Redlock
+  /// no masters, a null one, two on the same server, a bad name, a TTL no
+  /// longer than its drift allowance (under 3 ms), or options a Redlock
   /// cannot honour: fencing(true); max_hold or on_lost without
   /// auto_renew(true).
-  BasicRedlock(std::vector<Backend*> masters, std::string_view name, RedlockOptions options = {},
-               Policy policy = {})
-      : Base(Protocol(Protocol::checked_masters(std::move(masters)),
-                      Protocol::checked_key(detail::lock_key(options, name)),
-                      Protocol::checked_options(options)),
-             renewal_as_asked(options), std::move(policy)) {}
+  Redlock(const std::vector<const Backend*>& masters, std::string_view name,
+          RedlockOptions options = {}, AcquirePolicy policy = {})
+      : Base(Protocol(masters, name, options), renewal_as_asked(options), std::move(policy)) {}
+
+  /// The same for a vector of one backend type: std::vector<Client*>.
+  template <class Master, class = std::enable_if_t<std::is_base_of_v<Backend, Master>>>
+  Redlock(const std::vector<Master*>& masters, std::string_view name, RedlockOptions options = {},
+          AcquirePolicy policy = {})
+      : Redlock(std::vector<const Backend*>(masters.begin(), masters.end()), name,
+                std::move(options), std::move(policy)) {}
 
   /// The same, for masters given as references: Redlock lock({a, b, c}, "k").
-  BasicRedlock(std::initializer_list<std::reference_wrapper<Backend>> masters,
-               std::string_view name, RedlockOptions options = {}, Policy policy = {})
-      : BasicRedlock(pointers(masters), name, std::move(options), std::move(policy)) {}
+  Redlock(std::initializer_list<std::reference_wrapper<const Backend>> masters,
+          std::string_view name, RedlockOptions options = {}, AcquirePolicy policy = {})
+      : Redlock(pointers(masters), name, std::move(options), std::move(policy)) {}
 
   /// As ExclusiveLock::extend, on a quorum: true if a quorum extended the
   /// lease and the new validity (ttl - elapsed - drift) is positive. False
@@ -154,25 +159,22 @@ class BasicRedlock : public detail::ExclusiveLock<detail::RedlockProtocol<Backen
   /// answered at all.
   template <class Rep, class Period>
   [[nodiscard]] bool extend(const std::chrono::duration<Rep, Period>& ttl) {
-    return this->life_->extend(Base::kind, Protocol::checked_lease(ttl, "extend ttl"));
+    return life_->extend(Base::kind, Protocol::checked_lease(ttl, "extend ttl"));
   }
 
   /// The token of the current lock; empty when not held.
-  std::string token() const { return this->life_->id(Base::kind); }
+  std::string token() const { return life_->id(Base::kind); }
 
   /// What the masters said to the latest acquire attempt, extend, renewal
   /// or release of this object (a default RedlockAttempt before the first).
-  RedlockAttempt last_attempt() const { return this->life_->protocol().core().last_attempt(); }
+  RedlockAttempt last_attempt() const { return life_->protocol().core().last_attempt(); }
 
-  const RedlockOptions& options() const noexcept { return this->life_->protocol().options(); }
-  const std::vector<Backend*>& masters() const noexcept {
-    return this->life_->protocol().core().masters();
-  }
+  const RedlockOptions& options() const noexcept { return life_->protocol().options(); }
   /// Masters needed: N/2 + 1.
-  std::size_t quorum() const noexcept { return this->life_->protocol().core().quorum(); }
+  std::size_t quorum() const noexcept { return life_->protocol().core().quorum(); }
   /// The per-node timeout in force (RedlockOptions::node_timeout).
   std::chrono::milliseconds node_timeout() const noexcept {
-    return this->life_->protocol().core().node_timeout();
+    return life_->protocol().core().node_timeout();
   }
 
  private:
@@ -183,16 +185,13 @@ class BasicRedlock : public detail::ExclusiveLock<detail::RedlockProtocol<Backen
     return plain;
   }
 
-  static std::vector<Backend*> pointers(
-      std::initializer_list<std::reference_wrapper<Backend>> masters) {
-    std::vector<Backend*> out;
+  static std::vector<const Backend*> pointers(
+      std::initializer_list<std::reference_wrapper<const Backend>> masters) {
+    std::vector<const Backend*> out;
     out.reserve(masters.size());
-    for (Backend& master : masters) out.push_back(&master);
+    for (const Backend& master : masters) out.push_back(&master);
     return out;
   }
 };
-
-/// The Redlock for ordinary use: Clients as masters, the default policy.
-using Redlock = BasicRedlock<>;
 
 }  // namespace distlock

@@ -50,9 +50,8 @@ namespace detail {
 enum class ReentrantKind { exclusive };
 
 // ReentrantMutex's Protocol: Redisson's RLock scripts over the hash-field core.
-template <class Backend>
-class ReentrantProtocol : public HashFieldCore<Backend, ReentrantKind> {
-  using Core = HashFieldCore<Backend, ReentrantKind>;
+class ReentrantProtocol : public HashFieldCore<ReentrantKind> {
+  using Core = HashFieldCore<ReentrantKind>;
 
  public:
   using Kind = ReentrantKind;
@@ -60,11 +59,11 @@ class ReentrantProtocol : public HashFieldCore<Backend, ReentrantKind> {
   static constexpr bool given_back_first(Kind) noexcept { return false; }
   static constexpr bool holds_at_least(Kind) noexcept { return true; }
 
-  ReentrantProtocol(Backend backend, std::string key, const LockOptions& options)
-      : Core(std::move(backend), key, redisson_prefixed("redisson_lock__channel", key), options),
+  ReentrantProtocol(const Backend& backend, std::string key, const LockOptions& options)
+      : Core(backend, key, redisson_prefixed("redisson_lock__channel", key), options),
         fence_key_(companion_key(this->key_, "fence")),
         fencing_(options.fencing()),
-        renewer_(this->template make_renewer<FieldRenewer<Backend>>()) {}
+        renewer_(make_renewer<FieldRenewer>()) {}
 
   std::string id_for(Kind) const { return this->owner(); }
   template <class DepthOf>
@@ -128,25 +127,23 @@ class ReentrantProtocol : public HashFieldCore<Backend, ReentrantKind> {
 
 }  // namespace detail
 
-/// A re-entrant lease lock in Redisson's RLock layout over any Backend (a
-/// Client) and AcquirePolicy. Meets Lockable and TimedLockable (see
+/// A re-entrant lease lock in Redisson's RLock layout on any Backend,
+/// waiting by any AcquirePolicy. Meets Lockable and TimedLockable (see
 /// detail::ExclusiveLock for each member's contract). Threads may share one
 /// object, as they would a std::recursive_mutex: each thread's holds are
 /// its own, lock() by the holding thread counts one more hold at once, and
 /// only the owner may unlock (release() throws NotHeldError for a thread
 /// that holds none, even while another does). lock() throws LockLostError
 /// when the calling thread's hold was reported lost (unlock it first).
-template <class Backend = Client, class Policy = DefaultPolicy>
-class BasicReentrantMutex
-    : public detail::ExclusiveLock<detail::ReentrantProtocol<Backend>, Policy> {
-  using Base = detail::ExclusiveLock<detail::ReentrantProtocol<Backend>, Policy>;
+class ReentrantMutex : public detail::ExclusiveLock<detail::ReentrantProtocol> {
+  using Base = detail::ExclusiveLock<detail::ReentrantProtocol>;
 
  public:
   /// Validates name and options (InvalidArgument); contacts no server.
-  BasicReentrantMutex(const Backend& backend, std::string_view name, LockOptions options = {},
-                      Policy policy = {})
-      : Base(detail::ReentrantProtocol<Backend>(backend, detail::lock_key(options, name), options),
-             options, std::move(policy)) {}
+  ReentrantMutex(const Backend& backend, std::string_view name, LockOptions options = {},
+                 AcquirePolicy policy = {})
+      : Base(detail::ReentrantProtocol(backend, detail::lock_key(options, name), options), options,
+             std::move(policy)) {}
 
   /// How many times the calling thread holds the lock through this object
   /// (0 when it does not).
@@ -161,8 +158,5 @@ class BasicReentrantMutex
   /// The channel releases are announced on: redisson_lock__channel:{key}.
   const std::string& channel() const noexcept { return this->life_->protocol().channel(); }
 };
-
-/// The re-entrant lock for ordinary use.
-using ReentrantMutex = BasicReentrantMutex<>;
 
 }  // namespace distlock

@@ -54,28 +54,24 @@
 
 namespace distlock {
 
-template <class Backend, class Policy>
-class BasicSemaphore;
+class Semaphore;
 
 /// One permit of a Semaphore as a lock: Lockable and TimedLockable, so
 /// std::unique_lock and std::lock_guard work (see detail::ExclusiveLock for
 /// each member's contract; fence() is not available). Like a Mutex, it
 /// holds at most one permit at a time.
-template <class Backend = Client, class Policy = DefaultPolicy>
-class BasicPermitLock : public detail::ExclusiveLock<detail::SemaphoreProtocol<Backend>, Policy> {
-  using Base = detail::ExclusiveLock<detail::SemaphoreProtocol<Backend>, Policy>;
+class PermitLock : public detail::ExclusiveLock<detail::SemaphoreProtocol> {
+  using Base = detail::ExclusiveLock<detail::SemaphoreProtocol>;
 
  public:
   /// Takes nothing yet; keeps what it needs of `semaphore` (it may
   /// outlive it).
-  explicit BasicPermitLock(const BasicSemaphore<Backend, Policy>& semaphore)
-      : Base(semaphore.core_.protocol(), semaphore.core_.options, semaphore.core_.policy,
-             semaphore.core_.cancellation) {}
+  explicit PermitLock(const Semaphore& semaphore);
 
   /// Gives the permit back if held.
-  ~BasicPermitLock() = default;
-  BasicPermitLock(BasicPermitLock&&) noexcept = default;
-  BasicPermitLock& operator=(BasicPermitLock&&) noexcept = default;
+  ~PermitLock() = default;
+  PermitLock(PermitLock&&) noexcept = default;
+  PermitLock& operator=(PermitLock&&) noexcept = default;
 
   /// The held permit's id (its member in the sorted set); empty when none.
   std::string id() const { return this->life_->id(Base::kind); }
@@ -83,16 +79,15 @@ class BasicPermitLock : public detail::ExclusiveLock<detail::SemaphoreProtocol<B
 
 /// A held permit, given back when it goes away (RAII); or nothing, when an
 /// acquire timed out (then it converts to false). Movable, not copyable.
-template <class Backend = Client, class Policy = DefaultPolicy>
-class BasicPermit {
+class Permit {
  public:
-  BasicPermit() noexcept = default;
-  BasicPermit(BasicPermit&&) noexcept = default;
+  Permit() noexcept = default;
+  Permit(Permit&&) noexcept = default;
   /// Gives back the permit held, if any, and takes `other`'s.
-  BasicPermit& operator=(BasicPermit&&) noexcept = default;
+  Permit& operator=(Permit&&) noexcept = default;
 
   /// Gives the permit back if held (never throws).
-  ~BasicPermit() = default;
+  ~Permit() = default;
 
   /// Whether a permit is held (even one reported lost: see lost()).
   explicit operator bool() const noexcept { return held(); }
@@ -124,20 +119,18 @@ class BasicPermit {
   std::string id() const { return lock_ ? lock_->id() : std::string(); }
 
  private:
-  friend class BasicSemaphore<Backend, Policy>;
-  explicit BasicPermit(std::unique_ptr<BasicPermitLock<Backend, Policy>> lock) noexcept
-      : lock_(std::move(lock)) {}
+  friend class Semaphore;
+  explicit Permit(std::unique_ptr<PermitLock> lock) noexcept : lock_(std::move(lock)) {}
 
-  std::unique_ptr<BasicPermitLock<Backend, Policy>> lock_;
+  std::unique_ptr<PermitLock> lock_;
 };
 
-/// A counting semaphore over any Backend (a Client) and AcquirePolicy.
+/// A counting semaphore on any Backend, waiting by any AcquirePolicy.
 /// Thread-safe: any number of threads may take permits through one object.
-template <class Backend = Client, class Policy = DefaultPolicy>
-class BasicSemaphore {
+class Semaphore {
  public:
-  using Permit = BasicPermit<Backend, Policy>;
-  using PermitLock = BasicPermitLock<Backend, Policy>;
+  using Permit = distlock::Permit;
+  using PermitLock = distlock::PermitLock;
 
   /// `permits` (1 to 10^9) is this object's count: adopted for the name by
   /// an acquire when none is in force (see the top of file); an adopted
@@ -146,8 +139,8 @@ class BasicSemaphore {
   /// renewal, on_lost, wake_on_release, key_prefix; fencing and min_hold
   /// are refused, as are replicas and max_hold without auto-renewal).
   /// Validates (InvalidArgument); contacts no server.
-  BasicSemaphore(const Backend& backend, std::string_view name, std::size_t permits,
-                 LockOptions options = {}, Policy policy = {})
+  Semaphore(const Backend& backend, std::string_view name, std::size_t permits,
+            LockOptions options = {}, AcquirePolicy policy = {})
       : core_(core_for(backend, name, permits, std::move(options), std::move(policy))) {
     if (core_.options.fencing()) {
       throw InvalidArgument("semaphore " + core_.key + ": permits have no fencing token");
@@ -167,8 +160,8 @@ class BasicSemaphore {
     detail::check_combination(core_.options, "semaphore " + core_.key);
   }
 
-  BasicSemaphore(const BasicSemaphore&) = delete;
-  BasicSemaphore& operator=(const BasicSemaphore&) = delete;
+  Semaphore(const Semaphore&) = delete;
+  Semaphore& operator=(const Semaphore&) = delete;
 
   /// Blocks until a permit is free and returns it (as PermitLock::lock():
   /// woken by releases, never polling while subscribed; throws on Redis
@@ -222,7 +215,7 @@ class BasicSemaphore {
   void cancel_waits() {
     core_.cancellation.cancel();
     if (!core_.options.wake_on_release()) return;
-    detail::wake_waiters_of(core_.backend, detail::companion_key(core_.key, "released"));
+    core_.site->wake(detail::companion_key(core_.key, "released"));
   }
 
   /// permit.release(), for symmetry with acquire().
@@ -247,7 +240,7 @@ class BasicSemaphore {
   /// adoption by its next acquire.
   void resize(std::size_t permits) {
     const detail::Decimal count(static_cast<long long>(checked_count(permits, 0)));
-    detail::on_connection(core_.backend, detail::no_deadline, [&](Connection& connection) {
+    detail::on_site(*core_.site, detail::no_deadline, [&](Connection& connection) {
       return connection.eval(scripts::semaphore_resize,
                              {detail::companion_key(core_.key, "permits"),
                               detail::companion_key(core_.key, "released")},
@@ -260,17 +253,17 @@ class BasicSemaphore {
   const LockOptions& options() const noexcept { return core_.options; }
 
  private:
-  friend class BasicPermitLock<Backend, Policy>;
+  friend class distlock::PermitLock;
 
-  // The copy of `backend` kept (and the permits' renewer's) is bound to the
-  // key's slot on a cluster, where the counts, resize() and renewals go.
-  static detail::SemaphoreCore<Backend, Policy> core_for(const Backend& backend,
-                                                         std::string_view name, std::size_t permits,
-                                                         LockOptions options, Policy policy) {
+  // The site of the key (where the counts, resize() and renewals go) is
+  // the Semaphore's and its permits' alike.
+  static detail::SemaphoreCore core_for(const Backend& backend, std::string_view name,
+                                        std::size_t permits, LockOptions options,
+                                        AcquirePolicy policy) {
     std::string key = detail::lock_key(options, name);
-    Backend bound = detail::for_lock_key(backend, key);
-    auto renewer = std::make_shared<detail::PermitRenewer<Backend>>(bound);
-    return {std::move(bound),
+    detail::SitePtr site = backend.site_for(key);
+    auto renewer = std::make_shared<detail::PermitRenewer>(site);
+    return {std::move(site),
             std::move(key),
             checked_count(permits, 1),
             std::move(options),
@@ -290,7 +283,7 @@ class BasicSemaphore {
   std::pair<std::size_t, std::size_t> read_count() {
     const detail::Decimal fallback(static_cast<long long>(core_.permits));
     const Reply reply =
-        detail::on_connection(core_.backend, detail::no_deadline, [&](Connection& connection) {
+        detail::on_site(*core_.site, detail::no_deadline, [&](Connection& connection) {
           return connection.eval(scripts::semaphore_count,
                                  {core_.key, detail::companion_key(core_.key, "permits")},
                                  {fallback});
@@ -301,12 +294,11 @@ class BasicSemaphore {
     return {count, live};
   }
 
-  detail::SemaphoreCore<Backend, Policy> core_;
+  detail::SemaphoreCore core_;
 };
 
-/// The semaphore for ordinary use, its permits and its one-permit lock.
-using Semaphore = BasicSemaphore<>;
-using Permit = Semaphore::Permit;
-using PermitLock = Semaphore::PermitLock;
+inline PermitLock::PermitLock(const Semaphore& semaphore)
+    : Base(semaphore.core_.protocol(), semaphore.core_.options, semaphore.core_.policy,
+           semaphore.core_.cancellation) {}
 
 }  // namespace distlock

@@ -3,8 +3,7 @@
 //
 //   distlock::SentinelOptions options{"mymaster", {"10.0.0.5:26379", "10.0.0.6:26379"}};
 //   distlock::SentinelClient sentinel{options};
-//   distlock::BasicMutex<distlock::SentinelClient> job{sentinel, "job"};
-//   distlock::SentinelMutex same_thing{sentinel, "job"};
+//   distlock::Mutex job{sentinel, "job"};
 //
 // It asks the Sentinels where the master is, checks that the server there
 // says ROLE master, and follows the master when it moves: after a
@@ -29,42 +28,32 @@
 #include <string_view>
 #include <utility>
 
+#include "distlock/backend.hpp"
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
-#include "distlock/detail/acquire.hpp"
 #include "distlock/detail/args.hpp"
+#include "distlock/detail/function_ref.hpp"
 #include "distlock/detail/sentinel_master.hpp"
+#include "distlock/detail/site.hpp"
 #include "distlock/error.hpp"
-#include "distlock/mutex.hpp"
 #include "distlock/notifier.hpp"
-#include "distlock/reentrant_mutex.hpp"
 #include "distlock/reply.hpp"
 #include "distlock/sentinel_options.hpp"
-#include "distlock/shared_mutex.hpp"
-#include "distlock/simple_mutex.hpp"
 #include "distlock/watchdog.hpp"
 
 namespace distlock {
 
+namespace detail {
+class SentinelSite;
+}
+
 /// A thread-safe handle to the master of one Sentinel-watched group.
 /// Copies share everything.
-class SentinelClient {
+class SentinelClient : public Backend {
  public:
-  /// Marks a Backend that routes each step itself (detail/acquire.hpp):
-  /// here, to wherever the master is now.
-  using routes_by_slot = void;
-
   /// Throws InvalidArgument for bad options; connects nothing.
   explicit SentinelClient(SentinelOptions options)
       : master_(std::make_shared<detail::SentinelMaster>(std::move(options))) {}
-
-  /// What a lock object keeps: the same handle (every key lives on the
-  /// one master).
-  SentinelClient for_key(std::string_view) const { return *this; }
-  /// Every key is on the master: nothing to check.
-  static void check_keys(std::string_view, std::initializer_list<std::string_view>) noexcept {}
-  /// What renewal batches on this master share.
-  const void* slot_identity() const noexcept { return master_.get(); }
 
   /// A connection to the master, found first if need be. Throws
   /// ConnectionError when the Sentinels name no master that answers, and
@@ -132,15 +121,48 @@ class SentinelClient {
   bool forked() const noexcept { return master_->forked(); }
   void check_process() const { master_->check_process(); }
 
+  /// Where a lock on any key sends its steps: the master, wherever it is.
+  std::shared_ptr<detail::Site> site_for(std::string_view key) const override;
+
  private:
+  friend class detail::SentinelSite;
   std::shared_ptr<detail::SentinelMaster> master_;
 };
 
-/// The lock types on a Sentinel-watched master: each is its Basic template
-/// over SentinelClient.
-using SentinelMutex = BasicMutex<SentinelClient>;
-using SentinelSimpleMutex = BasicSimpleMutex<SentinelClient>;
-using SentinelReentrantMutex = BasicReentrantMutex<SentinelClient>;
-using SentinelSharedMutex = BasicSharedMutex<SentinelClient>;
+namespace detail {
+
+/// A SentinelClient's site: the master, followed.
+class SentinelSite final : public Site {
+ public:
+  explicit SentinelSite(SentinelClient sentinel) : sentinel_(std::move(sentinel)) {}
+
+  void run(clock::time_point deadline, FunctionRef<void(Connection&)> send) override {
+    sentinel_.route(deadline, send);
+  }
+  Borrowed borrow(clock::time_point deadline) override { return sentinel_.borrow(deadline); }
+  bool saw_error(std::string_view reply) override {
+    sentinel_.saw_error(reply);
+    return false;
+  }
+  Notifier& notifier() override { return sentinel_.notifier(); }
+  Watchdog& watchdog() override { return sentinel_.watchdog(); }
+  const SharedEventHook& events() const noexcept override { return sentinel_.events(); }
+
+  const ClientOptions& options() const noexcept override { return sentinel_.options(); }
+  const std::string& id() const noexcept override { return sentinel_.id(); }
+  bool forked() const noexcept override { return sentinel_.forked(); }
+  void check_process() const override { sentinel_.check_process(); }
+  const void* identity() const noexcept override { return sentinel_.master_.get(); }
+  std::string describe() const override { return sentinel_.options().endpoint(); }
+
+ private:
+  SentinelClient sentinel_;
+};
+
+}  // namespace detail
+
+inline std::shared_ptr<detail::Site> SentinelClient::site_for(std::string_view) const {
+  return std::make_shared<detail::SentinelSite>(*this);
+}
 
 }  // namespace distlock

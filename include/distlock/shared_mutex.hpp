@@ -61,9 +61,8 @@ enum class SharedKind { read, write };
 
 // SharedMutex's Protocol: Redisson's RReadWriteLock scripts over the
 // hash-field core, and the upgrade rule.
-template <class Backend>
-class SharedProtocol : public HashFieldCore<Backend, SharedKind> {
-  using Core = HashFieldCore<Backend, SharedKind>;
+class SharedProtocol : public HashFieldCore<SharedKind> {
+  using Core = HashFieldCore<SharedKind>;
 
  public:
   using Kind = SharedKind;
@@ -76,12 +75,11 @@ class SharedProtocol : public HashFieldCore<Backend, SharedKind> {
   // read_extend only ever lengthens: kept, it could outlast the minimum.
   static constexpr bool holds_at_least(Kind kind) noexcept { return kind == Kind::write; }
 
-  SharedProtocol(Backend backend, std::string key, const LockOptions& options)
-      : Core(std::move(backend), key, redisson_prefixed("redisson_rwlock", key),
-             no_fencing(options)),
+  SharedProtocol(const Backend& backend, std::string key, const LockOptions& options)
+      : Core(backend, key, redisson_prefixed("redisson_rwlock", key), no_fencing(options)),
         timeout_stem_(redisson_tagged(this->key_)),
-        write_renewer_(this->template make_renewer<FieldRenewer<Backend>>()),
-        read_renewer_(this->template make_renewer<ReadRenewer<Backend>>()) {}
+        write_renewer_(make_renewer<FieldRenewer>()),
+        read_renewer_(make_renewer<ReadRenewer>()) {}
 
   std::string id_for(Kind kind) const {
     return kind == Kind::read ? this->owner() : this->owner() + ":write";
@@ -197,8 +195,8 @@ class SharedProtocol : public HashFieldCore<Backend, SharedKind> {
 
 }  // namespace detail
 
-/// A read-write lease lock in Redisson's RReadWriteLock layout over any
-/// Backend (a Client) and AcquirePolicy. Meets Lockable, TimedLockable and
+/// A read-write lease lock in Redisson's RReadWriteLock layout on any
+/// Backend, waiting by any AcquirePolicy. Meets Lockable, TimedLockable and
 /// SharedTimedLockable, so std::unique_lock and std::shared_lock work.
 /// Threads may share one object, as they would a std::shared_mutex. The
 /// exclusive (write) side is detail::ExclusiveLock's; lock() and try_lock*()
@@ -206,9 +204,8 @@ class SharedProtocol : public HashFieldCore<Backend, SharedKind> {
 /// through another object on the same Client) with
 /// std::system_error(resource_deadlock_would_occur). Every LockOptions
 /// applies to both kinds of hold except fencing, which it refuses.
-template <class Backend = Client, class Policy = DefaultPolicy>
-class BasicSharedMutex : public detail::ExclusiveLock<detail::SharedProtocol<Backend>, Policy> {
-  using Base = detail::ExclusiveLock<detail::SharedProtocol<Backend>, Policy>;
+class SharedMutex : public detail::ExclusiveLock<detail::SharedProtocol> {
+  using Base = detail::ExclusiveLock<detail::SharedProtocol>;
   using Kind = detail::SharedKind;
 
  public:
@@ -216,10 +213,10 @@ class BasicSharedMutex : public detail::ExclusiveLock<detail::SharedProtocol<Bac
 
   /// Validates name and options (InvalidArgument, also for fencing, which
   /// a lock with many holders cannot give); contacts no server.
-  BasicSharedMutex(const Backend& backend, std::string_view name, LockOptions options = {},
-                   Policy policy = {})
-      : Base(detail::SharedProtocol<Backend>(backend, detail::lock_key(options, name), options),
-             options, std::move(policy)) {}
+  SharedMutex(const Backend& backend, std::string_view name, LockOptions options = {},
+              AcquirePolicy policy = {})
+      : Base(detail::SharedProtocol(backend, detail::lock_key(options, name), options), options,
+             std::move(policy)) {}
 
   /// Blocks until the calling thread holds a read lock: no other owner
   /// holds the write lock. A thread that holds a read lock already counts
@@ -319,8 +316,5 @@ class BasicSharedMutex : public detail::ExclusiveLock<detail::SharedProtocol<Bac
   /// The channel releases are announced on: redisson_rwlock:{key}.
   const std::string& channel() const noexcept { return this->life_->protocol().channel(); }
 };
-
-/// The read-write lock for ordinary use.
-using SharedMutex = BasicSharedMutex<>;
 
 }  // namespace distlock

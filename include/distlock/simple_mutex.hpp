@@ -163,17 +163,16 @@ struct TransactionalLease {
   // refuses PEXPIRE's GT as it is queued (EXECABORT); the renewer then
   // reads each PTTL with the value and lengthens only the leases that would
   // end sooner than their TTL.
-  template <class Backend>
   class Renewer final : public detail::Renewer {
    public:
-    explicit Renewer(Backend backend, bool server_has_gt = true)
-        : backend_(std::move(backend)), read_pttl_(!server_has_gt) {}
-    BatchKey batch_key() const noexcept override { return {&kind_tag, batch_identity(backend_)}; }
+    explicit Renewer(SitePtr site, bool server_has_gt = true)
+        : site_(std::move(site)), read_pttl_(!server_has_gt) {}
+    BatchKey batch_key() const noexcept override { return {&kind_tag, site_->identity()}; }
     void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
                SteadyClock::time_point deadline) noexcept override {
       try {
-        auto connection = backend_.borrow(deadline);
-        connection->set_timeout(reply_timeout(backend_.options().command_timeout, deadline));
+        Borrowed connection = site_->borrow(deadline);
+        connection->set_timeout(reply_timeout(site_->options().command_timeout, deadline));
         std::vector<std::size_t> pending(leases.size());
         for (std::size_t i = 0; i < leases.size(); ++i) pending[i] = i;
         for (int look = 0; look < looks && !pending.empty(); ++look) {
@@ -292,7 +291,7 @@ struct TransactionalLease {
     }
 
     static constexpr char kind_tag = 0;
-    Backend backend_;
+    const SitePtr site_;
     std::atomic<bool> read_pttl_;  // the server has no PEXPIRE ... GT
   };
 
@@ -301,11 +300,10 @@ struct TransactionalLease {
 
 }  // namespace detail
 
-/// A lease lock that never runs a script; otherwise as BasicMutex.
-template <class Backend = Client, class Policy = DefaultPolicy>
-using BasicSimpleMutex = detail::LeaseMutex<detail::TransactionalLease, Backend, Policy>;
-
-/// The script-free exclusive lock for ordinary use.
-using SimpleMutex = BasicSimpleMutex<>;
+/// A lease lock that never runs a script; otherwise as Mutex.
+class SimpleMutex : public detail::LeaseMutex<detail::TransactionalLease> {
+ public:
+  using LeaseMutex::LeaseMutex;
+};
 
 }  // namespace distlock

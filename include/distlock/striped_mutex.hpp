@@ -58,12 +58,11 @@ constexpr std::uint32_t fnv1a32(std::string_view bytes) noexcept {
   return hash;
 }
 
-/// K stripes of Mutex over any Backend and AcquirePolicy. Shared by threads
+/// K stripes of Mutex on any Backend, waiting by any AcquirePolicy. Shared by threads
 /// as a Mutex is: each stripe has at most one holder through this object.
-template <class Backend = Client, class Policy = DefaultPolicy>
-class BasicStripedMutex {
+class StripedMutex {
  public:
-  using Stripe = BasicMutex<Backend, Policy>;
+  using Stripe = Mutex;
   using clock = std::chrono::steady_clock;
 
   /// A stripe taken by lock_any(): which one, and its guard (owns_lock()
@@ -76,18 +75,19 @@ class BasicStripedMutex {
 
   /// `stripes` from 1 to max_stripes. Validates name and options
   /// (InvalidArgument); contacts no server.
-  BasicStripedMutex(const Backend& backend, std::string_view name, std::size_t stripes,
-                    LockOptions options = {}, Policy policy = {})
-      : backend_(backend) {
+  StripedMutex(const Backend& backend, std::string_view name, std::size_t stripes,
+               LockOptions options = {}, AcquirePolicy policy = {}) {
     if (stripes == 0 || stripes > max_stripes) {
       throw InvalidArgument("a StripedMutex needs 1 to " + std::to_string(max_stripes) +
                             " stripes, not " + std::to_string(stripes));
     }
     const std::string base = detail::lock_key(LockOptions{}, name);
     stripes_.reserve(stripes);
+    sites_.reserve(stripes);
     for (std::size_t i = 0; i < stripes; ++i) {
       stripes_.push_back(
           std::make_unique<Stripe>(backend, base + ':' + std::to_string(i), options, policy));
+      sites_.push_back(backend.site_for(stripes_.back()->key()));
     }
   }
 
@@ -178,7 +178,7 @@ class BasicStripedMutex {
       if (among.empty() || now >= until) return Taken{};
       if (!subscription && stripes_.front()->options().wake_on_release()) {
         // Confirmed before the next pass: no release after it goes unseen.
-        Notifier::Subscription made = subscribe(stripe(among[random_below(among.size())]), until);
+        Notifier::Subscription made = subscribe(among[random_below(among.size())], until);
         if (!made.moved()) {
           subscription.emplace(std::move(made));
           continue;
@@ -209,10 +209,8 @@ class BasicStripedMutex {
   // Subscribes to the release channel of `watched`. On a cluster, at the
   // node that owns the stripe's slot (the stripes of one name spread over
   // the slots), reading the slot map again there if that node refuses.
-  Notifier::Subscription subscribe(const Stripe& watched, clock::time_point until) {
-    Backend bound = detail::for_lock_key(backend_, watched.key());
-    return detail::subscribe_to_releases(bound, detail::companion_key(watched.key(), "released"),
-                                         until);
+  Notifier::Subscription subscribe(std::size_t i, clock::time_point until) {
+    return sites_[i]->subscribe(detail::companion_key(stripe(i).key(), "released"), until);
   }
 
   // One attempt at stripe i; remembered as home when taken.
@@ -229,12 +227,9 @@ class BasicStripedMutex {
                     n - 1);
   }
 
-  Backend backend_;
   std::vector<std::unique_ptr<Stripe>> stripes_;
+  std::vector<detail::SitePtr> sites_;          // each stripe's, for waiting on any
   std::atomic<std::size_t> home_{max_stripes};  // none yet
 };
-
-/// The striped lock for ordinary use.
-using StripedMutex = BasicStripedMutex<>;
 
 }  // namespace distlock

@@ -39,6 +39,7 @@
 #include "distlock/connection.hpp"
 #include "distlock/detail/args.hpp"
 #include "distlock/detail/replica_check.hpp"
+#include "distlock/detail/site.hpp"
 #include "distlock/detail/thread_annotations.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
@@ -158,29 +159,13 @@ class Cancellation {
   std::shared_ptr<State> state_ = std::make_shared<State>();
 };
 
-/// The reply timeout for a step: the command timeout, cut to the time left
-/// before `deadline` (at least 1 ms, the finest a socket timeout goes).
-inline std::chrono::milliseconds reply_timeout(std::chrono::milliseconds command_timeout,
-                                               SteadyClock::time_point deadline) {
-  if (deadline == no_deadline) return command_timeout;
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - SteadyClock::now());
-  return std::clamp(left, std::chrono::milliseconds(1), command_timeout);
-}
-
-/// Whether a TimeoutError seen now is the caller's own deadline running
-/// out (the step was cut to it) rather than Redis missing a command timeout.
-inline bool deadline_reached(SteadyClock::time_point deadline) {
-  return deadline != no_deadline && SteadyClock::now() + std::chrono::milliseconds(2) >= deadline;
-}
-
 /// When to try again: after the policy's pause (or, when a release will be
 /// announced, no pause of our own), but no later than the deadline nor the
 /// end of the holder's lease (the lock is free then). A PTTL of -1 (a key
 /// with no expiry, not ours; or nothing to go by) leaves the policy's pause.
-template <class Policy>
-SteadyClock::time_point next_attempt_at(const Policy& policy, unsigned attempt,
-                                        long long holder_pttl, SteadyClock::time_point deadline,
-                                        bool announced) {
+inline SteadyClock::time_point next_attempt_at(const AcquirePolicy& policy, unsigned attempt,
+                                               long long holder_pttl,
+                                               SteadyClock::time_point deadline, bool announced) {
   std::chrono::nanoseconds pause = announced && holder_pttl >= 0
                                        ? std::chrono::nanoseconds::max()
                                        : policy.pause(attempt, jitter_unit());
@@ -191,60 +176,6 @@ SteadyClock::time_point next_attempt_at(const Policy& policy, unsigned attempt,
   }
   const SteadyClock::time_point now = SteadyClock::now();
   return deadline - now < pause ? deadline : now + pause;
-}
-
-/// Whether `Backend` routes each step itself (ClusterClient: by the hash
-/// slot its lock object was bound to) instead of lending one endpoint's
-/// connections.
-template <class Backend, class = void>
-inline constexpr bool routes_by_slot = false;
-template <class Backend>
-inline constexpr bool routes_by_slot<Backend, std::void_t<typename Backend::routes_by_slot>> = true;
-
-/// Whether `Backend` is a Redis Cluster (ClusterClient), told apart by its
-/// seeds rather than by one endpoint.
-template <class Backend, class = void>
-inline constexpr bool is_cluster = false;
-template <class Backend>
-inline constexpr bool
-    is_cluster<Backend, std::void_t<decltype(std::declval<const Backend&>().cluster_options())>> =
-        true;
-
-/// `send(connection)` on a connection to where the lock lives, timed by the
-/// deadline rules above: borrowed from a single-endpoint Backend, or sent
-/// through a routing Backend's route() (which follows its redirects).
-template <class Backend, class Send>
-auto on_connection(Backend& backend, SteadyClock::time_point deadline, Send&& send) {
-  if constexpr (routes_by_slot<Backend>) {
-    return backend.route(deadline, std::forward<Send>(send));
-  } else {
-    auto connection = backend.borrow(deadline);
-    connection->set_timeout(reply_timeout(backend.options().command_timeout, deadline));
-    return send(*connection);
-  }
-}
-
-/// The copy of `backend` a lock on `key` keeps: bound to the key's slot for
-/// a routing Backend, the same handle otherwise.
-template <class Backend>
-Backend for_lock_key(Backend backend, const std::string& key) {
-  if constexpr (routes_by_slot<Backend>) {
-    return backend.for_key(key);
-  } else {
-    return backend;
-  }
-}
-
-/// What the leases of one renewal batch share besides their kind: the
-/// endpoint for a single-endpoint Backend; the hash slot for a routing one
-/// (a cluster runs a script or a transaction only over keys of one slot).
-template <class Backend>
-const void* batch_identity(const Backend& backend) noexcept {
-  if constexpr (routes_by_slot<Backend>) {
-    return backend.slot_identity();
-  } else {
-    return &backend.options();
-  }
 }
 
 /// How long the undo of a grant whose WAIT never answered may take to
@@ -291,13 +222,13 @@ inline void confirm(ReplicaCheck& replicas, Connection& connection, int needed,
 /// on the same connection; a WAIT that fails after a grant undoes the grant
 /// on a connection of its own (undo_apart: the grant is known, and the WAIT
 /// blocks its own).
-template <class Backend, class Send, class Undo>
-std::optional<Attempt> attempt_or_undo(Backend& backend, SteadyClock::time_point deadline,
-                                       Send&& send, Undo&& undo, ReplicaCheck* replicas = nullptr,
+template <class Send, class Undo>
+std::optional<Attempt> attempt_or_undo(Site& site, SteadyClock::time_point deadline, Send&& send,
+                                       Undo&& undo, ReplicaCheck* replicas = nullptr,
                                        std::string_view key = {}) {
   try {
-    return on_connection(backend, deadline, [&](Connection& connection) {
-      const std::chrono::milliseconds command_timeout = backend.options().command_timeout;
+    return on_site(site, deadline, [&](Connection& connection) {
+      const std::chrono::milliseconds command_timeout = site.options().command_timeout;
       const int needed = replicas != nullptr ? replicas->needed(connection, key) : 0;
       const TrailGuard guard(connection);
       Attempt attempt;
@@ -349,24 +280,16 @@ std::optional<Attempt> attempt_or_undo(Backend& backend, SteadyClock::time_point
 
 /// The holder's PTTL, read by the deadline rules; nullopt when the
 /// caller's deadline cut the read short.
-template <class Backend>
-std::optional<long long> read_pttl(Backend& backend, const std::string& key,
-                                   SteadyClock::time_point deadline) {
+inline std::optional<long long> read_pttl(Site& site, const std::string& key,
+                                          SteadyClock::time_point deadline) {
   try {
-    return on_connection(backend, deadline, [&](Connection& connection) {
+    return on_site(site, deadline, [&](Connection& connection) {
       return connection.command("PTTL", key).integer();
     });
   } catch (const TimeoutError&) {
     if (deadline_reached(deadline)) return std::nullopt;
     throw;
   }
-}
-
-/// A token-checked step (release, extend) on a single server within the
-/// deadline rules; throws on failure like any command.
-template <class Backend, class Send>
-auto send_checked(Backend& backend, SteadyClock::time_point deadline, Send&& send) {
-  return on_connection(backend, deadline, std::forward<Send>(send));
 }
 
 /// send(); a refusal by the server's ACL (NOPERM: e.g. a user with SET but

@@ -25,6 +25,7 @@
 
 #include "distlock/connection.hpp"
 #include "distlock/detail/acquire.hpp"
+#include "distlock/detail/site.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/reply.hpp"
@@ -36,16 +37,16 @@ namespace distlock::detail {
 /// lease's KEYS and ARGV to its call's. Until `loaded` says the server has
 /// the script, the pipeline starts with a SCRIPT LOAD, so that a first
 /// round is not a round of NOSCRIPT answers and EVALs.
-template <class Backend, class AddLease>
-void renew_by_script(Backend& backend, const Script& script, std::atomic<bool>& loaded,
+template <class AddLease>
+void renew_by_script(Site& site, const Script& script, std::atomic<bool>& loaded,
                      const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
                      SteadyClock::time_point deadline, AddLease&& add,
                      ReplicaCheck* replicas = nullptr) noexcept {
   constexpr std::size_t batch = Watchdog::batch_size;
   bool replicated = true;  // no WAIT asked for, or enough replicas acknowledged
   try {
-    auto connection = backend.borrow(deadline);
-    const std::chrono::milliseconds command_timeout = backend.options().command_timeout;
+    Borrowed connection = site.borrow(deadline);
+    const std::chrono::milliseconds command_timeout = site.options().command_timeout;
     connection->set_timeout(reply_timeout(command_timeout, deadline));
     const int needed =
         replicas != nullptr && !leases.empty() ? replicas->needed(*connection, leases[0]->key) : 0;
@@ -89,8 +90,8 @@ void renew_by_script(Backend& backend, const Script& script, std::atomic<bool>& 
         if (classify_server_error(reply.str()) == ServerErrorKind::noscript) {
           unloaded.push_back(call);
           loaded = false;  // flushed, or a restarted server: load it next round
-        } else if constexpr (routes_by_slot<Backend>) {
-          backend.saw_error(reply.str());  // a MOVED: the next round goes to the new owner
+        } else {
+          site.saw_error(reply.str());  // a MOVED: the next round goes to the new owner
         }
         continue;  // other errors: unknown, tried again soon
       }
@@ -159,27 +160,27 @@ struct KeyAuxTokenLeases {
 /// `Kind` names the script and how a lease goes into a call:
 ///   static constexpr const Script& script;
 ///   static void add(const LeaseState&, keys, args);
-template <class Backend, class Kind>
+template <class Kind>
 class ScriptRenewer final : public Renewer {
  public:
   /// With `replicas`, every round is confirmed by WAIT (see the top of file).
-  explicit ScriptRenewer(Backend backend, std::shared_ptr<ReplicaCheck> replicas = nullptr)
-      : backend_(std::move(backend)),
+  explicit ScriptRenewer(SitePtr site, std::shared_ptr<ReplicaCheck> replicas = nullptr)
+      : site_(std::move(site)),
         replicas_(std::move(replicas)),
         batch_key_(&Kind::script,
-                   replicas_ ? replicated_batch_key(&Kind::script, batch_identity(backend_),
+                   replicas_ ? replicated_batch_key(&Kind::script, site_->identity(),
                                                     replicas_->wanted(), replicas_->timeout())
-                             : batch_identity(backend_)) {}
+                             : site_->identity()) {}
   BatchKey batch_key() const noexcept override { return batch_key_; }
-  const void* endpoint() const noexcept override { return batch_identity(backend_); }
+  const void* endpoint() const noexcept override { return site_->identity(); }
   void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
              SteadyClock::time_point deadline) noexcept override {
-    renew_by_script(backend_, Kind::script, loaded_, leases, outcomes, deadline, &Kind::add,
+    renew_by_script(*site_, Kind::script, loaded_, leases, outcomes, deadline, &Kind::add,
                     replicas_.get());
   }
 
  private:
-  Backend backend_;
+  const SitePtr site_;
   const std::shared_ptr<ReplicaCheck> replicas_;
   const BatchKey batch_key_;
   std::atomic<bool> loaded_{false};

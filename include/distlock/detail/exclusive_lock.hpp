@@ -26,7 +26,7 @@
 
 namespace distlock::detail {
 
-template <class Protocol, class Policy>
+template <class Protocol>
 class ExclusiveLock {
  public:
   using clock = std::chrono::steady_clock;
@@ -161,13 +161,13 @@ class ExclusiveLock {
  protected:
   static constexpr typename Protocol::Kind kind = Protocol::exclusive;
 
-  ExclusiveLock(Protocol protocol, LockOptions options, Policy policy,
+  ExclusiveLock(Protocol protocol, LockOptions options, AcquirePolicy policy,
                 Cancellation cancellation = {})
-      : life_(std::make_unique<Lifecycle<Protocol, Policy>>(
-            std::move(protocol), std::move(options), std::move(policy), std::move(cancellation))) {}
+      : life_(std::make_unique<Lifecycle<Protocol>>(std::move(protocol), std::move(options),
+                                                    std::move(policy), std::move(cancellation))) {}
   ~ExclusiveLock() = default;
 
-  std::unique_ptr<Lifecycle<Protocol, Policy>> life_;
+  std::unique_ptr<Lifecycle<Protocol>> life_;
 };
 
 }  // namespace distlock::detail

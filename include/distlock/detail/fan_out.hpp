@@ -49,16 +49,15 @@
 #include "distlock/detail/acquire.hpp"
 #include "distlock/detail/args.hpp"
 #include "distlock/detail/cluster_slots.hpp"
+#include "distlock/detail/site.hpp"
 #include "distlock/error.hpp"
 #include "distlock/reply.hpp"
 
 namespace distlock::detail {
 
-template <class Backend>
 class FanOut {
  public:
   using clock = std::chrono::steady_clock;
-  using Borrowed = decltype(std::declval<Backend&>().borrow());
 
   /// Where one server stands after a round.
   enum class State {
@@ -78,8 +77,8 @@ class FanOut {
   };
 
   struct Node {
-    explicit Node(Backend* where) noexcept : backend(where) {}
-    Backend* backend;
+    explicit Node(Site* where) noexcept : site(where) {}
+    Site* site;
     std::optional<Borrowed> connection;
     State state = State::idle;
     Reply reply{nullptr};
@@ -92,9 +91,9 @@ class FanOut {
     unsigned asking_owed = 0;  ///< replies to ASKING still to be read before the step's
   };
 
-  explicit FanOut(const std::vector<Backend*>& backends) {
-    nodes_.reserve(backends.size());
-    for (Backend* backend : backends) nodes_.emplace_back(backend);
+  explicit FanOut(const std::vector<Site*>& sites) {
+    nodes_.reserve(sites.size());
+    for (Site* site : sites) nodes_.emplace_back(site);
   }
 
   FanOut(const FanOut&) = delete;
@@ -188,7 +187,7 @@ class FanOut {
           node.asked = true;
           ask_first(node);
         }
-        if (!node.connection) node.connection.emplace(node.backend->borrow(borrow_deadline_));
+        if (!node.connection) node.connection.emplace(node.site->borrow(borrow_deadline_));
         append(**node.connection, send);
         node.queued = true;
         if (send == Send::and_wait) node.state = State::waiting;
@@ -284,13 +283,15 @@ class FanOut {
         connection.flush();
         return;
       }
-      if constexpr (is_cluster<Backend>) {
-        // A MOVED notes the slot's new owner, where the step goes once more,
-        // and an ASK names the importing node it goes to once (see the top
-        // of this file); a second redirect is this master's answer.
-        if (reply->is_error() && redirect(node, reply->str())) return;
-      } else if constexpr (routes_by_slot<Backend>) {
-        if (reply->is_error()) node.backend->saw_error(reply->str());  // READONLY: look again
+      // On a cluster a MOVED notes the slot's new owner, where the step
+      // goes once more, and an ASK names the importing node it goes to once
+      // (see the top of this file); a second redirect is this master's
+      // answer. Elsewhere the site hears the error (a Sentinel's master
+      // that answers READONLY is looked for again).
+      if (reply->is_error() && node.site->redirects()) {
+        if (redirect(node, reply->str())) return;
+      } else if (reply->is_error()) {
+        node.site->saw_error(reply->str());
       }
       node.reply = std::move(*reply);
       node.state = State::replied;
@@ -304,7 +305,7 @@ class FanOut {
   // node it names, behind ASKING. By the same deadline, once per round.
   // False for any other reply.
   bool redirect(Node& node, std::string_view reply) {
-    const bool moved = node.backend->saw_error(reply);  // a MOVED is noted in the map
+    const bool moved = node.site->saw_error(reply);  // a MOVED is noted in the map
     if (node.redirected || (!moved && parse_redirect(reply).kind != Redirect::Kind::ask)) {
       return false;
     }
@@ -314,8 +315,7 @@ class FanOut {
     node.sent_eval = false;
     try {
       const clock::time_point by = std::min(borrow_deadline_, collect_deadline_);
-      node.connection.emplace(moved ? node.backend->borrow(by)
-                                    : node.backend->borrow_asked(reply, by));
+      node.connection.emplace(moved ? node.site->borrow(by) : node.site->borrow_asked(reply, by));
       if (node.asked) ask_first(node);
       append_step(node);
     } catch (const Error& error) {
@@ -342,22 +342,9 @@ class FanOut {
   }
 
   std::string where(const Node& node) const {
-    if constexpr (is_cluster<Backend>) {
-      std::string text = cluster_of(*node.backend);
-      if (node.connection) text += " node " + (*node.connection)->options().endpoint();
-      return text;
-    } else {
-      return node.backend->options().endpoint();
-    }
-  }
-
-  // "cluster <seed>,<seed>": a cluster's own options name no one node.
-  static std::string cluster_of(const Backend& backend) {
-    std::string text = "cluster";
-    char separator = ' ';
-    for (const std::string& seed : backend.cluster_options().seeds) {
-      text += separator + seed;
-      separator = ',';
+    std::string text = node.site->describe();
+    if (node.site->redirects() && node.connection) {
+      text += " node " + (*node.connection)->options().endpoint();
     }
     return text;
   }
@@ -372,9 +359,7 @@ class FanOut {
     node.error = error.code();
     node.message = error.what();
     // A cluster's errors name the node; the cluster is named first.
-    if constexpr (is_cluster<Backend>) {
-      node.message = cluster_of(*node.backend) + ": " + node.message;
-    }
+    if (node.site->redirects()) node.message = node.site->describe() + ": " + node.message;
   }
 
   static constexpr std::string_view asking_argv[] = {"ASKING"};

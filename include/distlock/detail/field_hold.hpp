@@ -68,14 +68,15 @@ inline TokenCheck field_check(const Reply& reply) {
 /// What every hash-field lock's Protocol has beyond SingleServer: the owner
 /// id, and the count of this thread's holds of each kind of field (see
 /// ThreadFieldHolds). `Kind` is the lock's kinds of hold, numbered from 0.
-template <class Backend, class Kind>
-class HashFieldCore : public SingleServer<Backend> {
+template <class Kind>
+class HashFieldCore : public SingleServer {
  public:
   static constexpr bool per_thread = true;
 
-  HashFieldCore(Backend backend, std::string key, std::string channel, const LockOptions& options)
-      : SingleServer<Backend>(std::move(backend), std::move(key), std::move(channel), options),
-        key_id_(ThreadFieldHolds::id(this->backend_.id(), this->key_, "*")) {}
+  HashFieldCore(const Backend& backend, std::string key, std::string channel,
+                const LockOptions& options)
+      : SingleServer(backend, std::move(key), std::move(channel), options),
+        key_id_(ThreadFieldHolds::id(this->site_->id(), this->key_, "*")) {}
 
   /// Counts the calling thread's holds of `kind` (+1 taken, -1 given back),
   /// and of any kind on the key.
@@ -108,7 +109,7 @@ class HashFieldCore : public SingleServer<Backend> {
   /// The calling thread's owner id for this lock's key.
   std::string owner() const {
     settle();
-    return owner_id(this->backend_.id(), this->key_);
+    return owner_id(this->site_->id(), this->key_);
   }
 
  protected:
@@ -126,7 +127,7 @@ class HashFieldCore : public SingleServer<Backend> {
   /// while it holds nothing on the key.
   void retire_owner() {
     if (!held_here()) {
-      ThreadNumbers::retire(this->backend_.id(), this->key_, ThreadFieldHolds::none());
+      ThreadNumbers::retire(this->site_->id(), this->key_, ThreadFieldHolds::none());
     }
   }
 
@@ -184,7 +185,7 @@ class HashFieldCore : public SingleServer<Backend> {
                                        Send&& send) {
     const bool undo = !held_here();
     return attempt_or_undo(
-        this->backend_, deadline,
+        *this->site_, deadline,
         [&](Connection& connection) {
           return naming_wrong_type(connection, this->key_, "hash", [&] {
             Attempt attempt = send(connection);
@@ -204,7 +205,7 @@ class HashFieldCore : public SingleServer<Backend> {
   // The owner id in a hold id: "<client id>:<number>", which a write
   // hold's id follows with ":write".
   std::string owner_in(const std::string& id) const {
-    std::size_t end = std::min(this->backend_.id().size() + 1, id.size());
+    std::size_t end = std::min(this->site_->id().size() + 1, id.size());
     while (end < id.size() && id[end] >= '0' && id[end] <= '9') ++end;
     return id.substr(0, end);
   }
@@ -219,14 +220,14 @@ class HashFieldCore : public SingleServer<Backend> {
   void settle() const {
     if (!GivenBackElsewhere::any()) return;
     const std::optional<GivenBackElsewhere::Due> due =
-        GivenBackElsewhere::take(where(owner_id(this->backend_.id(), this->key_)));
+        GivenBackElsewhere::take(where(owner_id(this->site_->id(), this->key_)));
     if (!due) return;
     for (const std::size_t ended : due->ended) {
       ThreadFieldHolds::remove(ended);
       ThreadFieldHolds::remove(key_id_);
     }
     if (due->retire && !ThreadFieldHolds::any(key_id_)) {
-      ThreadNumbers::retire(this->backend_.id(), this->key_, ThreadFieldHolds::none());
+      ThreadNumbers::retire(this->site_->id(), this->key_, ThreadFieldHolds::none());
     }
   }
 
@@ -235,12 +236,10 @@ class HashFieldCore : public SingleServer<Backend> {
 
 /// Renewal of hash-field holds (a ReentrantMutex hold, a SharedMutex write
 /// hold: the field is the lease's token), one hash_field_renew per batch.
-template <class Backend>
-using FieldRenewer = ScriptRenewer<Backend, KeyTokenLeases<scripts::hash_field_renew>>;
+using FieldRenewer = ScriptRenewer<KeyTokenLeases<scripts::hash_field_renew>>;
 
 /// Renewal of SharedMutex read holds (the lease's aux is the owner's
 /// timeout-key stem), one read_renew per batch.
-template <class Backend>
-using ReadRenewer = ScriptRenewer<Backend, KeyAuxTokenLeases<scripts::read_renew>>;
+using ReadRenewer = ScriptRenewer<KeyAuxTokenLeases<scripts::read_renew>>;
 
 }  // namespace distlock::detail

@@ -57,16 +57,15 @@ inline void check_expires(std::string_view key, std::string_view found, long lon
 /// deadline rules of read_pttl(); throws WrongTypeError if the key holds
 /// something other than `expected`, NotALockError if it never expires.
 /// nullopt when the caller's deadline cut the read short.
-template <class Backend>
-std::optional<long long> read_pttl_of_type(Backend& backend, const std::string& key,
-                                           std::string_view expected,
-                                           SteadyClock::time_point deadline) {
+inline std::optional<long long> read_pttl_of_type(Site& site, const std::string& key,
+                                                  std::string_view expected,
+                                                  SteadyClock::time_point deadline) {
   try {
-    // Through on_connection: on a cluster, a slot that moved since the
+    // Through the site: on a cluster, a slot that moved since the
     // attempt answers MOVED here, which is followed, not thrown.
     // After an ASK, the ASKING sent before PTTL lets only PTTL in: TYPE
     // needs its own, or the importing node sends it back with MOVED.
-    return on_connection(backend, deadline, [&](Connection& connection) {
+    return on_site(site, deadline, [&](Connection& connection) {
       const bool asking = connection.asking();
       connection.append("PTTL", key);
       if (asking) connection.append("ASKING");

@@ -60,8 +60,8 @@ inline Attempt set_if_absent(Connection& connection, const LeaseKeys& keys,
 }
 
 /// The Lifecycle's Protocol for a single-key lease over `Wire`.
-template <class Wire, class Backend>
-class LeaseProtocol : public SingleServer<Backend> {
+template <class Wire>
+class LeaseProtocol : public SingleServer {
  public:
   enum class Kind { exclusive };
   static constexpr Kind exclusive = Kind::exclusive;
@@ -72,11 +72,11 @@ class LeaseProtocol : public SingleServer<Backend> {
   static constexpr bool holds_at_least(Kind) noexcept { return true; }
   void keeping(Kind, const std::string&) const noexcept {}
 
-  LeaseProtocol(Backend backend, std::string key, const LockOptions& options)
-      : SingleServer<Backend>(std::move(backend), key, companion_key(key, "released"), options),
+  LeaseProtocol(const Backend& backend, std::string key, const LockOptions& options)
+      : SingleServer(backend, key, companion_key(key, "released"), options),
         fence_key_(companion_key(key, "fence")),
         fencing_(options.fencing()),
-        renewer_(this->template make_renewer<typename Wire::template Renewer<Backend>>()) {}
+        renewer_(make_renewer<typename Wire::Renewer>()) {}
 
   std::string id_for(Kind) const { return make_token(); }
   template <class DepthOf>
@@ -85,27 +85,21 @@ class LeaseProtocol : public SingleServer<Backend> {
 
   std::optional<Attempt> attempt(Kind, const std::string& token, SteadyClock::time_point deadline) {
     return attempt_or_undo(
-        this->backend_, deadline,
+        *site_, deadline,
         [&](Connection& connection) {
-          return Wire::acquire(connection, keys(), token, this->ttl_, fencing_);
+          return Wire::acquire(connection, keys(), token, ttl_, fencing_);
         },
-        [&](Connection& connection) { Wire::undo(connection, keys(), token); },
-        this->replicas_.get(), this->key_);
+        [&](Connection& connection) { Wire::undo(connection, keys(), token); }, replicas_.get(),
+        key_);
   }
 
   /// The attempt as the notifier thread may write it for a sleeping waiter
   /// (detail/armed_attempt.hpp); empty where it may not: a fenced attempt
-  /// (a script or a transaction), one with WAIT behind it, or a Backend
-  /// other than Client (a cluster routes each step; a sentinel's master
-  /// may move while the waiter sleeps).
+  /// (a script or a transaction), one with WAIT behind it, or one whose
+  /// site does not arm attempts (Site::arms_attempts).
   std::string armed_command(Kind, const std::string& token) const {
-    if constexpr (std::is_same_v<Backend, Client>) {
-      if (!fencing_ && !this->replicas_) {
-        return format_command({"SET", this->key_, token, "NX", "PX", this->ttl_});
-      }
-    }
-    static_cast<void>(token);
-    return {};
+    if (fencing_ || replicas_ || !site_->arms_attempts()) return {};
+    return format_command({"SET", key_, token, "NX", "PX", ttl_});
   }
   /// An armed attempt's reply, as set_if_absent() reads it.
   static Attempt armed_reply(const Reply& reply) {
@@ -116,39 +110,37 @@ class LeaseProtocol : public SingleServer<Backend> {
   void undo(Kind, Connection& connection, const std::string& token) {
     Wire::undo(connection, keys(), token);
   }
-  Notifier& notifier() { return this->backend_.notifier(); }
-  std::chrono::milliseconds command_timeout() const {
-    return this->backend_.options().command_timeout;
-  }
+  Notifier& notifier() { return site_->notifier(); }
+  std::chrono::milliseconds command_timeout() const { return site_->options().command_timeout; }
 
   /// The holder's PTTL, and (in the same round trip) a check that the key
   /// holds a string: SET NX is refused by a key of any type, and a hash or
   /// a list there would be waited for in vain.
   std::optional<long long> holder_pttl(SteadyClock::time_point deadline) {
-    return read_pttl_of_type(this->backend_, this->key_, "string", deadline);
+    return read_pttl_of_type(*site_, key_, "string", deadline);
   }
 
   TokenCheck release(Kind, const std::string& token) {
-    return this->checked(
+    return checked(
         [&](Connection& connection) { return Wire::release(connection, keys(), token); });
   }
 
   TokenCheck extend(Kind, const std::string& token, std::chrono::milliseconds ttl) {
-    return this->extended([&](Connection& connection) {
+    return extended([&](Connection& connection) {
       return Wire::extend(connection, keys(), token, Decimal(ttl.count()));
     });
   }
 
   std::shared_ptr<LeaseState> watched(Kind, const std::string& token, SteadyClock::time_point sent,
                                       const LockOptions& options) const {
-    return std::make_shared<LeaseState>(this->key_, token, options.ttl(), sent, options.on_lost(),
+    return std::make_shared<LeaseState>(key_, token, options.ttl(), sent, options.on_lost(),
                                         renewer_);
   }
 
   static std::string describe(Kind) { return "lock"; }
 
  private:
-  LeaseKeys keys() const noexcept { return {this->key_, fence_key_, this->channel_}; }
+  LeaseKeys keys() const noexcept { return {key_, fence_key_, channel_}; }
 
   const std::string fence_key_;
   const bool fencing_;
@@ -156,17 +148,17 @@ class LeaseProtocol : public SingleServer<Backend> {
 };
 
 /// An exclusive single-key lease lock: Mutex or SimpleMutex.
-template <class Wire, class Backend, class Policy>
-class LeaseMutex : public ExclusiveLock<LeaseProtocol<Wire, Backend>, Policy> {
-  using Base = ExclusiveLock<LeaseProtocol<Wire, Backend>, Policy>;
+template <class Wire>
+class LeaseMutex : public ExclusiveLock<LeaseProtocol<Wire>> {
+  using Base = ExclusiveLock<LeaseProtocol<Wire>>;
 
  public:
   /// Validates name and options (InvalidArgument); contacts no server. The
-  /// lock keeps a copy of the Client (a handle), so it may outlive the
-  /// Client it was made from.
+  /// lock keeps its key's site (detail/site.hpp), so it may outlive the
+  /// backend object it was made from.
   LeaseMutex(const Backend& backend, std::string_view name, LockOptions options = {},
-             Policy policy = {})
-      : Base(LeaseProtocol<Wire, Backend>(backend, lock_key(options, name), options), options,
+             AcquirePolicy policy = {})
+      : Base(LeaseProtocol<Wire>(backend, lock_key(options, name), options), options,
              std::move(policy)) {}
 
   /// Releases the lease if this object still holds it.

@@ -110,7 +110,7 @@ class Heard {
   clock::duration slowest_{0};
 };
 
-template <class Protocol, class Policy>
+template <class Protocol>
 class Lifecycle : public HoldKeeper<Protocol> {
   using Keeper = HoldKeeper<Protocol>;
 
@@ -118,7 +118,8 @@ class Lifecycle : public HoldKeeper<Protocol> {
   using Kind = typename Protocol::Kind;
   using clock = SteadyClock;
 
-  Lifecycle(Protocol protocol, LockOptions options, Policy policy, Cancellation cancellation = {})
+  Lifecycle(Protocol protocol, LockOptions options, AcquirePolicy policy,
+            Cancellation cancellation = {})
       : Keeper(std::move(protocol), std::move(options), std::move(cancellation)),
         policy_(std::move(policy)) {}
 
@@ -368,7 +369,7 @@ class Lifecycle : public HoldKeeper<Protocol> {
     return false;
   }
 
-  const Policy policy_;
+  const AcquirePolicy policy_;
 };
 
 }  // namespace distlock::detail

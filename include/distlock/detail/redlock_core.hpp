@@ -22,6 +22,7 @@
 #include "distlock/detail/args.hpp"
 #include "distlock/detail/fan_out.hpp"
 #include "distlock/detail/key_type.hpp"
+#include "distlock/detail/site.hpp"
 #include "distlock/detail/thread_annotations.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
@@ -35,31 +36,28 @@
 
 namespace distlock::detail {
 
-template <class Backend>
 class RedlockCore {
  public:
   using clock = std::chrono::steady_clock;
-  using Fan = FanOut<Backend>;
-  using FanState = typename Fan::State;
-  using FanSend = typename Fan::Send;
+  using Fan = FanOut;
+  using FanState = Fan::State;
+  using FanSend = Fan::Send;
 
-  RedlockCore(const std::vector<Backend*>& masters, std::string key,
-              std::chrono::milliseconds node_timeout)
-      : key_(std::move(key)),
+  /// On the site of the key at each master (Backend::site_for).
+  RedlockCore(std::vector<SitePtr> masters, std::string key, std::chrono::milliseconds node_timeout)
+      : masters_(std::move(masters)),
+        key_(std::move(key)),
         channel_(companion_key(key_, "released")),
         node_timeout_(node_timeout),
-        quorum_(masters.size() / 2 + 1) {
-    masters_.reserve(masters.size());
-    // A cluster master's copy is bound to the key's slot (for_lock_key).
-    for (Backend* master : masters) masters_.push_back(for_lock_key(*master, key_));
-    for (Backend& master : masters_) pointers_.push_back(&master);
+        quorum_(masters_.size() / 2 + 1) {
+    for (const SitePtr& master : masters_) pointers_.push_back(master.get());
   }
 
   RedlockCore(const RedlockCore&) = delete;
   RedlockCore& operator=(const RedlockCore&) = delete;
 
-  /// The masters, as pointers to this core's own handles (stable).
-  const std::vector<Backend*>& masters() const noexcept { return pointers_; }
+  /// The masters' sites of the key.
+  const std::vector<Site*>& masters() const noexcept { return pointers_; }
   const std::string& key() const noexcept { return key_; }
   std::size_t quorum() const noexcept { return quorum_; }
   std::chrono::milliseconds node_timeout() const noexcept { return node_timeout_; }
@@ -125,7 +123,7 @@ class RedlockCore {
     if (wrong == 0 || fan.size() - wrong >= quorum_) return;
     std::string found = "value of another type";
     try {
-      auto connection = fan[first].backend->borrow(clock::now() + node_timeout_);
+      auto connection = fan[first].site->borrow(clock::now() + node_timeout_);
       connection->set_timeout(node_timeout_);
       found = std::string(connection->command("TYPE", key_).str());
     } catch (const Error&) {
@@ -249,7 +247,7 @@ class RedlockCore {
   /// script runs over keys of one slot only).
   std::vector<const void*> master_identity() const {
     std::vector<const void*> identity;
-    for (const Backend& master : masters_) identity.push_back(batch_identity(master));
+    for (const SitePtr& master : masters_) identity.push_back(master->identity());
     return identity;
   }
 
@@ -358,8 +356,8 @@ class RedlockCore {
   }
 
  private:
-  std::vector<Backend> masters_;
-  std::vector<Backend*> pointers_;
+  const std::vector<SitePtr> masters_;
+  std::vector<Site*> pointers_;  // of masters_, for a FanOut
   const std::string key_;
   const std::string channel_;  // the release script announces on it, as Mutex's does
   const std::chrono::milliseconds node_timeout_;

@@ -14,10 +14,12 @@
 #include <utility>
 #include <vector>
 
+#include "distlock/backend.hpp"
 #include "distlock/connection.hpp"
 #include "distlock/detail/acquire.hpp"
 #include "distlock/detail/args.hpp"
 #include "distlock/detail/redlock_core.hpp"
+#include "distlock/detail/site.hpp"
 #include "distlock/detail/time.hpp"
 #include "distlock/error.hpp"
 #include "distlock/events.hpp"
@@ -36,14 +38,13 @@ namespace distlock::detail {
 /// on every master at once. A quorum keeps a lease. Too few answers:
 /// unknown (tried again until the validity runs out); a majority that no
 /// longer holds our token: gone.
-template <class Backend>
 class RedlockRenewer final : public Renewer {
  public:
-  explicit RedlockRenewer(std::shared_ptr<RedlockCore<Backend>> core) : core_(std::move(core)) {}
+  explicit RedlockRenewer(std::shared_ptr<RedlockCore> core) : core_(std::move(core)) {}
   // The batch key names the first master only; renew() sorts the leases by
   // their whole set of masters.
   BatchKey batch_key() const noexcept override {
-    return {&kind_tag, batch_identity(*core_->masters().front())};
+    return {&kind_tag, core_->masters().front()->identity()};
   }
   void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
              SteadyClock::time_point deadline) noexcept override {
@@ -52,7 +53,7 @@ class RedlockRenewer final : public Renewer {
       for (std::size_t i = 0; i < leases.size(); ++i) {
         by_masters[core_of(*leases[i]).master_identity()].push_back(i);
       }
-      std::vector<RedlockCore<Backend>*> cores;
+      std::vector<RedlockCore*> cores;
       std::vector<LeaseState*> batch;
       std::vector<Renewed> found;
       for (const auto& [masters, positions] : by_masters) {
@@ -80,16 +81,15 @@ class RedlockRenewer final : public Renewer {
 
  private:
   // Leases with equal batch keys have renewers of this very type.
-  static RedlockCore<Backend>& core_of(const LeaseState& lease) noexcept {
+  static RedlockCore& core_of(const LeaseState& lease) noexcept {
     return *static_cast<const RedlockRenewer&>(*lease.renewer).core_;
   }
 
   static constexpr char kind_tag = 0;
-  std::shared_ptr<RedlockCore<Backend>> core_;
+  std::shared_ptr<RedlockCore> core_;
 };
 
 /// The Lifecycle's Protocol for a Redlock.
-template <class Backend>
 class RedlockProtocol {
  public:
   using clock = std::chrono::steady_clock;
@@ -102,17 +102,15 @@ class RedlockProtocol {
   static constexpr bool holds_at_least(Kind) noexcept { return true; }
   void keeping(Kind, const std::string&) const noexcept {}
 
-  RedlockProtocol(const std::vector<Backend*>& masters, std::string key,
+  /// Validates (InvalidArgument, see redlock.hpp) and contacts no server.
+  RedlockProtocol(const std::vector<const Backend*>& masters, std::string_view name,
                   const RedlockOptions& options)
-      : options_(options),
-        core_(std::make_shared<RedlockCore<Backend>>(
-            masters, std::move(key),
-            options.node_timeout().count() > 0 ? options.node_timeout()
-                                               : default_node_timeout(masters, options.ttl()))),
-        renewer_(std::make_shared<RedlockRenewer<Backend>>(core_)) {}
+      : options_(checked_options(options)),
+        core_(core_on(masters, lock_key(options, name), options)),
+        renewer_(std::make_shared<RedlockRenewer>(core_)) {}
 
   void check_process() const {
-    for (const Backend* master : core_->masters()) master->check_process();
+    for (const Site* master : core_->masters()) master->check_process();
   }
   bool forked() const noexcept { return core_->masters().front()->forked(); }
 
@@ -209,43 +207,31 @@ class RedlockProtocol {
   const std::string& key() const noexcept { return core_->key(); }
   static std::string describe(Kind) { return "lock"; }
   const RedlockOptions& options() const noexcept { return options_; }
-  RedlockCore<Backend>& core() const noexcept { return *core_; }
+  RedlockCore& core() const noexcept { return *core_; }
 
-  static std::vector<Backend*> checked_masters(std::vector<Backend*> masters) {
+  /// The site of `key` at each master: none null, no two the same server
+  /// (two handles on one cluster count as one), the key's companions in its
+  /// slot on a cluster.
+  static std::vector<SitePtr> sites_of(const std::vector<const Backend*>& masters,
+                                       const std::string& key) {
     if (masters.empty()) throw InvalidArgument("Redlock needs at least one master");
-    std::vector<std::string> endpoints;
-    endpoints.reserve(masters.size());
-    for (Backend* master : masters) {
+    std::vector<SitePtr> sites;
+    std::vector<std::string> servers;
+    sites.reserve(masters.size());
+    servers.reserve(masters.size());
+    for (const Backend* master : masters) {
       if (master == nullptr) throw InvalidArgument("Redlock master must not be null");
-      endpoints.push_back(where(*master));
+      sites.push_back(master->site_for(key));
+      sites.back()->check_keys("Redlock '" + key + "'", {key, companion_key(key, "released")});
+      servers.push_back(sites.back()->describe());
     }
-    std::sort(endpoints.begin(), endpoints.end());
-    if (const auto twice = std::adjacent_find(endpoints.begin(), endpoints.end());
-        twice != endpoints.end()) {
+    std::sort(servers.begin(), servers.end());
+    if (const auto twice = std::adjacent_find(servers.begin(), servers.end());
+        twice != servers.end()) {
       throw InvalidArgument("Redlock masters must be independent servers; " + *twice +
                             " is given more than once");
     }
-    return masters;
-  }
-
-  /// What tells masters apart: the endpoint; for a cluster, its seeds.
-  static std::string where(const Backend& master) {
-    if constexpr (is_cluster<Backend>) {
-      std::string seeds = "cluster";
-      for (const std::string& seed : master.cluster_options().seeds) seeds += " " + seed;
-      return seeds;
-    } else {
-      return master.options().endpoint();
-    }
-  }
-
-  /// A cluster runs a script only over keys of one slot: the release
-  /// script's two keys must share the lock's.
-  static std::string checked_key(std::string key) {
-    if constexpr (routes_by_slot<Backend>) {
-      Backend::check_keys("Redlock '" + key + "'", {key, companion_key(key, "released")});
-    }
-    return key;
+    return sites;
   }
 
   static RedlockOptions checked_options(RedlockOptions options) {
@@ -282,18 +268,27 @@ class RedlockProtocol {
     return lease;
   }
 
-  static std::chrono::milliseconds default_node_timeout(const std::vector<Backend*>& masters,
+  static std::chrono::milliseconds default_node_timeout(const std::vector<SitePtr>& masters,
                                                         std::chrono::milliseconds ttl) {
     std::chrono::milliseconds timeout = std::max(ttl / 10, std::chrono::milliseconds(1));
-    for (const Backend* master : masters) {
+    for (const SitePtr& master : masters) {
       timeout = std::min(timeout, master->options().command_timeout);
     }
     return timeout;
   }
 
  private:
+  static std::shared_ptr<RedlockCore> core_on(const std::vector<const Backend*>& masters,
+                                              std::string key, const RedlockOptions& options) {
+    std::vector<SitePtr> sites = sites_of(masters, key);
+    const std::chrono::milliseconds node_timeout = options.node_timeout().count() > 0
+                                                       ? options.node_timeout()
+                                                       : default_node_timeout(sites, options.ttl());
+    return std::make_shared<RedlockCore>(std::move(sites), std::move(key), node_timeout);
+  }
+
   const RedlockOptions options_;
-  std::shared_ptr<RedlockCore<Backend>> core_;
+  std::shared_ptr<RedlockCore> core_;
   std::shared_ptr<Renewer> renewer_;
 };
 

@@ -46,8 +46,7 @@ inline constexpr std::size_t max_permits = 1'000'000'000;
 
 /// Renewal of permits, semaphore_renew per batch of Watchdog::batch_size
 /// (the lease's aux is the name's count key, kept alive with the set).
-template <class Backend>
-using PermitRenewer = ScriptRenewer<Backend, KeyAuxTokenLeases<scripts::semaphore_renew>>;
+using PermitRenewer = ScriptRenewer<KeyAuxTokenLeases<scripts::semaphore_renew>>;
 
 /// How a semaphore script answers a release or extend: 1 done, 0 the
 /// permit had expired or was gone (a permit id is never another's).
@@ -56,8 +55,7 @@ inline TokenCheck permit_check(const Reply& reply) {
                                                                : TokenCheck::no_key;
 }
 
-template <class Backend>
-class SemaphoreProtocol : public SingleServer<Backend> {
+class SemaphoreProtocol : public SingleServer {
  public:
   enum class Kind { exclusive };
   static constexpr Kind exclusive = Kind::exclusive;
@@ -67,9 +65,9 @@ class SemaphoreProtocol : public SingleServer<Backend> {
   static constexpr bool holds_at_least(Kind) noexcept { return false; }
   void keeping(Kind, const std::string&) const noexcept {}
 
-  SemaphoreProtocol(Backend backend, const std::string& key, std::size_t permits,
+  SemaphoreProtocol(SitePtr site, const std::string& key, std::size_t permits,
                     const LockOptions& options, std::shared_ptr<Renewer> renewer)
-      : SingleServer<Backend>(std::move(backend), key, companion_key(key, "released"), options),
+      : SingleServer(std::move(site), key, companion_key(key, "released"), options),
         count_key_(companion_key(key, "permits")),
         permits_(static_cast<long long>(permits)),
         renewer_(std::move(renewer)) {}
@@ -81,7 +79,7 @@ class SemaphoreProtocol : public SingleServer<Backend> {
 
   std::optional<Attempt> attempt(Kind, const std::string& id, SteadyClock::time_point deadline) {
     return attempt_or_undo(
-        this->backend_, deadline,
+        *site_, deadline,
         [&](Connection& connection) {
           const Reply reply = connection.eval(scripts::semaphore_acquire, {this->key_, count_key_},
                                               {id, this->ttl_, permits_});
@@ -143,20 +141,19 @@ class SemaphoreProtocol : public SingleServer<Backend> {
 
 /// What a Semaphore and every permit taken from it share (copies: a permit
 /// may outlive its Semaphore).
-template <class Backend, class Policy>
 struct SemaphoreCore {
-  Backend backend;
+  SitePtr site;
   std::string key;
   std::size_t permits;
   LockOptions options;
-  Policy policy;
+  AcquirePolicy policy;
   std::shared_ptr<Renewer> renewer;
   /// Shared by every permit lock taken from the Semaphore, so that its
   /// cancel_waits() reaches all their acquires.
   Cancellation cancellation;
 
-  SemaphoreProtocol<Backend> protocol() const {
-    return SemaphoreProtocol<Backend>(backend, key, permits, options, renewer);
+  SemaphoreProtocol protocol() const {
+    return SemaphoreProtocol(site, key, permits, options, renewer);
   }
 };
 

@@ -3,9 +3,9 @@
 // Client, its key and release channel, the fork check, the waiting steps
 // (the holder's PTTL, the subscription, the wake-up), the Watchdog, and
 // the replica acknowledgement its grants and extends wait for. Each lock's
-// Protocol adds only its own wire steps. On a Backend that routes by slot
-// (ClusterClient) the copy kept is bound to the key's slot, and the lock's
-// keys are checked to share it.
+// Protocol adds only its own wire steps. The backend is kept as the site of
+// the lock's key (detail/site.hpp); on a cluster the lock's keys are
+// checked to share its slot.
 #pragma once
 
 #include <chrono>
@@ -15,9 +15,11 @@
 #include <type_traits>
 #include <utility>
 
+#include "distlock/backend.hpp"
 #include "distlock/connection.hpp"
 #include "distlock/detail/acquire.hpp"
 #include "distlock/detail/args.hpp"
+#include "distlock/detail/site.hpp"
 #include "distlock/error.hpp"
 #include "distlock/events.hpp"
 #include "distlock/lease.hpp"
@@ -27,43 +29,14 @@
 
 namespace distlock::detail {
 
-/// Whether `Backend` has notifiers at several nodes, so that waking the
-/// waiters of a channel means waking it at each (ClusterClient).
-template <class Backend, class = void>
-inline constexpr bool wakes_everywhere = false;
-template <class Backend>
-inline constexpr bool wakes_everywhere<
-    Backend, std::void_t<decltype(std::declval<Backend&>().wake_waiters(std::string()))>> = true;
-
-/// Subscribes to `channel` (a release channel of a lock on the key
-/// `backend` is bound to) where that lock's waiters listen: the Backend's
-/// Notifier, or on a cluster the one at the node that owns the slot now.
-template <class Backend>
-Notifier::Subscription subscribe_to_releases(Backend& backend, const std::string& channel,
-                                             SteadyClock::time_point deadline) {
-  if constexpr (is_cluster<Backend>) {
-    return backend.subscribe(channel, deadline);
-  } else {
-    return backend.notifier().subscribe(channel, deadline);
-  }
-}
-
-/// Wakes every waiter of `channel`, on every notifier they may sleep on (a
-/// cluster has one per node, and a slot that moved leaves waiters at both).
-template <class Backend>
-void wake_waiters_of(Backend& backend, const std::string& channel) {
-  if constexpr (wakes_everywhere<Backend>) {
-    backend.wake_waiters(channel);
-  } else {
-    backend.notifier().wake(channel);
-  }
-}
-
-template <class Backend>
 class SingleServer {
  public:
-  SingleServer(Backend backend, std::string key, std::string channel, const LockOptions& options)
-      : backend_(for_lock_key(std::move(backend), key)),
+  SingleServer(const Backend& backend, const std::string& key, std::string channel,
+               const LockOptions& options)
+      : SingleServer(backend.site_for(key), key, std::move(channel), options) {}
+  /// On the site of `key` (Backend::site_for).
+  SingleServer(SitePtr site, std::string key, std::string channel, const LockOptions& options)
+      : site_(std::move(site)),
         key_(std::move(key)),
         channel_(std::move(channel)),
         ttl_(options.ttl().count()),
@@ -71,24 +44,22 @@ class SingleServer {
                                           : std::make_shared<ReplicaCheck>(
                                                 options.replicas(), options.replica_timeout())),
         auto_renew_(options.auto_renew()) {
-    if constexpr (routes_by_slot<Backend>) {
-      // A cluster runs a script only if all its keys share a slot.
-      Backend::check_keys("lock '" + key_ + "'", {key_, channel_, companion_key(key_, "fence")});
-    }
+    // A cluster runs a script only if all its keys share a slot.
+    site_->check_keys("lock '" + key_ + "'", {key_, channel_, companion_key(key_, "fence")});
   }
 
-  void check_process() const { backend_.check_process(); }
-  bool forked() const noexcept { return backend_.forked(); }
+  void check_process() const { site_->check_process(); }
+  bool forked() const noexcept { return site_->forked(); }
 
   std::optional<long long> holder_pttl(SteadyClock::time_point deadline) {
-    return read_pttl(backend_, key_, deadline);
+    return read_pttl(*site_, key_, deadline);
   }
   std::optional<Notifier::Subscription> subscribe(SteadyClock::time_point deadline) {
-    return subscribe_to_releases(backend_, channel_, deadline);
+    return site_->subscribe(channel_, deadline);
   }
-  void wake() { wake_waiters_of(backend_, channel_); }
-  Watchdog& watchdog() { return backend_.watchdog(); }
-  const SharedEventHook& events() const noexcept { return backend_.events(); }
+  void wake() { site_->wake(channel_); }
+  Watchdog& watchdog() { return site_->watchdog(); }
+  const SharedEventHook& events() const noexcept { return site_->events(); }
   static constexpr std::chrono::nanoseconds margin(std::chrono::milliseconds) noexcept {
     return std::chrono::nanoseconds(0);
   }
@@ -99,15 +70,15 @@ class SingleServer {
   /// lengthen leases no replica had confirmed.
   template <class R>
   std::shared_ptr<Renewer> make_renewer() const {
-    if constexpr (std::is_constructible_v<R, Backend, std::shared_ptr<ReplicaCheck>>) {
-      return std::make_shared<R>(backend_, replicas_);
+    if constexpr (std::is_constructible_v<R, SitePtr, std::shared_ptr<ReplicaCheck>>) {
+      return std::make_shared<R>(site_, replicas_);
     } else {
       if (replicas_ && auto_renew_) {
         throw InvalidArgument(key_ +
                               ": this lock type's renewals cannot wait for replicas; with "
                               "LockOptions::replicas give it a ttl without auto_renew");
       }
-      return std::make_shared<R>(backend_);
+      return std::make_shared<R>(site_);
     }
   }
 
@@ -119,7 +90,7 @@ class SingleServer {
   /// without a deadline.
   template <class Send>
   TokenCheck checked(Send&& send) {
-    return send_checked(backend_, no_deadline, std::forward<Send>(send));
+    return on_site(*site_, no_deadline, std::forward<Send>(send));
   }
 
   /// An extend by checked(): with replica acknowledgement, WAIT goes out
@@ -127,9 +98,9 @@ class SingleServer {
   /// NotReplicatedError if too few replicas acknowledged it.
   template <class Send>
   TokenCheck extended(Send&& send) {
-    return send_checked(backend_, no_deadline, [&](Connection& connection) {
+    return on_site(*site_, no_deadline, [&](Connection& connection) {
       if (!replicas_) return send(connection);
-      const std::chrono::milliseconds command_timeout = backend_.options().command_timeout;
+      const std::chrono::milliseconds command_timeout = site_->options().command_timeout;
       const int count = replicas_->needed(connection, key_);
       const TrailGuard guard(connection);
       replicas_->trail_wait(connection, count, no_deadline, command_timeout);
@@ -146,7 +117,7 @@ class SingleServer {
     });
   }
 
-  Backend backend_;
+  const SitePtr site_;
   const std::string key_;
   const std::string channel_;
   const Decimal ttl_;

@@ -1,7 +1,8 @@
 // Checked conversions between caller-supplied durations and the steady
 // clock: TTLs to whole milliseconds (rejecting what would wrap), timeouts and
 // foreign-clock deadlines to steady_clock deadlines (saturating, never
-// overflowing); and a new connection's timeouts cut to a deadline.
+// overflowing); a step's reply timeout and a new connection's timeouts
+// cut to a deadline.
 #pragma once
 
 #include <algorithm>
@@ -71,6 +72,21 @@ inline ConnectionOptions cut_to(ConnectionOptions options, SteadyClock::time_poi
   options.connect_timeout = std::min(options.connect_timeout, left);
   options.command_timeout = std::min(options.command_timeout, left);
   return options;
+}
+
+/// The reply timeout for a step: the command timeout, cut to the time left
+/// before `deadline` (at least 1 ms, the finest a socket timeout goes).
+inline std::chrono::milliseconds reply_timeout(std::chrono::milliseconds command_timeout,
+                                               SteadyClock::time_point deadline) {
+  if (deadline == no_deadline) return command_timeout;
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - SteadyClock::now());
+  return std::clamp(left, std::chrono::milliseconds(1), command_timeout);
+}
+
+/// Whether a TimeoutError seen now is the caller's own deadline running
+/// out (the step was cut to it) rather than Redis missing a command timeout.
+inline bool deadline_reached(SteadyClock::time_point deadline) {
+  return deadline != no_deadline && SteadyClock::now() + std::chrono::milliseconds(2) >= deadline;
 }
 
 }  // namespace distlock::detail
