@@ -14,8 +14,8 @@
 
 #include "bench_support.hpp"
 #include "distlock/cluster_client.hpp"
-#include "distlock/detail/cluster_slots.hpp"
-#include "distlock/detail/sharded_scripts.hpp"
+#include "distlock/detail/backend/cluster_slots.hpp"
+#include "distlock/detail/wire/sharded_scripts.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/scripts.hpp"

@@ -22,7 +22,7 @@
 #include "bench_support.hpp"
 #include "counters.hpp"
 #include "distlock/connection.hpp"
-#include "distlock/detail/command_format.hpp"
+#include "distlock/detail/wire/command_format.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_certs.hpp"
 

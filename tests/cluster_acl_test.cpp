@@ -19,7 +19,7 @@
 #include <utility>
 
 #include "distlock/cluster_client.hpp"
-#include "distlock/detail/cluster_slots.hpp"
+#include "distlock/detail/backend/cluster_slots.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/reentrant_mutex.hpp"
 #include "distlock/semaphore.hpp"

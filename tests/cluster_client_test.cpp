@@ -1,4 +1,4 @@
-// Tests for cluster_client.hpp (and the routing in detail/cluster_routing.hpp)
+// Tests for cluster_client.hpp (and the routing in detail/backend/cluster_routing.hpp)
 // against a real 3-master Redis Cluster (support/redis_cluster.hpp). One
 // cluster is shared by the tests of a suite: every test uses names of its
 // own, and the harness keeps track of the slots a test moves.
@@ -21,8 +21,8 @@
 
 #include "distlock/acquire_policy.hpp"
 #include "distlock/counting_scripts.hpp"
-#include "distlock/detail/cluster_slots.hpp"
-#include "distlock/detail/sharded_scripts.hpp"
+#include "distlock/detail/backend/cluster_slots.hpp"
+#include "distlock/detail/wire/sharded_scripts.hpp"
 #include "distlock/inspect.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/reentrant_mutex.hpp"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "distlock/cluster_client.hpp"
-#include "distlock/detail/cluster_slots.hpp"
+#include "distlock/detail/backend/cluster_slots.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/rate_limiter.hpp"
 #include "distlock/semaphore.hpp"

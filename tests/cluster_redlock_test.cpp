@@ -14,7 +14,7 @@
 
 #include "distlock/client.hpp"
 #include "distlock/cluster_client.hpp"
-#include "distlock/detail/cluster_slots.hpp"
+#include "distlock/detail/backend/cluster_slots.hpp"
 #include "distlock/events.hpp"
 #include "distlock/redlock.hpp"
 #include "support/fixture.hpp"

@@ -1,6 +1,6 @@
-// Tests for detail/cluster_slots.hpp: the hash slot of a key, the one-slot
+// Tests for detail/backend/cluster_slots.hpp: the hash slot of a key, the one-slot
 // check, and the redirect replies. No server needed.
-#include "distlock/detail/cluster_slots.hpp"
+#include "distlock/detail/backend/cluster_slots.hpp"
 
 #include <gtest/gtest.h>
 

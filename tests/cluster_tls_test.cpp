@@ -19,7 +19,7 @@
 
 #include "distlock/acquire_policy.hpp"
 #include "distlock/cluster_client.hpp"
-#include "distlock/detail/cluster_slots.hpp"
+#include "distlock/detail/backend/cluster_slots.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/mutex.hpp"
 #include "support/cluster_suite.hpp"

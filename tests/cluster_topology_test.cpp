@@ -1,8 +1,8 @@
-// Tests for detail/cluster_topology.hpp: the slot map read from CLUSTER
+// Tests for detail/backend/cluster_topology.hpp: the slot map read from CLUSTER
 // SHARDS and CLUSTER SLOTS replies, given as the bytes a server sends
 // (RESP2) and parsed by hiredis's reader. No server needed; the replies of
 // a real cluster are read in cluster_client_test.cpp (ClusterRouting).
-#include "distlock/detail/cluster_topology.hpp"
+#include "distlock/detail/backend/cluster_topology.hpp"
 
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>

@@ -1,6 +1,6 @@
 // Tests for connection.hpp and reply.hpp against real redis-servers.
 #include "distlock/connection.hpp"
-#include "distlock/detail/command_format.hpp"
+#include "distlock/detail/wire/command_format.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Tests for credentials.hpp (and detail/authenticate.hpp, which sends the
+// Tests for credentials.hpp (and detail/wire/authenticate.hpp, which sends the
 // AUTH): a provider asked on every new connection, a stale answer retried
 // once, a provider that throws, and a password rotated under load, against
 // a real server with an ACL user.
@@ -20,7 +20,7 @@
 
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
-#include "distlock/detail/thread_annotations.hpp"
+#include "distlock/detail/base/thread_annotations.hpp"
 #include "distlock/mutex.hpp"
 #include "support/faults.hpp"
 #include "support/fixture.hpp"

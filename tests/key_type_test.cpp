@@ -1,9 +1,9 @@
-// Tests for detail/key_type.hpp: every lock type, on a key that holds
+// Tests for detail/lifecycle/key_type.hpp: every lock type, on a key that holds
 // another type than the lock keeps there, fails its first acquire with a
 // WrongTypeError naming the key and the type found instead of waiting, and
 // so does try_lock(); a string or hash without expiry is no lock, refused
 // the same way.
-#include "distlock/detail/key_type.hpp"
+#include "distlock/detail/lifecycle/key_type.hpp"
 
 #include <gtest/gtest.h>
 

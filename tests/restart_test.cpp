@@ -1,5 +1,5 @@
 // A server restarted under held leases: the holder hears of it from the
-// Client's server watch (detail/server_watch.hpp) within about a second of
+// Client's server watch (detail/runtime/server_watch.hpp) within about a second of
 // the server's return, with no call of its own through the Client, whether
 // its lease is renewed or of fixed ttl. A connection broken without a
 // restart keeps every lease.

@@ -1,8 +1,8 @@
-// Tests for detail/sentinel_reply.hpp: the master's address read from a
+// Tests for detail/backend/sentinel_reply.hpp: the master's address read from a
 // SENTINEL get-master-addr-by-name reply, given as the bytes a Sentinel
 // sends and parsed by hiredis's reader. No server needed; real Sentinels'
 // replies are read in sentinel_test.cpp.
-#include "distlock/detail/sentinel_reply.hpp"
+#include "distlock/detail/backend/sentinel_reply.hpp"
 
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "distlock/detail/renewal_schedule.hpp"
+#include "distlock/detail/runtime/renewal_schedule.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/reentrant_mutex.hpp"
 #include "distlock/simple_mutex.hpp"

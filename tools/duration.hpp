@@ -1,5 +1,5 @@
 // Durations as the command line writes them, in the library's one grammar
-// (distlock/detail/duration.hpp), so a flag and a URI option read the same
+// (distlock/detail/base/duration.hpp), so a flag and a URI option read the same
 // text the same way: "500ms", "30s", "5m", "1h", or a bare number of
 // milliseconds. parse_duration() returns std::nullopt for anything else,
 // and the caller says which option was bad.
@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "distlock/detail/duration.hpp"
+#include "distlock/detail/base/duration.hpp"
 
 namespace distlock::cli {
 

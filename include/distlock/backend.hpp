@@ -6,7 +6,7 @@
 //   distlock::Mutex stock{cluster, "stock:{42}"};
 //
 // A lock asks its backend once, when it is made, for the site of its key
-// (detail/site.hpp): where its steps go from then on, from any thread and
+// (detail/backend/site.hpp): where its steps go from then on, from any thread and
 // from the Watchdog's renewals. The site keeps what the backend's copies
 // share alive, so a lock may outlive the backend object it was made from.
 #pragma once

@@ -14,7 +14,7 @@
 // the first connection made after one broke has every lease the Watchdog
 // has revalidated at once (Runtime::revalidate), and so does the Runtime's
 // server watch, without waiting for a caller, within about a second of the
-// server's return (detail/server_watch.hpp): kept if its key still
+// server's return (detail/runtime/server_watch.hpp): kept if its key still
 // holds its token (a renewed lease is renewed; one of fixed ttl keeps its
 // expiry), reported lost otherwise. That answers what matters, whether the
 // leases are still there, off the caller's path. With an event hook set,
@@ -42,9 +42,9 @@
 #include "distlock/backend.hpp"
 #include "distlock/client_options.hpp"
 #include "distlock/connection.hpp"
-#include "distlock/detail/endpoint.hpp"
-#include "distlock/detail/site.hpp"
-#include "distlock/detail/time.hpp"
+#include "distlock/detail/backend/endpoint.hpp"
+#include "distlock/detail/backend/site.hpp"
+#include "distlock/detail/base/time.hpp"
 #include "distlock/events.hpp"
 #include "distlock/notifier.hpp"
 #include "distlock/reply.hpp"

@@ -10,7 +10,7 @@
 // the lock is made, InvalidArgument if they do not share a slot), and every
 // step it sends, from any thread and the Watchdog's renewals too, goes to
 // the node that owns the slot now, following MOVED and ASK
-// (detail/cluster_route.hpp). The Watchdog renews the leases of one slot
+// (detail/backend/cluster_route.hpp). The Watchdog renews the leases of one slot
 // in one batch (a cluster runs a script only over keys of one slot).
 //
 // A handle: copies share the pools (one per node), the slot map and the
@@ -37,12 +37,12 @@
 #include "distlock/client.hpp"
 #include "distlock/cluster_options.hpp"
 #include "distlock/connection.hpp"
-#include "distlock/detail/args.hpp"
-#include "distlock/detail/cluster_route.hpp"
-#include "distlock/detail/cluster_routing.hpp"
-#include "distlock/detail/cluster_slots.hpp"
-#include "distlock/detail/function_ref.hpp"
-#include "distlock/detail/site.hpp"
+#include "distlock/detail/backend/cluster_route.hpp"
+#include "distlock/detail/backend/cluster_routing.hpp"
+#include "distlock/detail/backend/cluster_slots.hpp"
+#include "distlock/detail/backend/site.hpp"
+#include "distlock/detail/base/args.hpp"
+#include "distlock/detail/base/function_ref.hpp"
 #include "distlock/error.hpp"
 #include "distlock/notifier.hpp"
 #include "distlock/reply.hpp"

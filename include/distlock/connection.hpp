@@ -1,8 +1,8 @@
 // Connection: one connection to one server, plain or TLS (its options are
-// in connection_options.hpp, its socket in detail/socket.hpp).
+// in connection_options.hpp, its socket in detail/wire/socket.hpp).
 //
 // Commands are formatted and written by the connection itself, each argument
-// with its explicit length (detail/command_format.hpp), so keys and tokens
+// with its explicit length (detail/wire/command_format.hpp), so keys and tokens
 // may hold any bytes; hiredis's reader parses the replies. Every failure
 // becomes a distlock exception (error.hpp). A connection that saw an I/O
 // error or a timeout is marked broken and must not be used again: a late
@@ -26,11 +26,11 @@
 #include <vector>
 
 #include "distlock/connection_options.hpp"
-#include "distlock/detail/args.hpp"
-#include "distlock/detail/authenticate.hpp"
-#include "distlock/detail/command_format.hpp"
-#include "distlock/detail/sharded_scripts.hpp"
-#include "distlock/detail/socket.hpp"
+#include "distlock/detail/base/args.hpp"
+#include "distlock/detail/wire/authenticate.hpp"
+#include "distlock/detail/wire/command_format.hpp"
+#include "distlock/detail/wire/sharded_scripts.hpp"
+#include "distlock/detail/wire/socket.hpp"
 #include "distlock/error.hpp"
 #include "distlock/reply.hpp"
 
@@ -41,7 +41,7 @@ namespace distlock {
 class Connection {
  public:
   /// Connects (with TLS where options.tls asks), authenticates (asking
-  /// options.credentials when set: detail/authenticate.hpp) and selects
+  /// options.credentials when set: detail/wire/authenticate.hpp) and selects
   /// the db. Throws ConnectionError, TimeoutError or ServerError (e.g.
   /// WRONGPASS) on failure.
   explicit Connection(ConnectionOptions options);
@@ -102,7 +102,7 @@ class Connection {
   std::optional<Reply> next_buffered_reply();
 
   /// Owes the reply of `verb`, written on fd() by another thread (the
-  /// notifier's sent attempt, detail/armed_attempt.hpp): read_reply() reads it.
+  /// notifier's sent attempt, detail/runtime/armed_attempt.hpp): read_reply() reads it.
   void expect_reply(std::string_view verb) noexcept {
     if (pending_++ == 0) remember_verb(verb);
   }
@@ -121,7 +121,7 @@ class Connection {
   bool asking() const noexcept { return asking_; }
   /// For a Redis Cluster (7.0 or later): while set, scripts run here
   /// announce releases with SPUBLISH instead of PUBLISH
-  /// (detail/sharded_scripts.hpp), and publish_verb() says SPUBLISH.
+  /// (detail/wire/sharded_scripts.hpp), and publish_verb() says SPUBLISH.
   void set_sharded_publish(bool on) noexcept { sharded_publish_ = on; }
   /// The command that announces a release on this connection.
   std::string_view publish_verb() const noexcept {
@@ -191,7 +191,7 @@ class Connection {
   bool tls() const noexcept { return socket_.tls(); }
 
   /// Writes `data` (formatted commands) now, without waiting; the bytes
-  /// written, or -1. For an armed attempt (detail/armed_attempt.hpp),
+  /// written, or -1. For an armed attempt (detail/runtime/armed_attempt.hpp),
   /// written by another thread while the connection's owner sleeps.
   long send_now(std::string_view data) noexcept { return socket_.send_now(data); }
 

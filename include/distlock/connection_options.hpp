@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "distlock/credentials.hpp"
-#include "distlock/detail/duration.hpp"
+#include "distlock/detail/base/duration.hpp"
 #include "distlock/error.hpp"
 #include "distlock/tls_options.hpp"
 

@@ -7,7 +7,7 @@
 // ConnectionOptions::credentials is asked instead on every new connection
 // (pooled, the Notifier's, a Redlock master's); a connection already open
 // stays authenticated as it was, so set max_connection_age too where the
-// server ends sessions whose token expired. detail/authenticate.hpp sends
+// server ends sessions whose token expired. detail/wire/authenticate.hpp sends
 // the AUTH: a WRONGPASS there is retried once with a fresh answer, and a
 // provider that throws fails the connection with an error naming the
 // endpoint. The answer itself is shown in no message.

@@ -29,8 +29,8 @@
 #include <utility>
 
 #include "distlock/client.hpp"
-#include "distlock/detail/acquire.hpp"
-#include "distlock/detail/field_hold.hpp"
+#include "distlock/detail/lifecycle/acquire.hpp"
+#include "distlock/detail/lifecycle/field_hold.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_layout.hpp"
 #include "distlock/lock_options.hpp"

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <utility>
 
-#include "distlock/detail/time.hpp"
+#include "distlock/detail/base/time.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lease.hpp"
 

@@ -23,10 +23,10 @@
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
-#include "distlock/detail/args.hpp"
-#include "distlock/detail/batch_renewal.hpp"
-#include "distlock/detail/key_type.hpp"
-#include "distlock/detail/lease_mutex.hpp"
+#include "distlock/detail/base/args.hpp"
+#include "distlock/detail/lifecycle/batch_renewal.hpp"
+#include "distlock/detail/lifecycle/key_type.hpp"
+#include "distlock/detail/lifecycle/lease_mutex.hpp"
 #include "distlock/scripts.hpp"
 
 namespace distlock {

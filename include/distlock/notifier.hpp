@@ -27,11 +27,11 @@
 // is subscribed before the old one goes, and nobody is woken for it.
 //
 // A waiter may also leave its next attempt armed on its subscription
-// (detail/armed_attempt.hpp): the notifier thread writes it the moment the
+// (detail/runtime/armed_attempt.hpp): the notifier thread writes it the moment the
 // channel's release is announced, then wakes the waiter, who reads the reply.
 //
 // A waiter that is the only one of its Notifier reads the subscriber
-// connection itself while it sleeps (detail/notifier_lent.hpp): the release
+// connection itself while it sleeps (detail/runtime/notifier_lent.hpp): the release
 // message then wakes the thread that acts on it, with no hop through the
 // notifier thread. The connection goes back the moment a second waiter, a
 // new channel, a reconnect, a retarget or a replacement (its age) needs the
@@ -57,9 +57,9 @@
 #include <vector>
 
 #include "distlock/connection.hpp"
-#include "distlock/detail/armed_attempt.hpp"
-#include "distlock/detail/event_fd.hpp"
-#include "distlock/detail/thread_annotations.hpp"
+#include "distlock/detail/base/thread_annotations.hpp"
+#include "distlock/detail/runtime/armed_attempt.hpp"
+#include "distlock/detail/runtime/event_fd.hpp"
 #include "distlock/error.hpp"
 #include "distlock/events.hpp"
 
@@ -345,8 +345,8 @@ inline void Notifier::poke() noexcept { detail::signal_eventfd(wake_fd_); }
 }  // namespace distlock
 
 // The waiters' side: subscribing, leaving, arming an attempt on a channel.
-#include "distlock/detail/notifier_waiters.hpp"  // IWYU pragma: export
+#include "distlock/detail/runtime/notifier_waiters.hpp"  // IWYU pragma: export
 // The notifier thread's side: its loop, the connection and the messages.
-#include "distlock/detail/notifier_thread.hpp"  // IWYU pragma: export
+#include "distlock/detail/runtime/notifier_thread.hpp"  // IWYU pragma: export
 // The lone waiter's side: reading the connection while lent to it.
-#include "distlock/detail/notifier_lent.hpp"  // IWYU pragma: export
+#include "distlock/detail/runtime/notifier_lent.hpp"  // IWYU pragma: export

@@ -34,9 +34,9 @@
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
 #include "distlock/counting_scripts.hpp"
-#include "distlock/detail/acquire.hpp"
-#include "distlock/detail/args.hpp"
-#include "distlock/detail/time.hpp"
+#include "distlock/detail/base/args.hpp"
+#include "distlock/detail/base/time.hpp"
+#include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
 
@@ -127,7 +127,7 @@ struct RateDecision {
 };
 
 /// A rate limiter on any Backend. Thread-safe; cheap to make; keeps the
-/// site of its key (detail/site.hpp), so it may outlive its backend object.
+/// site of its key (detail/backend/site.hpp), so it may outlive its backend object.
 class RateLimiter {
  public:
   using clock = std::chrono::steady_clock;

@@ -1,6 +1,6 @@
 // distlock::Redlock: one lock held by a majority of independent Redis
 // masters, after the Redlock algorithm. Its options and per-master results
-// are in redlock_options.hpp, its quorum steps in detail/redlock_protocol.hpp;
+// are in redlock_options.hpp, its quorum steps in detail/redlock/redlock_protocol.hpp;
 // waiting, deadlines and the lease record are the Lifecycle's, as for
 // every lock type.
 //
@@ -42,7 +42,7 @@
 // The commands go to all masters at once without a thread per master: one
 // connection is borrowed from each master's Client, the command is written
 // to all of them, and then the replies are awaited against one deadline
-// (detail/fan_out.hpp). A step costs about the slowest master's round trip;
+// (detail/redlock/fan_out.hpp). A step costs about the slowest master's round trip;
 // a master that is down refuses the connection at once, and one that is
 // stopped costs the per-node timeout once, however many there are.
 // Getting the connections is the exception: a Client opens one
@@ -111,8 +111,8 @@
 #include "distlock/acquire_policy.hpp"
 #include "distlock/backend.hpp"
 #include "distlock/client.hpp"
-#include "distlock/detail/exclusive_lock.hpp"
-#include "distlock/detail/redlock_protocol.hpp"
+#include "distlock/detail/lifecycle/exclusive_lock.hpp"
+#include "distlock/detail/redlock/redlock_protocol.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/redlock_options.hpp"

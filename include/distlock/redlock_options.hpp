@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "distlock/detail/time.hpp"
+#include "distlock/detail/base/time.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"

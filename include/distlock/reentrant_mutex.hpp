@@ -35,9 +35,9 @@
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
-#include "distlock/detail/acquire.hpp"
-#include "distlock/detail/exclusive_lock.hpp"
-#include "distlock/detail/field_hold.hpp"
+#include "distlock/detail/lifecycle/acquire.hpp"
+#include "distlock/detail/lifecycle/exclusive_lock.hpp"
+#include "distlock/detail/lifecycle/field_hold.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
@@ -152,7 +152,7 @@ class ReentrantMutex : public detail::ExclusiveLock<detail::ReentrantProtocol> {
   /// The calling thread's owner id, the hash field it holds the lock by:
   /// "<client id>:<thread number>". Fixed while the thread holds the lock;
   /// a new number after an undo or release whose reply never came (see
-  /// detail/field_hold.hpp).
+  /// detail/lifecycle/field_hold.hpp).
   std::string owner_id() const { return this->life_->protocol().owner(); }
 
   /// The channel releases are announced on: redisson_lock__channel:{key}.

@@ -2,7 +2,7 @@
 // started on first use: the release Notifier (a subscriber connection and
 // its thread) and the lease Watchdog (a thread that renews leases through
 // each lease's own backend), with, for a backend on one server at a time,
-// the ServerWatch beside it (detail/server_watch.hpp: a restarted server's
+// the ServerWatch beside it (detail/runtime/server_watch.hpp: a restarted server's
 // leases are revalidated within about a second of its return).
 //
 // A Runtime made before fork() is left untouched in the child: its threads
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "distlock/connection.hpp"
-#include "distlock/detail/server_watch.hpp"
+#include "distlock/detail/runtime/server_watch.hpp"
 #include "distlock/events.hpp"
 #include "distlock/notifier.hpp"
 #include "distlock/token.hpp"
@@ -35,7 +35,7 @@ inline std::vector<void*>& left_behind_in_child() {
   return *kept;
 }
 
-/// Whether a Runtime watches its server (detail/server_watch.hpp): a
+/// Whether a Runtime watches its server (detail/runtime/server_watch.hpp): a
 /// backend on one server at a time does, and says what to do with its idle
 /// connections when the watch's own broke (`drop_idle`, may be empty); a
 /// cluster's nodes are followed by its slot map instead.

@@ -8,7 +8,7 @@
 // It asks the Sentinels where the master is, checks that the server there
 // says ROLE master, and follows the master when it moves: after a
 // connection to it fails, after it answers READONLY, and when a Sentinel
-// announces +switch-master (detail/sentinel_master.hpp). Waiters for a
+// announces +switch-master (detail/backend/sentinel_master.hpp). Waiters for a
 // release are subscribed again at the new master. Every lease held through
 // it is revalidated on the new master at once: a lease whose key still
 // holds its token is kept (a renewed one with its validity counted afresh,
@@ -31,10 +31,10 @@
 #include "distlock/backend.hpp"
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
-#include "distlock/detail/args.hpp"
-#include "distlock/detail/function_ref.hpp"
-#include "distlock/detail/sentinel_master.hpp"
-#include "distlock/detail/site.hpp"
+#include "distlock/detail/backend/sentinel_master.hpp"
+#include "distlock/detail/backend/site.hpp"
+#include "distlock/detail/base/args.hpp"
+#include "distlock/detail/base/function_ref.hpp"
 #include "distlock/error.hpp"
 #include "distlock/notifier.hpp"
 #include "distlock/reply.hpp"
@@ -69,7 +69,7 @@ class SentinelClient : public Backend {
   }
 
   /// Runs `send(connection)` at the master, following it within `deadline`
-  /// as detail/sentinel_master.hpp says; returns what send returns.
+  /// as detail/backend/sentinel_master.hpp says; returns what send returns.
   template <class Send>
   auto route(std::chrono::steady_clock::time_point deadline, Send&& send) {
     return master_->route(deadline, std::forward<Send>(send));

@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "distlock/client.hpp"
+#include "distlock/client_options.hpp"
 #include "distlock/connection_options.hpp"
 #include "distlock/error.hpp"
 #include "distlock/tls_options.hpp"

@@ -44,10 +44,10 @@
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
-#include "distlock/detail/acquire.hpp"
-#include "distlock/detail/exclusive_lock.hpp"
-#include "distlock/detail/field_hold.hpp"
-#include "distlock/detail/time.hpp"
+#include "distlock/detail/base/time.hpp"
+#include "distlock/detail/lifecycle/acquire.hpp"
+#include "distlock/detail/lifecycle/exclusive_lock.hpp"
+#include "distlock/detail/lifecycle/field_hold.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
@@ -311,7 +311,7 @@ class SharedMutex : public detail::ExclusiveLock<detail::SharedProtocol> {
 
   /// The calling thread's owner id: its read field, and with ":write" its
   /// write field. Fixed while the thread holds the lock; a new number after
-  /// an undo or release whose reply never came (see detail/field_hold.hpp).
+  /// an undo or release whose reply never came (see detail/lifecycle/field_hold.hpp).
   std::string owner_id() const { return this->life_->protocol().owner(); }
   /// The channel releases are announced on: redisson_rwlock:{key}.
   const std::string& channel() const noexcept { return this->life_->protocol().channel(); }

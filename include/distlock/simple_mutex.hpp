@@ -37,8 +37,8 @@
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
-#include "distlock/detail/args.hpp"
-#include "distlock/detail/lease_mutex.hpp"
+#include "distlock/detail/base/args.hpp"
+#include "distlock/detail/lifecycle/lease_mutex.hpp"
 
 namespace distlock {
 

@@ -38,9 +38,9 @@
 
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
-#include "distlock/detail/acquire.hpp"
-#include "distlock/detail/single_server.hpp"
-#include "distlock/detail/time.hpp"
+#include "distlock/detail/base/time.hpp"
+#include "distlock/detail/lifecycle/acquire.hpp"
+#include "distlock/detail/lifecycle/single_server.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/mutex.hpp"

@@ -1,5 +1,5 @@
 // TlsOptions: how a connection speaks TLS, when it does (a rediss:// URI,
-// or ConnectionOptions::tls.enabled). Connection (detail/socket.hpp) does
+// or ConnectionOptions::tls.enabled). Connection (detail/wire/socket.hpp) does
 // the handshake with OpenSSL; hiredis only parses the replies.
 //
 // Verification is on by default: the server's certificate must chain to a

@@ -36,9 +36,9 @@
 #include <utility>
 #include <vector>
 
-#include "distlock/detail/renewal_round.hpp"
-#include "distlock/detail/renewal_schedule.hpp"
-#include "distlock/detail/thread_annotations.hpp"
+#include "distlock/detail/base/thread_annotations.hpp"
+#include "distlock/detail/runtime/renewal_round.hpp"
+#include "distlock/detail/runtime/renewal_schedule.hpp"
 #include "distlock/events.hpp"
 #include "distlock/lease.hpp"
 
@@ -152,7 +152,7 @@ class Watchdog {
   }
 
  private:
-  // When each lease falls due, and why: detail/renewal_schedule.hpp.
+  // When each lease falls due, and why: detail/runtime/renewal_schedule.hpp.
   using Entry = detail::RenewalEntry;
 
  public:

@@ -1,6 +1,6 @@
 // libFuzzer target: the cluster slot map. A reply as CLUSTER SHARDS or
 // CLUSTER SLOTS could answer (any shape at all), read into ranges as
-// detail/cluster_routing.hpp reads them; every range kept must be one the
+// detail/backend/cluster_routing.hpp reads them; every range kept must be one the
 // routing can use (slots within the cluster's, a port, a host). Also the
 // key-to-slot hash on the reply's text, hash tags and all.
 #include <cstddef>
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "distlock/detail/cluster_slots.hpp"
-#include "distlock/detail/cluster_topology.hpp"
+#include "distlock/detail/backend/cluster_slots.hpp"
+#include "distlock/detail/backend/cluster_topology.hpp"
 #include "distlock/reply.hpp"
 #include "fuzz/fuzz_reader.hpp"
 

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "distlock/detail/cluster_slots.hpp"
+#include "distlock/detail/backend/cluster_slots.hpp"
 #include "distlock/error.hpp"
 #include "distlock/reply.hpp"
 #include "fuzz/fuzz_reader.hpp"

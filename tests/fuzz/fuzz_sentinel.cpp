@@ -1,6 +1,6 @@
 // libFuzzer target: what a Sentinel answers. A reply to SENTINEL
 // get-master-addr-by-name (any shape at all) read as
-// detail/sentinel_master.hpp reads it: an address that can be dialled, no
+// detail/backend/sentinel_master.hpp reads it: an address that can be dialled, no
 // address, or a ConnectionError; and the INFO field the master's run_id
 // is read with.
 #include <cstddef>
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <optional>
 
-#include "distlock/detail/sentinel_reply.hpp"
+#include "distlock/detail/backend/sentinel_reply.hpp"
 #include "distlock/error.hpp"
 #include "distlock/reply.hpp"
 #include "fuzz/fuzz_reader.hpp"

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "distlock/cluster_client.hpp"
-#include "distlock/detail/cluster_slots.hpp"
+#include "distlock/detail/backend/cluster_slots.hpp"
 #include "distlock/events.hpp"
 #include "distlock/tls_options.hpp"
 #include "support/fixture.hpp"

@@ -1,0 +1,108 @@
+// Site: where a lock's steps go, the one interface every backend offers a
+// lock (backend.hpp). A lock gets its site when it is made and keeps it;
+// every step it sends, from any thread and from the Watchdog, goes through
+// it: to the one endpoint of a Client, to the node that owns the key's slot
+// now on a cluster, to the master as the Sentinels name it now.
+//
+// A step is sent by run(): the backend finds the connection, cuts its reply
+// timeout by the deadline rules (detail/base/time.hpp), and follows redirects and
+// failover inside, so a step may run more than once. A pipeline whose
+// replies the caller reads itself (a renewal batch, a Redlock round) takes
+// a connection by borrow() and hands the error replies it meets to
+// saw_error(). Waiting for a release is subscribe() and wake(). A virtual
+// call per step costs nothing beside the round trip it makes.
+#pragma once
+
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "distlock/client_options.hpp"
+#include "distlock/connection.hpp"
+#include "distlock/detail/backend/endpoint.hpp"
+#include "distlock/detail/base/function_ref.hpp"
+#include "distlock/detail/base/time.hpp"
+#include "distlock/error.hpp"
+#include "distlock/events.hpp"
+#include "distlock/notifier.hpp"
+#include "distlock/watchdog.hpp"
+
+namespace distlock::detail {
+
+class Site {
+ public:
+  using clock = SteadyClock;
+
+  virtual ~Site() = default;
+
+  /// Runs `send(connection)` where the key lives, within `deadline` (see
+  /// the top of file). Throws as the step does, or when no server answers.
+  virtual void run(clock::time_point deadline, FunctionRef<void(Connection&)> send) = 0;
+  /// A connection to where the key lives now, for a pipeline.
+  virtual Borrowed borrow(clock::time_point deadline) = 0;
+  /// An error reply a pipeline met: true if it was a MOVED (the step may go
+  /// once more to borrow(), which now names the new owner).
+  virtual bool saw_error(std::string_view /*reply*/) { return false; }
+  /// Whether the key's slot may move (MOVED, ASK): a cluster.
+  virtual bool redirects() const noexcept { return false; }
+  /// For an ASK reply: a connection to the node it names, where the step
+  /// may go once behind ASKING. Throws ServerError (the reply) otherwise.
+  virtual Borrowed borrow_asked(std::string_view reply, clock::time_point /*deadline*/) {
+    throw ServerError(reply);
+  }
+
+  /// The release Notifier where the key's waiters listen, started (one
+  /// thread, one connection) on first use: not before a lock first waits.
+  virtual Notifier& notifier() = 0;
+  /// Subscribes to `channel` (a release channel in the key's slot) there.
+  virtual Notifier::Subscription subscribe(const std::string& channel, clock::time_point deadline) {
+    return notifier().subscribe(channel, deadline);
+  }
+  /// Wakes every waiter of `channel`, wherever it sleeps.
+  virtual void wake(const std::string& channel) { notifier().wake(channel); }
+  /// Whether a sleeping waiter's next attempt may be sent from notifier()
+  /// (detail/runtime/armed_attempt.hpp): not on a cluster, which routes each step,
+  /// nor on a Sentinel's master, which may move while the waiter sleeps.
+  virtual bool arms_attempts() const noexcept { return false; }
+  virtual Watchdog& watchdog() = 0;
+  virtual const SharedEventHook& events() const noexcept = 0;
+
+  virtual const ClientOptions& options() const noexcept = 0;
+  /// A random id the backend's copies share, used to name lock owners.
+  virtual const std::string& id() const noexcept = 0;
+  virtual bool forked() const noexcept = 0;
+  /// Throws Error(forked) if forked().
+  virtual void check_process() const = 0;
+  /// What leases renewed in one batch share: the endpoint, or a cluster's
+  /// slot (a cluster runs a script only over keys of one slot).
+  virtual const void* identity() const noexcept = 0;
+  /// The backend in messages: "host:port", or "cluster <seeds>".
+  virtual std::string describe() const = 0;
+  /// Throws InvalidArgument unless `keys` may go in one script here (a
+  /// cluster's keys must share a slot).
+  virtual void check_keys(std::string_view /*what*/,
+                          std::initializer_list<std::string_view> /*keys*/) const {}
+};
+
+/// What a lock keeps of its backend.
+using SitePtr = std::shared_ptr<Site>;
+
+/// `send(connection)` by Site::run, returning what send returns.
+template <class Send>
+auto on_site(Site& site, SteadyClock::time_point deadline, Send&& send)
+    -> decltype(send(std::declval<Connection&>())) {
+  using Result = decltype(send(std::declval<Connection&>()));
+  if constexpr (std::is_void_v<Result>) {
+    site.run(deadline, send);
+  } else {
+    std::optional<Result> result;
+    site.run(deadline, [&](Connection& connection) { result.emplace(send(connection)); });
+    return std::move(*result);
+  }
+}
+
+}  // namespace distlock::detail

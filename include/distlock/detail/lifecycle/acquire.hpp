@@ -1,0 +1,310 @@
+// The server steps every single-server lock type sends the same way, and
+// the rules that keep each within its caller's deadline: one attempt (and
+// the undo of one whose reply never came), one PTTL read, when to try
+// again, and cancel_waits().
+//
+// The deadline rules, for every step:
+// - a call without a deadline (lock(), try_lock()) waits for Redis at most
+//   one command timeout per step, and a step that gets no reply throws
+//   TimeoutError naming the command, the endpoint and the timeout;
+// - a call with a deadline cuts every step's wait (the pool, the connect,
+//   the reply) to the time it has left, and a step the deadline cuts short
+//   ends the call: busy (false) or unanswered (TimeoutError) by when Redis
+//   last answered it (Heard, in detail/lifecycle/lifecycle.hpp).
+// An attempt whose reply never came is ambiguous: the server may still
+// apply it. Its undo is written on the same connection, behind it, and not
+// waited for: if the attempt lands late, the undo lands right after it.
+//
+// With replica acknowledgement (LockOptions::replicas), an attempt carries
+// WAIT behind it in the same write (ReplicaCheck); a grant too few
+// replicas acknowledged comes back as not_replicated, for the Lifecycle to
+// give back.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+#include "distlock/acquire_policy.hpp"
+#include "distlock/connection.hpp"
+#include "distlock/detail/backend/site.hpp"
+#include "distlock/detail/base/args.hpp"
+#include "distlock/detail/base/thread_annotations.hpp"
+#include "distlock/detail/base/time.hpp"
+#include "distlock/detail/lifecycle/replica_check.hpp"
+#include "distlock/error.hpp"
+#include "distlock/lock_options.hpp"
+#include "distlock/reply.hpp"
+
+namespace distlock::detail {
+
+/// What one acquire attempt found.
+struct Attempt {
+  bool acquired = false;
+  long long fence = 0;         ///< with fencing, when acquired
+  long long holder_pttl = -3;  ///< when refused: the holder's PTTL, -3 if not asked
+  /// When acquired under an id of the attempt's own (a Redlock's fresh
+  /// token per attempt): that id; empty for the id the attempt was given.
+  std::string id;
+  /// With replica acknowledgement: replicas that acknowledged the grant
+  /// (WAIT's answer) and replicas asked for; -1 without.
+  int replicas = -1;
+  int replicas_wanted = -1;
+  /// Granted, but fewer replicas acknowledged than asked: `acquired` is
+  /// false and the grant is still on the server, for the caller to give back.
+  bool not_replicated = false;
+  /// With not_replicated: the caller's deadline, not the replica timeout,
+  /// cut WAIT short.
+  bool deadline_cut = false;
+  /// With not_replicated: the grant was taken back already (undo_apart).
+  bool undone = false;
+  /// A "no" for want of answers rather than from one (a Redlock step that
+  /// fewer than a quorum of masters answered in time): not a sign that
+  /// Redis is answering.
+  bool unheard = false;
+};
+
+/// How an acquire ended: with the lock; at its deadline with the lock held
+/// elsewhere (timed_out: busy) or with Redis silent (unanswered); or
+/// cancelled.
+enum class Outcome { acquired, timed_out, unanswered, cancelled };
+
+/// What a throwing acquire answers for `outcome`: true with the lock,
+/// false when busy or cancelled; TimeoutError when Redis left the call
+/// unanswered, as when it misses a command timeout: the same outage gives
+/// the same answer whatever the deadline. `call` names the caller's call.
+inline bool acquired_or_throw(Outcome outcome, std::string_view call, const std::string& key) {
+  if (outcome == Outcome::unanswered) {
+    throw TimeoutError(Errc::timed_out,
+                       std::string(call) + " of " + key +
+                           ": Redis did not answer before the deadline (an outage, not a busy "
+                           "lock); an attempt that lands late is undone");
+  }
+  return outcome == Outcome::acquired;
+}
+
+/// The std::error_code form of an acquire: true with the lock; false with
+/// `ec` clear when the lock was busy, or set to what went wrong
+/// (Errc::timed_out when Redis left the call unanswered, Errc::cancelled,
+/// or the code of the error the throwing form throws). Throws only what is
+/// not a std::system_error (std::bad_alloc).
+template <class Acquire>
+bool acquired_into(std::error_code& ec, Acquire&& acquire) {
+  ec.clear();
+  try {
+    switch (acquire()) {
+      case Outcome::acquired: return true;
+      case Outcome::timed_out: return false;
+      case Outcome::unanswered: ec = Errc::timed_out; return false;
+      case Outcome::cancelled: ec = Errc::cancelled; return false;
+    }
+  } catch (const std::system_error& error) {
+    ec = error.code();
+  }
+  return false;
+}
+
+/// The cancel_waits() of one lock object: a generation every acquire notes
+/// when it starts and gives up on once it changes, and the condition a
+/// polling waiter sleeps on. Copies share it (a Semaphore shares its own
+/// with every permit lock it makes).
+class Cancellation {
+ public:
+  // Read without the mutex (every acquire reads it, and a lock per cycle
+  // is client-side work); written under it, so that a sleeper's check and
+  // its wait are one step against cancel().
+  std::uint64_t generation() const noexcept {
+    return state_->generation.load(std::memory_order_acquire);
+  }
+
+  bool since(std::uint64_t seen) const noexcept { return generation() != seen; }
+
+  /// Ends every acquire that noted an earlier generation. A waiter asleep on
+  /// a subscription is woken by the caller through the Notifier.
+  void cancel() {
+    {
+      MutexLock guard(state_->mutex);
+      state_->generation.fetch_add(1, std::memory_order_acq_rel);
+    }
+    state_->cancelled.notify_all();
+  }
+
+  /// Wakes polling waiters without cancelling them (the lock object's own
+  /// holder let go).
+  void nudge() { state_->cancelled.notify_all(); }
+
+  /// Sleeps until `until`, a cancel after generation `seen`, or a nudge.
+  void sleep_until(std::uint64_t seen, SteadyClock::time_point until) {
+    MutexLock guard(state_->mutex);
+    if (state_->generation.load(std::memory_order_acquire) != seen) return;
+    guard.wait_until(state_->cancelled, until);
+  }
+
+ private:
+  struct State {
+    Mutex mutex;
+    std::condition_variable cancelled;
+    std::atomic<std::uint64_t> generation{0};
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
+
+/// When to try again: after the policy's pause (or, when a release will be
+/// announced, no pause of our own), but no later than the deadline nor the
+/// end of the holder's lease (the lock is free then). A PTTL of -1 (a key
+/// with no expiry, not ours; or nothing to go by) leaves the policy's pause.
+inline SteadyClock::time_point next_attempt_at(const AcquirePolicy& policy, unsigned attempt,
+                                               long long holder_pttl,
+                                               SteadyClock::time_point deadline, bool announced) {
+  std::chrono::nanoseconds pause = announced && holder_pttl >= 0
+                                       ? std::chrono::nanoseconds::max()
+                                       : policy.pause(attempt, jitter_unit());
+  if (holder_pttl >= 0) {
+    pause = std::min<std::chrono::nanoseconds>(pause, std::chrono::milliseconds(holder_pttl));
+  } else if (holder_pttl == -2) {
+    pause = std::chrono::nanoseconds(0);  // released since our attempt: go again now
+  }
+  const SteadyClock::time_point now = SteadyClock::now();
+  return deadline - now < pause ? deadline : now + pause;
+}
+
+/// How long the undo of a grant whose WAIT never answered may take to
+/// connect (and authenticate) on a connection of its own.
+inline constexpr std::chrono::milliseconds apart_undo_budget{20};
+
+/// `undo` on a fresh connection to the server `blocked` talks to, for a
+/// grant known to be applied whose connection is still blocked in WAIT: the
+/// server drops a closed client's commands queued behind a blocking one, so
+/// an undo written there would never run. Best effort: the lease expires
+/// otherwise.
+template <class Undo>
+void undo_apart(const Connection& blocked, Undo& undo) noexcept {
+  try {
+    ConnectionOptions quick = blocked.options();
+    quick.connect_timeout = std::min(quick.connect_timeout, apart_undo_budget);
+    quick.command_timeout = std::min(quick.command_timeout, apart_undo_budget);
+    Connection fresh(std::move(quick));
+    undo(fresh);
+  } catch (...) {
+  }
+}
+
+/// Settles a granted attempt sent with ReplicaCheck::trail_wait(): too few
+/// replicas acknowledged makes it not_replicated (for the Lifecycle to give
+/// back), and the next attempt counts the replicas again.
+inline void confirm(ReplicaCheck& replicas, Connection& connection, int needed,
+                    SteadyClock::time_point deadline, std::chrono::milliseconds command_timeout,
+                    bool cut, Attempt& attempt) {
+  attempt.replicas = replicas.acknowledged(connection, needed, deadline, command_timeout, cut);
+  attempt.replicas_wanted = needed;
+  if (attempt.replicas >= needed) return;
+  attempt.acquired = false;
+  attempt.not_replicated = true;
+  attempt.deadline_cut = cut;
+  replicas.reread();  // a replica may have gone: count them again next time
+}
+
+/// One attempt on a single server: `send(connection)` on a connection
+/// borrowed and timed by the deadline rules above. If the reply never came,
+/// `undo(connection)` writes the undo behind it (Connection::send_behind)
+/// before the error goes on. Returns nullopt when the caller's deadline cut
+/// the step short. With `replicas`, the attempt carries its WAIT behind it
+/// on the same connection; a WAIT that fails after a grant undoes the grant
+/// on a connection of its own (undo_apart: the grant is known, and the WAIT
+/// blocks its own).
+template <class Send, class Undo>
+std::optional<Attempt> attempt_or_undo(Site& site, SteadyClock::time_point deadline, Send&& send,
+                                       Undo&& undo, ReplicaCheck* replicas = nullptr,
+                                       std::string_view key = {}) {
+  try {
+    return on_site(site, deadline, [&](Connection& connection) {
+      const std::chrono::milliseconds command_timeout = site.options().command_timeout;
+      const int needed = replicas != nullptr ? replicas->needed(connection, key) : 0;
+      const TrailGuard guard(connection);
+      Attempt attempt;
+      try {
+        const bool cut =
+            needed > 0 && replicas->trail_wait(connection, needed, deadline, command_timeout);
+        attempt = send(connection);
+        if (needed > 0 && attempt.acquired) {
+          confirm(*replicas, connection, needed, deadline, command_timeout, cut, attempt);
+        } else if (needed > 0) {
+          ReplicaCheck::skip(connection);
+        }
+        return attempt;
+      } catch (const Error& error) {
+        const std::error_code code = error.code();
+        if (attempt.acquired) {
+          undo_apart(connection, undo);
+          if (code == Errc::timed_out && needed > 0 && deadline_reached(deadline)) {
+            // The grant was answered, its WAIT not by the deadline: too few
+            // replicas in time, as when WAIT answers short at the deadline.
+            attempt.acquired = false;
+            attempt.not_replicated = true;
+            attempt.deadline_cut = true;
+            attempt.undone = true;
+            attempt.replicas = 0;
+            attempt.replicas_wanted = needed;
+            return attempt;
+          }
+        } else if (code == Errc::timed_out || code == Errc::io_error ||
+                   code == Errc::protocol_error) {
+          undo(connection);
+          // With its WAIT sent behind it, an unanswered attempt's undo may
+          // queue behind a WAIT that blocks, and be dropped with the
+          // connection: undo it apart too (a grant that landed is found
+          // there; one still on the wire then lives out its lease). So too
+          // where the connection broke (the server closed it mid-reply):
+          // nothing written behind on it arrives, and the grant may have
+          // been applied.
+          if (connection.trailed() || code == Errc::io_error) undo_apart(connection, undo);
+        }
+        throw;
+      }
+    });
+  } catch (const TimeoutError&) {
+    if (deadline_reached(deadline)) return std::nullopt;
+    throw;
+  }
+}
+
+/// The holder's PTTL, read by the deadline rules; nullopt when the
+/// caller's deadline cut the read short.
+inline std::optional<long long> read_pttl(Site& site, const std::string& key,
+                                          SteadyClock::time_point deadline) {
+  try {
+    return on_site(site, deadline, [&](Connection& connection) {
+      return connection.command("PTTL", key).integer();
+    });
+  } catch (const TimeoutError&) {
+    if (deadline_reached(deadline)) return std::nullopt;
+    throw;
+  }
+}
+
+/// send(); a refusal by the server's ACL (NOPERM: e.g. a user with SET but
+/// no EVALSHA, which Mutex releases by) is rethrown naming `what()` it
+/// refused and what becomes of the lock. `what` is called only then: its
+/// text costs an allocation the release has no need of otherwise.
+template <class What, class Send>
+auto naming_acl_refusal(What&& what, Send&& send) -> decltype(send()) {
+  try {
+    return send();
+  } catch (const ServerError& error) {
+    if (error.kind() != ServerErrorKind::noperm) throw;
+    throw ServerError(std::string(error.what()) + " (the server's ACL refused the release of the " +
+                      what() + "; it stays held until its lease runs out)");
+  }
+}
+
+}  // namespace distlock::detail

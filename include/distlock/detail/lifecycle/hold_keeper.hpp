@@ -1,0 +1,267 @@
+// HoldKeeper: what a lock object holds, for the Lifecycle (lifecycle.hpp)
+// that takes the holds: the questions about them (owns, depth, lost,
+// validity, id, replicas, fence) and every way of giving them back:
+// release() and unlock(), forgetting one a failed extend found gone, and
+// giving back all that are left when the object is destroyed.
+//
+// A given-back hold leaves the Watchdog before its release is sent, so no
+// renewal of it goes out after, and its local waiters (threads of a single-
+// holder object, waiting on the Cancellation) are nudged to try again. One
+// given back before its minimum hold (LockOptions::min_hold) has passed is
+// kept on the server until then instead of released.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "distlock/detail/base/thread_annotations.hpp"
+#include "distlock/detail/base/time.hpp"
+#include "distlock/detail/lifecycle/acquire.hpp"
+#include "distlock/detail/lifecycle/hold_table.hpp"
+#include "distlock/error.hpp"
+#include "distlock/events.hpp"
+#include "distlock/lease.hpp"
+#include "distlock/lock_options.hpp"
+#include "distlock/watchdog.hpp"
+
+namespace distlock::detail {
+
+template <class Protocol>
+class HoldKeeper {
+ public:
+  using Kind = typename Protocol::Kind;
+  using clock = SteadyClock;
+
+  HoldKeeper(Protocol protocol, LockOptions options, Cancellation cancellation)
+      : protocol_(std::move(protocol)),
+        options_(std::move(options)),
+        cancellation_(std::move(cancellation)) {
+    // Here, where every lock type's holds are kept, so none of them can
+    // accept what another refuses.
+    check_combination(options_, "lock " + protocol_.key());
+  }
+
+  /// Gives back every hold the object still has, of any thread.
+  ~HoldKeeper() { give_back_all(); }
+
+  HoldKeeper(const HoldKeeper&) = delete;
+  HoldKeeper& operator=(const HoldKeeper&) = delete;
+
+  /// Gives back one hold of `kind` and says what happened (see Mutex).
+  Release release(Kind kind) {
+    protocol_.check_process();  // a forked child gives back nothing
+    return give_back_one(kind, /*quietly=*/false);
+  }
+
+  /// release(), never throwing; does nothing if the caller holds nothing.
+  /// What it cannot release (the lease then runs out) goes to the Client's
+  /// event hook as unlock_failed.
+  void unlock(Kind kind) noexcept {
+    if (protocol_.forked()) return;  // the parent's holds stay the parent's
+    reporting_unlock_failure(protocol_.events(), protocol_.key(),
+                             [&] { static_cast<void>(give_back_one(kind, /*quietly=*/true)); });
+  }
+
+  bool owns(Kind kind) const noexcept {
+    MutexLock guard(mutex_);
+    return holds_.mine(kind) != nullptr;
+  }
+  unsigned depth(Kind kind) const noexcept {
+    MutexLock guard(mutex_);
+    const Hold* hold = holds_.mine(kind);
+    return hold == nullptr ? 0 : hold->depth;
+  }
+  /// In a forked child every inherited hold counts as lost: it is the
+  /// parent's, and nothing in the child renews it.
+  bool lost(Kind kind) const noexcept {
+    MutexLock guard(mutex_);
+    const Hold* hold = holds_.mine(kind);
+    return hold != nullptr && (hold->lost() || protocol_.forked());
+  }
+  std::chrono::milliseconds validity(Kind kind) const noexcept {
+    MutexLock guard(mutex_);
+    const Hold* hold = holds_.mine(kind);
+    if (hold == nullptr || hold->lost() || protocol_.forked()) return std::chrono::milliseconds(0);
+    const clock::time_point end = hold->lease ? hold->lease->expires() : hold->expires;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now());
+    return std::max(left, std::chrono::milliseconds(0));
+  }
+  /// The hold's id (a token, or a hash field); empty when not held.
+  std::string id(Kind kind) const {
+    MutexLock guard(mutex_);
+    const Hold* hold = holds_.mine(kind);
+    return hold == nullptr ? std::string() : hold->id;
+  }
+  /// Replicas that acknowledged the hold's grant; nullopt if not held or not asked for.
+  std::optional<int> replicas(Kind kind) const {
+    MutexLock guard(mutex_);
+    const Hold* hold = holds_.mine(kind);
+    if (hold == nullptr || hold->replicas < 0) return std::nullopt;
+    return hold->replicas;
+  }
+  long long fence(Kind kind) const {
+    if (!options_.fencing()) throw InvalidArgument("fencing is off for " + protocol_.key());
+    MutexLock guard(mutex_);
+    const Hold* hold = holds_.mine(kind);
+    if (hold == nullptr) throw NotHeldError(not_held_message(kind));
+    return hold->fence;
+  }
+
+  Protocol& protocol() noexcept { return protocol_; }
+  const Protocol& protocol() const noexcept { return protocol_; }
+  const LockOptions& options() const noexcept { return options_; }
+
+ protected:
+  using Holds = HoldTable<Kind, Protocol::per_thread>;
+  using Hold = typename Holds::Hold;
+  using Ended = typename Holds::Ended;
+
+  // When a lease of `ttl` sent at `sent` runs out, as the holder counts it
+  // (less the protocol's margin: a Redlock's drift allowance).
+  clock::time_point expiry(clock::time_point sent, std::chrono::milliseconds ttl) const {
+    return sent + ttl - std::chrono::ceil<clock::duration>(protocol_.margin(ttl));
+  }
+
+  // Releases a grant not to be held; best effort: if Redis cannot be reached, the lease expires.
+  void give_back(Kind kind, const std::string& id) noexcept {
+    try {
+      static_cast<void>(protocol_.release(kind, id));
+    } catch (...) {
+    }
+  }
+
+  // Drops the hold `id` of `kind` at every depth: it is gone on the server,
+  // as a failed extend found (`outcome`, for the next release()).
+  void forget(Kind kind, const std::string& id, Release outcome) {
+    std::shared_ptr<LeaseState> lease;
+    {
+      MutexLock guard(mutex_);
+      Hold* hold = holds_.with_id(kind, id);
+      if (hold == nullptr) return;
+      lease = holds_.end(hold, outcome);
+    }
+    protocol_.held(kind, -1);
+    cancellation_.nudge();
+    if (lease) protocol_.watchdog().remove(*lease);
+  }
+
+  // release() and unlock() in one pass under our mutex: gives back the
+  // calling thread's hold of `kind` (one level of it, if re-entered). With
+  // no hold, release() answers what a failed extend() found, or throws
+  // NotHeldError; unlock() (`quietly`) only forgets that finding.
+  Release give_back_one(Kind kind, bool quietly) {
+    MutexLock guard(mutex_);
+    Hold* hold = holds_.mine(kind);
+    if (hold == nullptr) {
+      // After a failed extend(): what it found, once, instead of NotHeldError.
+      const std::optional<Ended> ended = holds_.take_ended(kind);
+      if (quietly) return Release::lost;
+      if (!ended) throw NotHeldError(not_held_message(kind));
+      guard.unlock();
+      told_released(ended->acquired, ended->outcome);
+      return ended->outcome;
+    }
+    if (hold->depth > 1) {
+      --hold->depth;
+      return hold->lost() ? Release::lost : Release::released;
+    }
+    const Hold last = holds_.take(hold);
+    guard.unlock();
+    protocol_.held(kind, -1);
+    cancellation_.nudge();
+    Release outcome = Release::lost;
+    if (last.lease) protocol_.watchdog().remove(*last.lease);  // no renewal of it after this
+    if (!last.lost()) {
+      outcome = naming_acl_refusal([&] { return protocol_.describe(kind) + " " + protocol_.key(); },
+                                   [&] { return given_back(last); });
+    }
+    told_released(last.acquired, outcome);
+    return outcome;
+  }
+
+  // Gives `hold` back on the server: released, or, while part of the
+  // minimum hold (LockOptions::min_hold) is left, kept until it ends by a
+  // token-checked change of its lease to what is left. Kept, it is neither
+  // deleted nor announced: waiters wake when it runs out, as for a holder
+  // that vanished.
+  Release given_back(const Hold& hold) {
+    const std::chrono::milliseconds left = min_hold_left(hold);
+    if (left.count() <= 0) return to_release(protocol_.release(hold.kind, hold.id));
+    protocol_.keeping(hold.kind, hold.id);
+    const TokenCheck found = protocol_.extend(hold.kind, hold.id, left);
+    return found == TokenCheck::done ? Release::kept : to_release(found);
+  }
+
+  // What is left of `hold`'s minimum hold, rounded up; zero when none is.
+  // Counted from when the grant's reply was in, not from when its attempt
+  // was sent: the server granted it in between, and reads the new lease
+  // after now, so the lease ends no earlier than min_hold after the grant.
+  // Counted from the send, it could end up to a round trip early.
+  std::chrono::milliseconds min_hold_left(const Hold& hold) const {
+    if (options_.min_hold().count() == 0 || !Protocol::holds_at_least(hold.kind)) {
+      return std::chrono::milliseconds(0);
+    }
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+        hold.granted + options_.min_hold() - clock::now());
+    return std::max(left, std::chrono::milliseconds(0));
+  }
+
+  // Tells the hook, if any, of a release of a hold taken at `acquired`.
+  void told_released(clock::time_point acquired, Release outcome) const noexcept {
+    if (const SharedEventHook& hook = protocol_.events()) {
+      emit_released(hook, protocol_.key(), clock::now() - acquired, outcome);
+    }
+  }
+
+  std::string not_held_message(Kind kind) const DISTLOCK_REQUIRES(mutex_) {
+    if (Protocol::per_thread && !holds_.empty()) {
+      return protocol_.key() + ": this thread holds no " + protocol_.describe(kind) +
+             " (another thread does; only the owner may unlock it)";
+    }
+    return protocol_.key() + " is not held";
+  }
+
+  void give_back_all() noexcept {
+    // A child must not even take our mutex: a parent thread may have held
+    // it at the fork. The parent's holds stay the parent's.
+    if (protocol_.forked()) return;
+    std::vector<Hold> holds;
+    {
+      MutexLock guard(mutex_);
+      holds = holds_.take_all();
+    }
+    // Read holds first (SharedMutex): a write release then finds no readers
+    // left and frees the lock with one announcement.
+    std::stable_partition(holds.begin(), holds.end(),
+                          [](const Hold& hold) { return Protocol::given_back_first(hold.kind); });
+    for (const Hold& hold : holds) {
+      if (hold.thread == std::this_thread::get_id()) {
+        protocol_.held(hold.kind, -1);
+      } else if constexpr (Protocol::per_thread) {
+        protocol_.held_elsewhere(hold.kind, hold.id);  // the owner thread's counts are its own
+      }
+      reporting_unlock_failure(protocol_.events(), protocol_.key(), [&] {
+        if (hold.lease) {
+          protocol_.watchdog().remove(*hold.lease);
+          if (hold.lease->lost) return;
+        }
+        told_released(hold.acquired, given_back(hold));
+      });
+    }
+  }
+
+  Protocol protocol_;
+  const LockOptions options_;
+  // The holds as this object knows them; Redis, not this mutex, decides who holds the lock.
+  mutable Mutex mutex_;
+  Holds holds_ DISTLOCK_GUARDED_BY(mutex_);
+  Cancellation cancellation_;
+};
+
+}  // namespace distlock::detail

@@ -1,0 +1,173 @@
+// LeaseMutex: the single-key lease lock that Mutex and SimpleMutex share,
+// as a Protocol for the Lifecycle.
+//
+// The lock is one string key holding a random token, with the lease as its
+// PTTL. A Wire says how one attempt, one release, one extend, the undo of
+// an ambiguous attempt and a batch of renewals are sent (Lua scripts for
+// Mutex, plain commands and WATCH/MULTI/EXEC for SimpleMutex); each is one
+// atomic server step. Everything else is the Lifecycle's.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "distlock/acquire_policy.hpp"
+#include "distlock/client.hpp"
+#include "distlock/connection.hpp"
+#include "distlock/detail/base/args.hpp"
+#include "distlock/detail/lifecycle/acquire.hpp"
+#include "distlock/detail/lifecycle/exclusive_lock.hpp"
+#include "distlock/detail/lifecycle/key_type.hpp"
+#include "distlock/detail/lifecycle/single_server.hpp"
+#include "distlock/detail/runtime/armed_attempt.hpp"
+#include "distlock/detail/wire/command_format.hpp"
+#include "distlock/error.hpp"
+#include "distlock/lease.hpp"
+#include "distlock/lock_options.hpp"
+#include "distlock/notifier.hpp"
+#include "distlock/token.hpp"
+#include "distlock/watchdog.hpp"
+
+namespace distlock::detail {
+
+/// The keys one lease lock touches, all in the lock key's hash slot (views
+/// of its Protocol's names).
+struct LeaseKeys {
+  std::string_view key;      ///< holds the token, with the lease as its PTTL
+  std::string_view fence;    ///< fencing counter (INCR per acquisition)
+  std::string_view channel;  ///< release announcements
+};
+
+/// The plain acquire both wires share: SET NX PX, one atomic step.
+/// SET NX's answer: OK granted, nil refused. Anything else is no answer a
+/// Redis server gives (ConnectionError): the SET may have been applied, and
+/// the caller undoes it as it does an attempt whose reply never came.
+inline Attempt set_reply(const Reply& reply) {
+  Attempt attempt;
+  attempt.acquired = reply.is_ok();
+  if (!attempt.acquired && !reply.is_nil()) unexpected_reply("SET NX", "OK or nil", reply.type());
+  return attempt;
+}
+
+inline Attempt set_if_absent(Connection& connection, const LeaseKeys& keys,
+                             const std::string& token, const Decimal& ttl) {
+  return set_reply(connection.command("SET", keys.key, token, "NX", "PX", ttl));
+}
+
+/// The Lifecycle's Protocol for a single-key lease over `Wire`.
+template <class Wire>
+class LeaseProtocol : public SingleServer {
+ public:
+  enum class Kind { exclusive };
+  static constexpr Kind exclusive = Kind::exclusive;
+  static constexpr bool per_thread = false;
+  static constexpr bool given_back_first(Kind) noexcept { return false; }
+  // A minimum hold keeps the lease: every acquisition has a token of its
+  // own, so nothing else of this process can take it meanwhile.
+  static constexpr bool holds_at_least(Kind) noexcept { return true; }
+  void keeping(Kind, const std::string&) const noexcept {}
+
+  LeaseProtocol(const Backend& backend, std::string key, const LockOptions& options)
+      : SingleServer(backend, key, companion_key(key, "released"), options),
+        fence_key_(companion_key(key, "fence")),
+        fencing_(options.fencing()),
+        renewer_(make_renewer<typename Wire::Renewer>()) {}
+
+  std::string id_for(Kind) const { return make_token(); }
+  template <class DepthOf>
+  void before_first(Kind, DepthOf&&) const noexcept {}
+  void held(Kind, int) noexcept {}
+
+  std::optional<Attempt> attempt(Kind, const std::string& token, SteadyClock::time_point deadline) {
+    return attempt_or_undo(
+        *site_, deadline,
+        [&](Connection& connection) {
+          return Wire::acquire(connection, keys(), token, ttl_, fencing_);
+        },
+        [&](Connection& connection) { Wire::undo(connection, keys(), token); }, replicas_.get(),
+        key_);
+  }
+
+  /// The attempt as the notifier thread may write it for a sleeping waiter
+  /// (detail/runtime/armed_attempt.hpp); empty where it may not: a fenced attempt
+  /// (a script or a transaction), one with WAIT behind it, or one whose
+  /// site does not arm attempts (Site::arms_attempts).
+  std::string armed_command(Kind, const std::string& token) const {
+    if (fencing_ || replicas_ || !site_->arms_attempts()) return {};
+    return format_command({"SET", key_, token, "NX", "PX", ttl_});
+  }
+  /// An armed attempt's reply, as set_if_absent() reads it.
+  static Attempt armed_reply(const Reply& reply) {
+    reply.throw_if_error();
+    return set_reply(reply);
+  }
+  /// Behind an armed attempt whose reply never came, as attempt() undoes.
+  void undo(Kind, Connection& connection, const std::string& token) {
+    Wire::undo(connection, keys(), token);
+  }
+  Notifier& notifier() { return site_->notifier(); }
+  std::chrono::milliseconds command_timeout() const { return site_->options().command_timeout; }
+
+  /// The holder's PTTL, and (in the same round trip) a check that the key
+  /// holds a string: SET NX is refused by a key of any type, and a hash or
+  /// a list there would be waited for in vain.
+  std::optional<long long> holder_pttl(SteadyClock::time_point deadline) {
+    return read_pttl_of_type(*site_, key_, "string", deadline);
+  }
+
+  TokenCheck release(Kind, const std::string& token) {
+    return checked(
+        [&](Connection& connection) { return Wire::release(connection, keys(), token); });
+  }
+
+  TokenCheck extend(Kind, const std::string& token, std::chrono::milliseconds ttl) {
+    return extended([&](Connection& connection) {
+      return Wire::extend(connection, keys(), token, Decimal(ttl.count()));
+    });
+  }
+
+  std::shared_ptr<LeaseState> watched(Kind, const std::string& token, SteadyClock::time_point sent,
+                                      const LockOptions& options) const {
+    return std::make_shared<LeaseState>(key_, token, options.ttl(), sent, options.on_lost(),
+                                        renewer_);
+  }
+
+  static std::string describe(Kind) { return "lock"; }
+
+ private:
+  LeaseKeys keys() const noexcept { return {key_, fence_key_, channel_}; }
+
+  const std::string fence_key_;
+  const bool fencing_;
+  std::shared_ptr<Renewer> renewer_;
+};
+
+/// An exclusive single-key lease lock: Mutex or SimpleMutex.
+template <class Wire>
+class LeaseMutex : public ExclusiveLock<LeaseProtocol<Wire>> {
+  using Base = ExclusiveLock<LeaseProtocol<Wire>>;
+
+ public:
+  /// Validates name and options (InvalidArgument); contacts no server. The
+  /// lock keeps its key's site (detail/backend/site.hpp), so it may outlive the
+  /// backend object it was made from.
+  LeaseMutex(const Backend& backend, std::string_view name, LockOptions options = {},
+             AcquirePolicy policy = {})
+      : Base(LeaseProtocol<Wire>(backend, lock_key(options, name), options), options,
+             std::move(policy)) {}
+
+  /// Releases the lease if this object still holds it.
+  ~LeaseMutex() = default;
+  LeaseMutex(LeaseMutex&&) noexcept = default;
+  LeaseMutex& operator=(LeaseMutex&&) noexcept = default;
+
+  /// The token of the current lease; empty when not held.
+  std::string token() const { return this->life_->id(Base::kind); }
+};
+
+}  // namespace distlock::detail
