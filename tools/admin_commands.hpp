@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -54,8 +55,7 @@ inline std::string json_string(std::string_view text) {
 
 inline int show_status(const StatusArgs& args) {
   check_name(args.name);
-  const LockState state =
-      with_backend(args.where, [&](auto& backend) { return read_state(backend, args.name); });
+  const LockState state = read_state(*backend_of(args.where), args.name);
   const bool held = state.layout != Layout::none && state.layout != Layout::other;
   const bool expires = state.pttl >= 0;
   if (args.json) {
@@ -127,8 +127,9 @@ inline int force_release(const ReleaseArgs& args) {
                                      "learns of the loss at its next renewal)"};
   }
   LockState state;
-  const int deleted = with_backend(args.where, [&](auto& backend) {
-    state = read_state(backend, args.name);
+  const int deleted = [&] {
+    const std::unique_ptr<Backend> backend = backend_of(args.where);
+    state = read_state(*backend, args.name);
     if (state.layout == Layout::none) {
       say("release", args.name + " is not held; nothing deleted");
       return status::not_held;
@@ -137,7 +138,7 @@ inline int force_release(const ReleaseArgs& args) {
     // deletes, and wakes the waiters of every layout; the read above only
     // names the holders.
     try {
-      if (!force_unlock(backend, args.name)) {
+      if (!force_unlock(*backend, args.name)) {
         say("release", args.name + " went away before it could be deleted");
         return status::not_held;
       }
@@ -146,7 +147,7 @@ inline int force_release(const ReleaseArgs& args) {
       return status::not_lock;
     }
     return status::ok;
-  });
+  }();
   if (deleted != status::ok) return deleted;
   std::string holders;
   for (const Holder& h : state.holders) holders += (holders.empty() ? "" : ", ") + h.id;
@@ -170,32 +171,33 @@ inline int wait_free(const WaitArgs& args) {
   if (args.timeout != "forever") {
     deadline = steady::now() + duration_option(args.timeout, "--timeout");
   }
-  return with_backend(args.where, [&](auto& backend) {
-    milliseconds pause = 10ms;
-    for (;;) {
-      const long long pttl = backend.command("PTTL", args.name).integer();
-      if (pttl == -2) return status::ok;
-      if (pttl == -1) {
-        // A key that never expires is no lock (classify_lock): it would be waited for in vain.
-        const LockState state = read_state(backend, args.name);
-        if (state.layout == Layout::other) {
-          say("wait", "key '" + args.name + "' is " + state.holds + ", not a lock; not waited for");
-          return status::not_lock;
-        }
+  const std::unique_ptr<Backend> backend = backend_of(args.where);
+  milliseconds pause = 10ms;
+  for (;;) {
+    const long long pttl = on_key(*backend, args.name, [&](Connection& connection) {
+      return connection.command("PTTL", args.name).integer();
+    });
+    if (pttl == -2) return status::ok;
+    if (pttl == -1) {
+      // A key that never expires is no lock (classify_lock): it would be waited for in vain.
+      const LockState state = read_state(*backend, args.name);
+      if (state.layout == Layout::other) {
+        say("wait", "key '" + args.name + "' is " + state.holds + ", not a lock; not waited for");
+        return status::not_lock;
       }
-      const steady::time_point now = steady::now();
-      if (deadline && now >= *deadline) {
-        say("wait", args.name + " is still held after " + args.timeout);
-        return status::busy;
-      }
-      // Poll, sooner when the lease is due to end sooner, never past the deadline.
-      milliseconds sleep = pause;
-      if (pttl >= 0) sleep = std::min(sleep, milliseconds(pttl + 1));
-      if (deadline) sleep = std::min(sleep, std::chrono::ceil<milliseconds>(*deadline - now));
-      std::this_thread::sleep_for(sleep);
-      pause = std::min(pause * 2, milliseconds(250));
     }
-  });
+    const steady::time_point now = steady::now();
+    if (deadline && now >= *deadline) {
+      say("wait", args.name + " is still held after " + args.timeout);
+      return status::busy;
+    }
+    // Poll, sooner when the lease is due to end sooner, never past the deadline.
+    milliseconds sleep = pause;
+    if (pttl >= 0) sleep = std::min(sleep, milliseconds(pttl + 1));
+    if (deadline) sleep = std::min(sleep, std::chrono::ceil<milliseconds>(*deadline - now));
+    std::this_thread::sleep_for(sleep);
+    pause = std::min(pause * 2, milliseconds(250));
+  }
 }
 
 }  // namespace distlock::cli

@@ -95,22 +95,13 @@ inline Layout layout_of(LockKind kind) {
   return Layout::other;
 }
 
-// send(connection) where `key` lives: the one server of a Client, the
-// master a SentinelClient follows, or the node of a cluster that owns the
-// key's slot (route() follows a MOVED or ASK; the fence counter shares the
-// key's slot, see companion()).
+// send(connection) where `key` lives, as a lock on it sends its steps: the
+// one server of a Client, the master a SentinelClient follows, or the node
+// of a cluster that owns the key's slot, following a MOVED or ASK (the
+// fence counter shares the key's slot, see companion()).
 template <class Send>
-auto on_key(Client& client, const std::string&, Send&& send) {
-  auto connection = client.borrow();
-  return send(*connection);
-}
-template <class Send>
-auto on_key(SentinelClient& sentinel, const std::string&, Send&& send) {
-  return sentinel.route(steady::time_point::max(), std::forward<Send>(send));
-}
-template <class Send>
-auto on_key(ClusterClient& cluster, const std::string& key, Send&& send) {
-  return cluster.for_key(key).route(steady::time_point::max(), std::forward<Send>(send));
+auto on_key(const Backend& backend, const std::string& key, Send&& send) {
+  return detail::on_site(*backend.site_for(key), detail::no_deadline, std::forward<Send>(send));
 }
 
 // The answers of read_transaction()'s EXEC: TYPE, PTTL, HGETALL, GET, GET.
@@ -158,8 +149,7 @@ inline LockState read_transaction(Connection& connection, const std::string& key
   return state_of(answers);
 }
 
-template <class Backend>
-LockState read_state(Backend& backend, const std::string& key) {
+inline LockState read_state(const Backend& backend, const std::string& key) {
   return on_key(backend, key,
                 [&](Connection& connection) { return read_transaction(connection, key); });
 }

@@ -47,7 +47,7 @@ class HeldLock {
   virtual std::string holder_id() const = 0;
 };
 
-template <class Lock, class Backend>
+template <class Lock>
 class ExclusiveLock final : public HeldLock {
  public:
   ExclusiveLock(const Backend& backend, const std::string& name, LockOptions options)
@@ -73,7 +73,6 @@ class ExclusiveLock final : public HeldLock {
   Lock lock_;
 };
 
-template <class Backend>
 class ReadLock final : public HeldLock {
  public:
   ReadLock(const Backend& backend, const std::string& name, LockOptions options)
@@ -248,18 +247,16 @@ inline int run(const RunArgs& args, const Signals& signals, const InheritedFds& 
   if (!EventPipe::open()) throw Failure{status::os, std::string("pipe: ") + std::strerror(errno)};
   signals.install();
 
-  // The lock keeps its own copy of the backend (a handle sharing the
-  // connections), so it outlives the one made here.
-  const std::unique_ptr<HeldLock> lock =
-      with_backend(args.where, [&](const auto& backend) -> std::unique_ptr<HeldLock> {
-        using Backend = std::decay_t<decltype(backend)>;
-        if (args.shared) return std::make_unique<ReadLock<Backend>>(backend, args.name, options);
-        if (args.reentrant) {
-          return std::make_unique<ExclusiveLock<ReentrantMutex, Backend>>(backend, args.name,
-                                                                          options);
-        }
-        return std::make_unique<ExclusiveLock<Mutex, Backend>>(backend, args.name, options);
-      });
+  // The lock keeps the site of its key (sharing the backend's
+  // connections), so it outlives the backend object made here.
+  const std::unique_ptr<HeldLock> lock = [&]() -> std::unique_ptr<HeldLock> {
+    const std::unique_ptr<Backend> backend = backend_of(args.where);
+    if (args.shared) return std::make_unique<ReadLock>(*backend, args.name, options);
+    if (args.reentrant) {
+      return std::make_unique<ExclusiveLock<ReentrantMutex>>(*backend, args.name, options);
+    }
+    return std::make_unique<ExclusiveLock<Mutex>>(*backend, args.name, options);
+  }();
 
   // Acquire. A forwarded signal meanwhile cancels the wait (the watcher
   // thread reads the event pipe while this thread is inside the library).

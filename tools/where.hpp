@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -249,11 +250,9 @@ inline std::pair<ClientOptions, std::vector<std::string>> options_of_hosts(
   return out;
 }
 
-// Calls use(backend) with the Client, ClusterClient or SentinelClient the
-// options ask for, and returns what it returns. The backend is a handle:
-// what use() makes from it may keep it past this call.
-template <class Use>
-auto with_backend(const Where& where, Use&& use) {
+// The Client, ClusterClient or SentinelClient the options ask for. A lock
+// made on it keeps what it needs (the site of its key) past its life.
+inline std::unique_ptr<Backend> backend_of(const Where& where) {
   const ChosenUrl chosen = chosen_url(where);
   const HostList list = split_hosts(chosen.url);
   const bool sentinel = !where.sentinel.empty();
@@ -278,19 +277,16 @@ auto with_backend(const Where& where, Use&& use) {
       }
       options.sentinel_tls = options.tls;
     }
-    SentinelClient backend(std::move(options));
-    return use(backend);
+    return std::make_unique<SentinelClient>(std::move(options));
   }
   if (where.cluster || list.hosts.size() > 1) {
     auto [data, seeds] = options_of_hosts(where, list, chosen.source);
     if (data.db != 0) {
       throw Failure{status::usage, "a Redis Cluster has only db 0 (" + chosen.source + ")"};
     }
-    ClusterClient backend(ClusterOptions(std::move(seeds), std::move(data)));
-    return use(backend);
+    return std::make_unique<ClusterClient>(ClusterOptions(std::move(seeds), std::move(data)));
   }
-  Client backend(client_options(where, chosen.url, chosen.source));
-  return use(backend);
+  return std::make_unique<Client>(client_options(where, chosen.url, chosen.source));
 }
 
 inline void check_name(const std::string& name) {
