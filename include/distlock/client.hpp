@@ -106,7 +106,7 @@ class Client : public Backend {
   const detail::SharedEventHook& events() const noexcept { return endpoint_->events(); }
 
   /// Where a lock on any key sends its steps: this endpoint.
-  std::shared_ptr<detail::Site> site_for(std::string_view key) const override;
+  inline std::shared_ptr<detail::Site> site_for(std::string_view key) const override;
 
  private:
   std::shared_ptr<detail::Endpoint> endpoint_;

@@ -186,7 +186,7 @@ class ClusterClient : public Backend {
   void check_process() const { nodes_->check_process(); }
 
   /// Where a lock on `key` sends its steps: the owner of its slot.
-  std::shared_ptr<detail::Site> site_for(std::string_view key) const override;
+  inline std::shared_ptr<detail::Site> site_for(std::string_view key) const override;
 
  private:
   int bound_slot() const {

@@ -122,7 +122,7 @@ class SentinelClient : public Backend {
   void check_process() const { master_->check_process(); }
 
   /// Where a lock on any key sends its steps: the master, wherever it is.
-  std::shared_ptr<detail::Site> site_for(std::string_view key) const override;
+  inline std::shared_ptr<detail::Site> site_for(std::string_view key) const override;
 
  private:
   friend class detail::SentinelSite;
