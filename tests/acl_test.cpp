@@ -271,10 +271,10 @@ std::string rate_limiter_paths(const RedisServer& server, const std::string& use
     DISTLOCK_STEP(window.try_acquire().allowed);
     DISTLOCK_STEP(!window.try_acquire().allowed);
     window.reset();
-    DISTLOCK_STEP(window.acquire_for(1, 1s).allowed);
+    DISTLOCK_STEP(window.try_acquire_for(1s).allowed);
     RateLimiter smooth(client, "jobs:calls", RateOptions{}.smooth(100, 1s));
     DISTLOCK_STEP(smooth.try_acquire().allowed);
-    DISTLOCK_STEP(smooth.acquire_for(1, 1s).allowed);
+    DISTLOCK_STEP(smooth.try_acquire_for(1s).allowed);
     smooth.reset();
     return "";
   } catch (const std::exception& error) {

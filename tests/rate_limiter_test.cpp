@@ -1,16 +1,19 @@
 // Tests for rate_limiter.hpp against real redis-servers: exact admission
-// under concurrent callers in several processes, retry_after, the key's
+// under concurrent callers in several processes, retry_after, the waiting
+// calls (their deadlines on any clock, and cancel_waits()), the key's
 // expiry, bad input, and that no client time ever reaches the server.
 #include "distlock/rate_limiter.hpp"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "distlock/counting_scripts.hpp"
+#include "support/eventually.hpp"
 #include "support/fixture.hpp"
 #include "support/lock_helpers.hpp"
 #include "support/options.hpp"
@@ -21,6 +24,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using testing::client_options;
+using testing::eventually;
 
 class RateLimiterTest : public testing::RedisClientTest {
  protected:
@@ -119,23 +123,109 @@ TEST_F(RateLimiterTest, SmoothRefusesACostTheBucketCannotHoldYet) {
   EXPECT_TRUE(limiter.try_acquire(1).allowed);
 }
 
-TEST_F(RateLimiterTest, AcquireWaitsForTheNextWindow) {
+TEST_F(RateLimiterTest, TryAcquireForWaitsForTheNextWindow) {
   RateLimiter limiter(client(), "a", RateOptions{}.fixed_window(1, 150ms));
   ASSERT_TRUE(limiter.try_acquire().allowed);
   const Clock::time_point start = Clock::now();
-  const RateDecision d = limiter.acquire_for(1, 5s);
+  const RateDecision d = limiter.try_acquire_for(5s);
   EXPECT_TRUE(d.allowed);
   EXPECT_LT(Clock::now() - start, 5s);
 }
 
-TEST_F(RateLimiterTest, AcquireGivesUpAtOnceWhenTheNextChanceIsPastTheDeadline) {
+TEST_F(RateLimiterTest, TryAcquireUntilGivesUpAtOnceWhenTheNextChanceIsPastTheDeadline) {
   RateLimiter limiter(client(), "a", RateOptions{}.fixed_window(1, 60s));
   ASSERT_TRUE(limiter.try_acquire().allowed);
   const Clock::time_point start = Clock::now();
-  const RateDecision d = limiter.acquire(1, Clock::now() + 2s);
+  const RateDecision d = limiter.try_acquire_until(Clock::now() + 2s);
   EXPECT_FALSE(d.allowed);
   EXPECT_GT(d.retry_after, 50s);
   EXPECT_LT(Clock::now() - start, 1s);  // did not sleep towards the deadline
+}
+
+TEST_F(RateLimiterTest, TryAcquireForWithNoTimeLeftIsOneAttemptOfCostOne) {
+  // A zero or negative timeout, or a deadline already past, is try_acquire().
+  RateLimiter limiter(client(), "a", RateOptions{}.fixed_window(3, 60s));
+  RateDecision d = limiter.try_acquire_for(0s);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.remaining, 2u);  // the cost is 1 unless given
+  EXPECT_TRUE(limiter.try_acquire_for(-1s).allowed);
+  EXPECT_TRUE(limiter.try_acquire_until(std::chrono::system_clock::now() - 1s).allowed);
+  EXPECT_EQ(get("a"), "3");
+  const Clock::time_point start = Clock::now();
+  d = limiter.try_acquire_for(0s);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_GT(d.retry_after, 50s);
+  EXPECT_LT(Clock::now() - start, 1s);
+}
+
+TEST_F(RateLimiterTest, TryAcquireUntilASystemClockDeadlineWaitsAsASteadyOne) {
+  using System = std::chrono::system_clock;
+  RateLimiter quick(client(), "q", RateOptions{}.fixed_window(2, 150ms));
+  ASSERT_TRUE(quick.try_acquire(2).allowed);
+  Clock::time_point start = Clock::now();
+  const RateDecision admitted = quick.try_acquire_until(System::now() + 5s, 2);
+  EXPECT_TRUE(admitted.allowed);
+  EXPECT_EQ(admitted.remaining, 0u);
+  EXPECT_GE(Clock::now() - start, 50ms);  // waited for the next window
+  EXPECT_LT(Clock::now() - start, 5s);
+  // The next chance (a minute away) is past the deadline: refused at once.
+  RateLimiter slow(client(), "s", RateOptions{}.fixed_window(1, 60s));
+  ASSERT_TRUE(slow.try_acquire().allowed);
+  start = Clock::now();
+  const RateDecision refused = slow.try_acquire_until(System::now() + 2s);
+  EXPECT_FALSE(refused.allowed);
+  EXPECT_GT(refused.retry_after, 50s);
+  EXPECT_LT(Clock::now() - start, 1s);
+}
+
+TEST_F(RateLimiterTest, AcquireWaitsWithoutADeadlineUntilAdmitted) {
+  RateLimiter limiter(client(), "a", RateOptions{}.smooth(10, 1s, 3));
+  ASSERT_TRUE(limiter.try_acquire(3).allowed);
+  const Clock::time_point start = Clock::now();
+  const RateDecision d = limiter.acquire(2);  // two units: 200 ms
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.remaining, 0u);
+  EXPECT_GE(Clock::now() - start, 100ms);
+  EXPECT_LT(Clock::now() - start, 10s);
+  EXPECT_TRUE(limiter.acquire().allowed);  // one unit, a further 100 ms
+}
+
+TEST_F(RateLimiterTest, CancelWaitsEndsEveryWaitOfTheObject) {
+  // The budget is spent for a minute: only the cancel ends the waits.
+  RateLimiter limiter(client(), "a", RateOptions{}.fixed_window(3, 60s));
+  ASSERT_TRUE(limiter.try_acquire(3).allowed);
+  auto timed = std::async(std::launch::async, [&] { return limiter.try_acquire_for(120s); });
+  auto until = std::async(std::launch::async, [&] {
+    return limiter.try_acquire_until(std::chrono::system_clock::now() + 120s);
+  });
+  auto blocking = std::async(std::launch::async, [&] {
+    try {
+      static_cast<void>(limiter.acquire());
+      return std::string("admitted");
+    } catch (const Error& error) {
+      return std::string(error.code() == Errc::cancelled ? "cancelled" : error.what());
+    }
+  });
+  // A cancel reaches only waits already under way: cancel until all three
+  // have ended (each within a few ms of its start).
+  const Clock::time_point start = Clock::now();
+  const auto ended = [](auto& future) { return future.wait_for(0s) == std::future_status::ready; };
+  const bool all_ended = eventually([&] {
+    limiter.cancel_waits();
+    return ended(timed) && ended(until) && ended(blocking);
+  });
+  if (!all_ended) limiter.reset();  // room for all three at their next attempt, in a minute
+  ASSERT_TRUE(all_ended) << "a wait was not cancelled";
+  EXPECT_LT(Clock::now() - start, 10s);
+  for (auto* future : {&timed, &until}) {
+    const RateDecision d = future->get();
+    EXPECT_FALSE(d.allowed);
+    EXPECT_GT(d.retry_after, 30s);  // the last refusal
+  }
+  EXPECT_EQ(blocking.get(), "cancelled");
+  EXPECT_EQ(get("a"), "3");  // nothing more was counted
+  limiter.reset();
+  EXPECT_TRUE(limiter.try_acquire_for(1s).allowed);  // later waits are unaffected
 }
 
 TEST_F(RateLimiterTest, BadInputIsRefused) {
@@ -150,7 +240,7 @@ TEST_F(RateLimiterTest, BadInputIsRefused) {
   EXPECT_THROW(static_cast<void>(fixed.try_acquire(4)), InvalidArgument);
   RateLimiter smooth(client(), "y", RateOptions{}.smooth(10, 1s, 2));
   EXPECT_THROW(static_cast<void>(smooth.try_acquire(3)), InvalidArgument);
-  EXPECT_THROW(static_cast<void>(smooth.acquire_for(3, 1s)), InvalidArgument);
+  EXPECT_THROW(static_cast<void>(smooth.try_acquire_for(1s, 3)), InvalidArgument);
   EXPECT_EQ(client().command("DBSIZE").integer(), 0);
 }
 

@@ -482,6 +482,37 @@ TEST_F(SemaphoreTest, CancelWaitsEndsEveryWaitingAcquireOfTheObject) {
   EXPECT_TRUE(exports.try_acquire_for(1s));  // later acquires are unaffected
 }
 
+TEST_F(SemaphoreTest, TryAcquireUntilWithAnErrorCodeThrowsNothing) {
+  // A deadline on the system clock, as on the steady clock: busy is an
+  // empty Permit with ec clear, a cancel sets Errc::cancelled, a free
+  // permit is taken.
+  using System = std::chrono::system_clock;
+  Semaphore exports(client(), "exports", 1, LockOptions{}.ttl(60s));
+  Permit held = exports.acquire();
+  std::error_code ec = Errc::io_error;  // cleared by a busy answer
+  const Clock::time_point start = Clock::now();
+  EXPECT_FALSE(exports.try_acquire_until(System::now() + 150ms, ec));
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_GE(Clock::now() - start, 100ms);  // waited (the clocks' translation aside)
+  auto cancelled = std::async(std::launch::async, [&] {
+    std::error_code code;
+    const bool taken = static_cast<bool>(exports.try_acquire_until(System::now() + 30s, code));
+    return std::make_pair(taken, code);
+  });
+  ASSERT_TRUE(eventually([&] {
+    exports.cancel_waits();
+    return cancelled.wait_for(0s) == std::future_status::ready;
+  })) << "the wait was not cancelled";
+  const auto [taken, code] = cancelled.get();
+  EXPECT_FALSE(taken);
+  EXPECT_EQ(code, Errc::cancelled) << code.message();
+  EXPECT_LT(Clock::now() - start, 10s);
+  EXPECT_EQ(held.release(), Release::released);
+  Permit permit = exports.try_acquire_until(System::now() + 5s, ec);
+  EXPECT_TRUE(permit);
+  EXPECT_FALSE(ec) << ec.message();
+}
+
 TEST_F(SemaphoreTest, TryAcquireForWithAFewMillisecondsLeftOnAStoppedServerIsAnOutage) {
   // With the server stopped, each attempt's reply wait is cut to the 3 to
   // 5 ms left. A socket timeout runs on the kernel's tick (4 ms at HZ=250)

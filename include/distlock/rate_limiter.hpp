@@ -20,6 +20,12 @@
 //   distlock::RateLimiter visits{redis, "visits:user:7",
 //                                distlock::RateOptions{}.fixed_window(3, 10s)};
 //   if (auto d = visits.try_acquire(); !d.allowed) reply_429(d.retry_after);
+//   if (visits.try_acquire_for(2s)) send_mail();   // waits for retry_after
+//
+// The waiting calls have the standard's counting vocabulary (as
+// std::counting_semaphore): try_acquire_for(timeout[, cost]),
+// try_acquire_until(deadline[, cost]) and acquire([cost]), each ended by
+// cancel_waits().
 #pragma once
 
 #include <algorithm>
@@ -28,7 +34,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 
 #include "distlock/client.hpp"
@@ -159,30 +164,43 @@ class RateLimiter {
     return *attempt(cost, detail::no_deadline);
   }
 
-  /// Attempts until `cost` units are admitted or `deadline` (any clock)
-  /// passes, sleeping for each refusal's retry_after. Returns the last
-  /// decision: refused at once, without sleeping, when the next chance
-  /// would come after the deadline. Throws as try_acquire().
-  template <class Clock, class Duration>
-  RateDecision acquire(std::uint64_t cost,
-                       const std::chrono::time_point<Clock, Duration>& deadline) {
-    check_cost(cost);
-    const clock::time_point until = detail::to_steady_deadline(deadline);
-    for (;;) {
-      const std::optional<RateDecision> decision = attempt(cost, until);
-      if (!decision) return RateDecision{};  // the deadline cut the call short
-      if (decision->allowed) return *decision;
-      const clock::time_point next = clock::now() + decision->retry_after;
-      if (next > until) return *decision;
-      std::this_thread::sleep_until(next);
-    }
+  /// Attempts until `cost` units are admitted or `timeout` passes on the
+  /// steady clock, sleeping for each refusal's retry_after. A zero or
+  /// negative timeout is try_acquire(). Returns the last decision: refused
+  /// at once, without sleeping, when the next chance would come after the
+  /// deadline; refused (the last refusal, or an empty decision when none
+  /// came) when the deadline cut a call to Redis short or cancel_waits()
+  /// was called. Throws as try_acquire().
+  template <class Rep, class Period>
+  RateDecision try_acquire_for(const std::chrono::duration<Rep, Period>& timeout,
+                               std::uint64_t cost = 1) {
+    return wait(cost, detail::deadline_after(timeout)).decision;
   }
 
-  /// acquire() with a deadline `timeout` from now.
-  template <class Rep, class Period>
-  RateDecision acquire_for(std::uint64_t cost, const std::chrono::duration<Rep, Period>& timeout) {
-    return acquire(cost, detail::deadline_after(timeout));
+  /// As try_acquire_for, until `deadline` of any clock (a deadline already
+  /// past is try_acquire()).
+  template <class Clock, class Duration>
+  RateDecision try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline,
+                                 std::uint64_t cost = 1) {
+    return wait(cost, detail::to_steady_deadline(deadline)).decision;
   }
+
+  /// Attempts until `cost` units are admitted, however long that takes,
+  /// sleeping for each refusal's retry_after, and returns the admitting
+  /// decision. Throws Error(cancelled) after cancel_waits(), and otherwise
+  /// as try_acquire().
+  RateDecision acquire(std::uint64_t cost = 1) {
+    Waited waited = wait(cost, detail::no_deadline);
+    if (waited.cancelled) throw Error(Errc::cancelled, "acquire() of " + key_ + " was cancelled");
+    return waited.decision;
+  }
+
+  /// Makes every wait through this object that is under way now give up at
+  /// once, sleeping or at its next refusal: try_acquire_for/until return
+  /// the last refused decision, acquire() throws Error(cancelled). A call
+  /// to Redis in flight is not cut short. Callable from any thread; waits
+  /// that start later are unaffected. A copy of the limiter shares it.
+  void cancel_waits() { cancellation_.cancel(); }
 
   /// Forgets what was taken: the next call starts a fresh window (or a full
   /// bucket) for every caller of this name.
@@ -200,6 +218,38 @@ class RateLimiter {
     if (cost > options_.burst()) {
       throw InvalidArgument("rate cost " + std::to_string(cost) + " exceeds the most " + key_ +
                             " ever admits at once (" + std::to_string(options_.burst()) + ")");
+    }
+  }
+
+  struct Waited {
+    RateDecision decision;
+    bool cancelled = false;
+  };
+
+  // The waits of try_acquire_for/until and acquire(): attempts until
+  // admitted, `until` or a cancel. The first attempt is a try_acquire()
+  // when `until` has passed already (one attempt, as a zero timeout).
+  Waited wait(std::uint64_t cost, clock::time_point until) {
+    check_cost(cost);
+    const std::uint64_t seen = cancellation_.generation();
+    Waited waited;
+    for (bool first = true;; first = false) {
+      const std::optional<RateDecision> decision =
+          attempt(cost, first && detail::deadline_reached(until) ? detail::no_deadline : until);
+      if (!decision) return waited;  // the deadline cut the call short: the last refusal
+      waited.decision = *decision;
+      if (decision->allowed) return waited;
+      const clock::time_point next = clock::now() + decision->retry_after;
+      if (next > until) return waited;
+      // Interruptible, and woken early by nothing else: a spurious wake-up
+      // sleeps again rather than asking Redis before retry_after.
+      while (!cancellation_.since(seen) && clock::now() < next) {
+        cancellation_.sleep_until(seen, next);
+      }
+      if (cancellation_.since(seen)) {
+        waited.cancelled = true;
+        return waited;
+      }
     }
   }
 
@@ -232,6 +282,7 @@ class RateLimiter {
   // (us) and burst.
   const detail::Decimal first_;
   const detail::Decimal second_;
+  detail::Cancellation cancellation_;
 };
 
 }  // namespace distlock

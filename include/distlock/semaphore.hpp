@@ -207,6 +207,14 @@ class Semaphore {
     return lock->try_lock_until(deadline) ? Permit(std::move(lock)) : Permit();
   }
 
+  /// try_acquire_until without exceptions, as try_acquire_for(timeout, ec).
+  template <class Clock, class Duration>
+  Permit try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline,
+                           std::error_code& ec) {
+    auto lock = std::make_unique<PermitLock>(*this);
+    return lock->try_lock_until(deadline, ec) ? Permit(std::move(lock)) : Permit();
+  }
+
   /// Makes every acquire through this object that is waiting now give up
   /// (as Mutex::cancel_waits): try_acquire_for/until return an empty
   /// Permit, acquire() throws Error(cancelled); so do the waits of the
