@@ -90,7 +90,7 @@ void BM_StripedMutex16_Contended8(benchmark::State& state) {
   contended8(state, [](Client& client) {
     thread_local std::unique_ptr<StripedMutex> lock;
     if (!lock) lock = std::make_unique<StripedMutex>(client, "bench:striped", 16);
-    auto taken = lock->lock_any(std::chrono::seconds(30));
+    auto taken = lock->try_lock_any_for(std::chrono::seconds(30));
     if (!taken) std::abort();
   });
 }

@@ -3,7 +3,7 @@
 // order (1 ms here) and writes the stock back one lower, so it must hold
 // that segment's lock. Under one lock for all the stock every sale waits
 // for every other; with distlock::StripedMutex each segment has its own
-// stripe and workers take whichever is free (lock_any). Both runs sell
+// stripe and workers take whichever is free (try_lock_any_for). Both runs sell
 // exactly 2,000 items; the striped one is several times faster.
 //
 //   flash_sale [redis://host:port] [workers] [items] [segments]
@@ -46,7 +46,7 @@ long long work(const distlock::ClientOptions& where, std::size_t stripes, std::s
   for (std::size_t s = 0; s < stripes; ++s) open[s] = s;
   long long sold = 0;
   while (!open.empty()) {
-    auto [stripe, guard] = locks.lock_any(30s, open);
+    auto [stripe, guard] = locks.try_lock_any_for(30s, open);
     if (!guard) throw std::runtime_error("no stripe came free in 30 s");
     std::vector<std::size_t>& mine = stocked[stripe];
     // A random stocked segment of the stripe, so workers under one lock

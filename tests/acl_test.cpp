@@ -302,7 +302,7 @@ std::string striped_paths(const RedisServer& server, const std::string& user) {
     StripedMutex seats(client, "jobs:seats", 4, renewed_fenced);
     DISTLOCK_STEP(seats.try_lock("seat-7"));
     seats.unlock("seat-7");
-    auto [stripe, guard] = seats.lock_any(1s);
+    auto [stripe, guard] = seats.try_lock_any_for(1s);
     DISTLOCK_STEP(guard.owns_lock());
     DISTLOCK_STEP(stripe < 4);
     return "";

@@ -202,9 +202,9 @@ TEST_F(ClusterStripes, StripesSpreadOverTheMasters) {
   EXPECT_EQ(masters.size(), cluster().masters());
   EXPECT_FALSE(segments.try_lock_any());
   for (std::size_t i = 0; i < segments.size(); ++i) segments.stripe(i).unlock();
-  auto taken = segments.lock_any(2s);
+  auto taken = segments.try_lock_any_for(2s);
   ASSERT_TRUE(taken);
-  // Given back first: lock_any picks a stripe at random, one time in 16 the
+  // Given back first: try_lock_any_for picks a stripe at random, one time in 16 the
   // very stripe "item:42" maps to, which this thread may not take twice.
   taken.guard.unlock();
   EXPECT_EQ(segments.lock("item:42"), segments.stripe_of("item:42"));
@@ -247,7 +247,7 @@ TEST_F(ClusterStripes, AWaiterSubscribesWhereItsStripeIsAndAgainWhereItMoved) {
   std::atomic<bool> done{false};
   std::atomic<bool> got{false};
   std::thread waiter([&] {
-    auto taken = waiting.lock_any(20s);
+    auto taken = waiting.try_lock_any_for(20s);
     got = static_cast<bool>(taken);
     if (taken) taken.guard.release();  // kept held: unlocked below
     done = true;

@@ -137,7 +137,7 @@ TEST_F(Sentinel, FindsTheMasterAndEveryLockWorks) {
   ASSERT_TRUE(permit);
   EXPECT_EQ(permit.release(), Release::released);
   StripedMutex stripes(sentinel, "stripes", 4);
-  auto taken = stripes.lock_any(seconds(2));
+  auto taken = stripes.try_lock_any_for(seconds(2));
   ASSERT_TRUE(taken);
   taken.guard.unlock();
   RateLimiter limiter(sentinel, "visits", RateOptions{}.fixed_window(1, seconds(10)));

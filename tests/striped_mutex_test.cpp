@@ -1,6 +1,7 @@
 // Tests for striped_mutex.hpp against real redis-servers: the stripe hash,
-// the keys, exclusion per stripe (threads and processes), lock_any's spread
-// and deadline, and its wake-up on a release.
+// the keys, exclusion per stripe (threads and processes), try_lock_any's spread
+// and deadline, and its wake-up on a release; the waits on a key's stripe,
+// deadlines on any clock, and cancel_waits().
 #include "distlock/striped_mutex.hpp"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "support/eventually.hpp"
 #include "support/fixture.hpp"
 #include "support/lock_helpers.hpp"
 #include "support/options.hpp"
@@ -21,6 +23,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using testing::client_options;
+using testing::eventually;
 
 class StripedMutexTest : public testing::RedisClientTest {};
 
@@ -128,33 +131,147 @@ TEST_F(StripedMutexTest, TryLockAnyRefusedAtItsStripeSettlesOnAnother) {
   EXPECT_EQ(seeker.try_lock_any({*home}), home);  // `among` still rules
 }
 
-TEST_F(StripedMutexTest, LockAnyReturnsByItsDeadlineWhenAllAreHeld) {
+TEST_F(StripedMutexTest, TryLockAnyForReturnsByItsDeadlineWhenAllAreHeld) {
   StripedMutex holder(client(), "s", 4);
   StripedMutex seeker(client(), "s", 4);
   for (std::size_t i = 0; i < 4; ++i) ASSERT_TRUE(holder.stripe(i).try_lock());
   const Clock::time_point start = Clock::now();
-  const auto taken = seeker.lock_any(150ms);
+  const auto taken = seeker.try_lock_any_for(150ms);
   const auto took = Clock::now() - start;
   EXPECT_FALSE(taken);
   EXPECT_GE(took, 150ms);
   EXPECT_LT(took, 150ms + 500ms);
   const Clock::time_point again = Clock::now();
-  EXPECT_FALSE(seeker.lock_any(-1s));  // one pass, no wait
+  EXPECT_FALSE(seeker.try_lock_any_for(-1s));  // one pass, no wait
   EXPECT_LT(Clock::now() - again, 500ms);
 }
 
-TEST_F(StripedMutexTest, LockAnyTakesTheStripeReleasedWhileItWaits) {
+TEST_F(StripedMutexTest, TryLockAnyForTakesTheStripeReleasedWhileItWaits) {
   StripedMutex holder(client(), "s", 4, LockOptions{}.ttl(60s));
   StripedMutex seeker(client(), "s", 4, LockOptions{}.ttl(60s));
   for (std::size_t i = 0; i < 4; ++i) ASSERT_TRUE(holder.stripe(i).try_lock());
   auto waiting = std::async(std::launch::async, [&] {
-    auto [stripe, guard] = seeker.lock_any(20s);
+    auto [stripe, guard] = seeker.try_lock_any_for(20s);
     return guard.owns_lock() ? static_cast<int>(stripe) : -1;
   });
   EXPECT_EQ(waiting.wait_for(100ms), std::future_status::timeout);
   holder.stripe(3).unlock();
   EXPECT_EQ(waiting.get(), 3);  // the holders' leases are 60 s: a release woke it
   EXPECT_EQ(client().command("EXISTS", "s:3").integer(), 0);  // the guard gave it back
+}
+
+TEST_F(StripedMutexTest, TryLockForAndUntilTakeTheKeysStripe) {
+  using System = std::chrono::system_clock;
+  StripedMutex holder(client(), "s", 8, LockOptions{}.ttl(60s));
+  StripedMutex seeker(client(), "s", 8, LockOptions{}.ttl(60s));
+  std::string other = "b";
+  while (seeker.stripe_of(other) == seeker.stripe_of("a")) other += "b";
+  ASSERT_TRUE(holder.try_lock("a"));
+  Clock::time_point start = Clock::now();
+  EXPECT_FALSE(seeker.try_lock_for("a", 150ms));
+  EXPECT_GE(Clock::now() - start, 150ms);
+  start = Clock::now();
+  EXPECT_FALSE(seeker.try_lock_until("a", System::now() + 150ms));
+  EXPECT_GE(Clock::now() - start, 100ms);  // waited (the clocks' translation aside)
+  EXPECT_LT(Clock::now() - start, 150ms + 500ms);
+  // Another key's stripe is free.
+  ASSERT_TRUE(seeker.try_lock_for(other, 1s));
+  EXPECT_TRUE(seeker.stripe(seeker.stripe_of(other)).owns_lock());
+  seeker.unlock(other);
+  // A release while it waits, with a deadline on either clock.
+  for (const bool on_system : {false, true}) {
+    auto waiting = std::async(std::launch::async, [&] {
+      return on_system ? seeker.try_lock_until("a", System::now() + 20s)
+                       : seeker.try_lock_until("a", Clock::now() + 20s);
+    });
+    EXPECT_EQ(waiting.wait_for(100ms), std::future_status::timeout);
+    holder.unlock("a");
+    EXPECT_TRUE(waiting.get()) << (on_system ? "system" : "steady");
+    EXPECT_TRUE(seeker.stripe(seeker.stripe_of("a")).owns_lock());
+    seeker.unlock("a");
+    ASSERT_TRUE(holder.try_lock("a"));
+  }
+}
+
+TEST_F(StripedMutexTest, TryLockAnyUntilASystemClockDeadlineWaitsAsASteadyOne) {
+  using System = std::chrono::system_clock;
+  StripedMutex holder(client(), "s", 4, LockOptions{}.ttl(60s));
+  StripedMutex seeker(client(), "s", 4, LockOptions{}.ttl(60s));
+  for (std::size_t i = 0; i < 4; ++i) ASSERT_TRUE(holder.stripe(i).try_lock());
+  Clock::time_point start = Clock::now();
+  EXPECT_FALSE(seeker.try_lock_any_until(System::now() + 150ms));
+  EXPECT_GE(Clock::now() - start, 100ms);  // waited (the clocks' translation aside)
+  EXPECT_LT(Clock::now() - start, 150ms + 500ms);
+  start = Clock::now();
+  EXPECT_FALSE(seeker.try_lock_any_until(System::now() - 1s));  // one pass, no wait
+  EXPECT_FALSE(seeker.try_lock_any_until(Clock::now() - 1s, {0, 1}));
+  EXPECT_LT(Clock::now() - start, 500ms);
+  holder.stripe(2).unlock();
+  EXPECT_FALSE(seeker.try_lock_any_until(System::now() + 100ms, {0, 1}));  // `among` rules
+  auto [stripe, guard] = seeker.try_lock_any_until(System::now() + 5s);
+  EXPECT_TRUE(guard.owns_lock());
+  EXPECT_EQ(stripe, 2u);
+}
+
+// Every stripe held by another object for a minute: only the cancel ends
+// the waits, on one stripe or on any.
+void expect_cancel_waits_ends_every_wait(StripedMutex& holder, StripedMutex& seeker) {
+  for (std::size_t i = 0; i < holder.size(); ++i) ASSERT_TRUE(holder.stripe(i).try_lock());
+  auto any_for = std::async(std::launch::async, [&] { return seeker.try_lock_any_for(30s); });
+  auto any_until = std::async(std::launch::async, [&] {
+    return seeker.try_lock_any_until(std::chrono::system_clock::now() + 30s, {0, 1});
+  });
+  auto one_for = std::async(std::launch::async, [&] { return seeker.try_lock_for("a", 30s); });
+  auto one_until = std::async(std::launch::async, [&] {
+    return seeker.try_lock_until("b", std::chrono::system_clock::now() + 30s);
+  });
+  auto blocking = std::async(std::launch::async, [&] {
+    try {
+      seeker.lock("c");
+      return std::string("acquired");
+    } catch (const Error& error) {
+      return std::string(error.code() == Errc::cancelled ? "cancelled" : error.what());
+    }
+  });
+  // A cancel reaches only waits already under way: cancel until all have
+  // ended (each within a few ms of its start).
+  const Clock::time_point start = Clock::now();
+  const auto ended = [](auto& future) { return future.wait_for(0s) == std::future_status::ready; };
+  const bool all_ended = eventually([&] {
+    seeker.cancel_waits();
+    return ended(any_for) && ended(any_until) && ended(one_for) && ended(one_until) &&
+           ended(blocking);
+  });
+  if (!all_ended) {
+    for (std::size_t i = 0; i < holder.size(); ++i) holder.stripe(i).unlock();  // end them
+  }
+  ASSERT_TRUE(all_ended) << "a wait was not cancelled";
+  EXPECT_LT(Clock::now() - start, 10s);
+  EXPECT_FALSE(any_for.get());
+  EXPECT_FALSE(any_until.get());
+  EXPECT_FALSE(one_for.get());
+  EXPECT_FALSE(one_until.get());
+  EXPECT_EQ(blocking.get(), "cancelled");
+  for (std::size_t i = 0; i < seeker.size(); ++i) EXPECT_FALSE(seeker.stripe(i).owns_lock());
+  // Later waits are unaffected.
+  holder.stripe(3).unlock();
+  auto [stripe, guard] = seeker.try_lock_any_for(5s);
+  EXPECT_TRUE(guard.owns_lock());
+  EXPECT_EQ(stripe, 3u);
+}
+
+TEST_F(StripedMutexTest, CancelWaitsEndsEveryWaitOfTheObject) {
+  StripedMutex holder(client(), "s", 4, LockOptions{}.ttl(60s));
+  StripedMutex seeker(client(), "s", 4, LockOptions{}.ttl(60s));
+  expect_cancel_waits_ends_every_wait(holder, seeker);
+}
+
+TEST_F(StripedMutexTest, CancelWaitsEndsEveryWaitOfTheObjectWhenPolling) {
+  // No release announcements: the waits sleep on their own timers.
+  const LockOptions polling = LockOptions{}.ttl(60s).wake_on_release(false);
+  StripedMutex holder(client(), "s", 4, polling);
+  StripedMutex seeker(client(), "s", 4, polling);
+  expect_cancel_waits_ends_every_wait(holder, seeker);
 }
 
 TEST_F(StripedMutexTest, StripesExcludeAcrossProcesses) {

@@ -11,15 +11,20 @@
 // lock(key) takes the stripe a key maps to: FNV-1a (32-bit) of the key's
 // bytes, modulo K. FNV-1a: start from 2166136261; for each byte, XOR it in,
 // then multiply by 16777619 modulo 2^32. Any language that hashes the same
-// bytes the same way finds the same stripe. try_lock_any() and lock_any()
-// take whichever stripe is free: first the one the object took last, then
-// the others in order from a random start. A contender with an object of
-// its own so settles on a stripe the others leave alone, and contenders
-// spread out instead of all queueing on stripe 0 (each stripe another
-// contender holds costs a refused round trip).
+// bytes the same way finds the same stripe. try_lock_any() and
+// try_lock_any_for/until() take whichever stripe is free: first the one the
+// object took last, then the others in order from a random start. A
+// contender with an object of its own so settles on a stripe the others
+// leave alone, and contenders spread out instead of all queueing on stripe
+// 0 (each stripe another contender holds costs a refused round trip).
 //
 //   distlock::StripedMutex segments{redis, "sale:stock", 100};
-//   if (auto [stripe, guard] = segments.lock_any(2s); guard) sell_from(stripe);
+//   if (auto [stripe, guard] = segments.try_lock_any_for(2s); guard) sell_from(stripe);
+//
+// The waiting calls have the standard's lock vocabulary: lock(key),
+// try_lock_for(key, timeout) and try_lock_until(key, deadline) for a key's
+// stripe, try_lock_any_for/until() for any stripe; cancel_waits() ends
+// every one of them under way.
 #pragma once
 
 #include <algorithm>
@@ -32,7 +37,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -65,8 +69,8 @@ class StripedMutex {
   using Stripe = Mutex;
   using clock = std::chrono::steady_clock;
 
-  /// A stripe taken by lock_any(): which one, and its guard (owns_lock()
-  /// false, and `stripe` meaningless, when none was taken).
+  /// A stripe taken by try_lock_any_for/until(): which one, and its guard
+  /// (owns_lock() false, and `stripe` meaningless, when none was taken).
   struct Taken {
     std::size_t stripe = 0;
     std::unique_lock<Stripe> guard;
@@ -109,7 +113,8 @@ class StripedMutex {
   ///   std::unique_lock guard{segments.of("item:42")};
   Stripe& of(std::string_view key) { return *stripes_[stripe_of(key)]; }
 
-  /// Locks `key`'s stripe (Mutex::lock()) and returns its index.
+  /// Locks `key`'s stripe (Mutex::lock(): throws Error(cancelled) after
+  /// cancel_waits()) and returns its index.
   std::size_t lock(std::string_view key) {
     const std::size_t i = stripe_of(key);
     stripes_[i]->lock();
@@ -117,6 +122,19 @@ class StripedMutex {
   }
   /// One attempt at `key`'s stripe (Mutex::try_lock()).
   [[nodiscard]] bool try_lock(std::string_view key) { return of(key).try_lock(); }
+  /// Attempts at `key`'s stripe until taken or `timeout` passes
+  /// (Mutex::try_lock_for(): false when busy or after cancel_waits()).
+  template <class Rep, class Period>
+  [[nodiscard]] bool try_lock_for(std::string_view key,
+                                  const std::chrono::duration<Rep, Period>& timeout) {
+    return of(key).try_lock_for(timeout);
+  }
+  /// As try_lock_for, until `deadline` of any clock (Mutex::try_lock_until()).
+  template <class Clock, class Duration>
+  [[nodiscard]] bool try_lock_until(std::string_view key,
+                                    const std::chrono::time_point<Clock, Duration>& deadline) {
+    return of(key).try_lock_until(deadline);
+  }
   /// Gives `key`'s stripe back if held (Mutex::unlock(), never throws).
   void unlock(std::string_view key) noexcept { stripes_[stripe_of(key)]->unlock(); }
 
@@ -151,21 +169,30 @@ class StripedMutex {
   /// sleeps until a release of one stripe chosen at random is announced,
   /// or a pause that grows from 1 ms to 50 ms ends (releases of the other
   /// stripes are seen at the next pass). Every attempt is a try_lock(), so
-  /// it returns by the deadline plus one pass. Throws as try_lock().
+  /// it returns by the deadline plus one pass; at once, with nothing taken,
+  /// after cancel_waits(). Throws as try_lock().
   template <class Rep, class Period>
-  Taken lock_any(const std::chrono::duration<Rep, Period>& timeout) {
-    return lock_any_until(detail::deadline_after(timeout), all());
+  Taken try_lock_any_for(const std::chrono::duration<Rep, Period>& timeout) {
+    return try_lock_any_until(detail::deadline_after(timeout), all());
   }
+  /// As try_lock_any_for(timeout), among the stripes listed in `among` only.
   template <class Rep, class Period>
-  Taken lock_any(const std::chrono::duration<Rep, Period>& timeout,
-                 const std::vector<std::size_t>& among) {
-    return lock_any_until(detail::deadline_after(timeout), among);
+  Taken try_lock_any_for(const std::chrono::duration<Rep, Period>& timeout,
+                         const std::vector<std::size_t>& among) {
+    return try_lock_any_until(detail::deadline_after(timeout), among);
   }
-  /// As lock_any, until `deadline` of any clock.
+  /// As try_lock_any_for, until `deadline` of any clock.
   template <class Clock, class Duration>
-  Taken lock_any_until(const std::chrono::time_point<Clock, Duration>& deadline,
-                       const std::vector<std::size_t>& among) {
+  Taken try_lock_any_until(const std::chrono::time_point<Clock, Duration>& deadline) {
+    return try_lock_any_until(deadline, all());
+  }
+  /// As try_lock_any_for, until `deadline` of any clock, among the stripes
+  /// listed in `among` only.
+  template <class Clock, class Duration>
+  Taken try_lock_any_until(const std::chrono::time_point<Clock, Duration>& deadline,
+                           const std::vector<std::size_t>& among) {
     const clock::time_point until = detail::to_steady_deadline(deadline);
+    const std::uint64_t cancel_seen = cancellation_.generation();
     std::optional<Notifier::Subscription> subscription;
     auto pause = std::chrono::milliseconds(1);
     for (;;) {
@@ -175,7 +202,7 @@ class StripedMutex {
         return Taken{*i, std::unique_lock<Stripe>(stripe(*i), std::adopt_lock)};
       }
       const clock::time_point now = clock::now();
-      if (among.empty() || now >= until) return Taken{};
+      if (among.empty() || now >= until || cancellation_.since(cancel_seen)) return Taken{};
       if (!subscription && stripes_.front()->options().wake_on_release()) {
         // Confirmed before the next pass: no release after it goes unseen.
         Notifier::Subscription made = subscribe(among[random_below(among.size())], until);
@@ -188,15 +215,29 @@ class StripedMutex {
       }
       const clock::time_point wake = until - now < pause ? until : now + pause;
       if (subscription) {
+        // cancel_waits() wakes it: the watched stripe's cancel_waits()
+        // wakes that stripe's release channel, the one subscribed to.
         subscription->wait(seen, wake);
       } else {
-        std::this_thread::sleep_until(wake);
+        cancellation_.sleep_until(cancel_seen, wake);
       }
+      if (cancellation_.since(cancel_seen)) return Taken{};
       pause = std::min(pause * 2, std::chrono::milliseconds(50));
       // A cluster node dropped it (the stripe's slot moved): again, where
       // the slot is now, on the next pass.
       if (subscription && subscription->moved()) subscription.reset();
     }
+  }
+
+  /// Makes every wait through this object that is under way now give up at
+  /// once: the stripes' own (Mutex::cancel_waits() on each: lock(key)
+  /// throws Error(cancelled), try_lock_for/until(key, ...) return false)
+  /// and try_lock_any_for/until, which return with nothing taken. Callable
+  /// from any thread; waits that start later are unaffected.
+  void cancel_waits() {
+    // First, so that a waiter on any stripe woken below sees it.
+    cancellation_.cancel();
+    for (const std::unique_ptr<Stripe>& each : stripes_) each->cancel_waits();
   }
 
  private:
@@ -230,6 +271,7 @@ class StripedMutex {
   std::vector<std::unique_ptr<Stripe>> stripes_;
   std::vector<detail::SitePtr> sites_;          // each stripe's, for waiting on any
   std::atomic<std::size_t> home_{max_stripes};  // none yet
+  detail::Cancellation cancellation_;           // ends try_lock_any_for/until
 };
 
 }  // namespace distlock
