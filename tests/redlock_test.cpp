@@ -522,6 +522,8 @@ TEST_F(RedlockTest, WatchdogRenewalKeepsTheLeaseWhileAMajorityLives) {
   while (!lock.lost() && Clock::now() - majority_gone < 3 * ttl) std::this_thread::sleep_for(5ms);
   EXPECT_TRUE(lock.lost());
   EXPECT_LE(Clock::now() - majority_gone, ttl + 100ms);
+  // on_lost runs on the Watchdog's thread, just after lost() turns true.
+  EXPECT_TRUE(testing::eventually([&] { return lost_calls.load() > 0; }, 5s));
   EXPECT_EQ(lost_calls, 1);
   EXPECT_EQ(lock.release(), Release::lost);
 }
