@@ -108,15 +108,21 @@ class ReentrantProtocol : public HashFieldCore<ReentrantKind> {
         throw ConnectionError(Errc::protocol_error, "bad fenced acquire reply");
       }
       attempt.acquired = reply[0].expect_integer("fenced acquire") == 1;
-      (attempt.acquired ? attempt.fence : attempt.holder_pttl) =
-          reply[1].expect_integer("fenced acquire");
+      const long long second = reply[1].expect_integer("fenced acquire");  // fence, or PTTL
+      if (attempt.acquired) {
+        attempt.fence = second;
+      } else {
+        attempt.holder = HolderLease::from_pttl(second);
+      }
       return attempt;
     }
     const Reply reply =
         connection.eval(scripts::reentrant_acquire, {this->key_}, {this->ttl_, owner});
     // nil granted, the holder's PTTL refused (an integer: nothing else).
     attempt.acquired = reply.is_nil();
-    if (!attempt.acquired) attempt.holder_pttl = reply.expect_integer("reentrant acquire");
+    if (!attempt.acquired) {
+      attempt.holder = HolderLease::from_pttl(reply.expect_integer("reentrant acquire"));
+    }
     return attempt;
   }
 

@@ -165,7 +165,9 @@ class SharedProtocol : public HashFieldCore<SharedKind> {
     Attempt attempt;
     // nil granted, the holder's PTTL refused (an integer: nothing else).
     attempt.acquired = reply.is_nil();
-    if (!attempt.acquired) attempt.holder_pttl = reply.expect_integer("shared acquire");
+    if (!attempt.acquired) {
+      attempt.holder = HolderLease::from_pttl(reply.expect_integer("shared acquire"));
+    }
     return attempt;
   }
 

@@ -41,6 +41,7 @@
 #include "distlock/detail/base/args.hpp"
 #include "distlock/detail/base/thread_annotations.hpp"
 #include "distlock/detail/base/time.hpp"
+#include "distlock/detail/lifecycle/holder_lease.hpp"
 #include "distlock/detail/lifecycle/replica_check.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
@@ -51,8 +52,8 @@ namespace distlock::detail {
 /// What one acquire attempt found.
 struct Attempt {
   bool acquired = false;
-  long long fence = 0;         ///< with fencing, when acquired
-  long long holder_pttl = -3;  ///< when refused: the holder's PTTL, -3 if not asked
+  long long fence = 0;  ///< with fencing, when acquired
+  HolderLease holder;   ///< when refused: what the attempt learned of the holder
   /// When acquired under an id of the attempt's own (a Redlock's fresh
   /// token per attempt): that id; empty for the id the attempt was given.
   std::string id;
@@ -161,18 +162,18 @@ class Cancellation {
 
 /// When to try again: after the policy's pause (or, when a release will be
 /// announced, no pause of our own), but no later than the deadline nor the
-/// end of the holder's lease (the lock is free then). A PTTL of -1 (a key
-/// with no expiry, not ours; or nothing to go by) leaves the policy's pause.
+/// end of the holder's lease (the lock is free then). A holder with no end
+/// in sight leaves the policy's pause; one released since, none.
 inline SteadyClock::time_point next_attempt_at(const AcquirePolicy& policy, unsigned attempt,
-                                               long long holder_pttl,
-                                               SteadyClock::time_point deadline, bool announced) {
-  std::chrono::nanoseconds pause = announced && holder_pttl >= 0
-                                       ? std::chrono::nanoseconds::max()
-                                       : policy.pause(attempt, jitter_unit());
-  if (holder_pttl >= 0) {
-    pause = std::min<std::chrono::nanoseconds>(pause, std::chrono::milliseconds(holder_pttl));
-  } else if (holder_pttl == -2) {
-    pause = std::chrono::nanoseconds(0);  // released since our attempt: go again now
+                                               HolderLease holder, SteadyClock::time_point deadline,
+                                               bool announced) {
+  std::chrono::nanoseconds pause{0};
+  if (const std::chrono::milliseconds* left = holder.left()) {
+    pause = announced
+                ? *left
+                : std::min<std::chrono::nanoseconds>(policy.pause(attempt, jitter_unit()), *left);
+  } else if (!holder.released()) {
+    pause = policy.pause(attempt, jitter_unit());
   }
   const SteadyClock::time_point now = SteadyClock::now();
   return deadline - now < pause ? deadline : now + pause;
@@ -278,13 +279,13 @@ std::optional<Attempt> attempt_or_undo(Site& site, SteadyClock::time_point deadl
   }
 }
 
-/// The holder's PTTL, read by the deadline rules; nullopt when the
-/// caller's deadline cut the read short.
-inline std::optional<long long> read_pttl(Site& site, const std::string& key,
-                                          SteadyClock::time_point deadline) {
+/// The holder's lease (its PTTL), read by the deadline rules; nullopt when
+/// the caller's deadline cut the read short.
+inline std::optional<HolderLease> read_holder(Site& site, const std::string& key,
+                                              SteadyClock::time_point deadline) {
   try {
     return on_site(site, deadline, [&](Connection& connection) {
-      return connection.command("PTTL", key).integer();
+      return HolderLease::from_pttl(connection.command("PTTL", key).integer());
     });
   } catch (const TimeoutError&) {
     if (deadline_reached(deadline)) return std::nullopt;

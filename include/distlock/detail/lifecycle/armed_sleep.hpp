@@ -21,6 +21,7 @@
 #include "distlock/connection.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
+#include "distlock/detail/lifecycle/heard.hpp"
 #include "distlock/detail/runtime/armed_attempt.hpp"
 #include "distlock/error.hpp"
 #include "distlock/notifier.hpp"
@@ -36,10 +37,6 @@ inline constexpr bool armable<
     Protocol, std::void_t<decltype(std::declval<Protocol&>().armed_command(
                   std::declval<typename Protocol::Kind>(), std::declval<const std::string&>()))>> =
     true;
-
-/// The time a last attempt after waiting may take past the deadline: a
-/// round trip to a few servers, and no more.
-inline constexpr std::chrono::milliseconds last_step{5};
 
 /// The answer to an attempt the notifier thread sent for a waiter, when it
 /// was sent, and the channel's generation then.

@@ -189,7 +189,7 @@ class HashFieldCore : public SingleServer {
         [&](Connection& connection) {
           return naming_wrong_type(connection, this->key_, "hash", [&] {
             Attempt attempt = send(connection);
-            if (!attempt.acquired) check_expires(this->key_, "hash", attempt.holder_pttl);
+            if (!attempt.acquired) check_expires(this->key_, "hash", attempt.holder);
             return attempt;
           });
         },

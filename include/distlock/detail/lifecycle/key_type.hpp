@@ -6,7 +6,7 @@
 // that succeeds:
 // - a lease lock (SET NX, which any existing key refuses) reads the key's
 //   TYPE in the same round trip as the holder's PTTL that the waiter reads
-//   anyway (read_pttl_of_type; a refused try_lock() reads them too), or its
+//   anyway (read_holder_of_type; a refused try_lock() reads them too), or its
 //   fenced script answers the type with the PTTL;
 // - a hash lock's scripts fail with WRONGTYPE on a key of another type;
 //   naming_wrong_type() turns that reply into the error naming the key and
@@ -22,6 +22,7 @@
 #include "distlock/connection.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
+#include "distlock/detail/lifecycle/holder_lease.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_layout.hpp"
 
@@ -47,19 +48,19 @@ inline void check_key_type(std::string_view key, std::string_view found,
 /// `found`, never expires (PTTL -1): every lock's layout sets the key and
 /// its expiry in one step, so this one is no lock's (application data, or
 /// a peer's bug), and a wait for it would never end.
-inline void check_expires(std::string_view key, std::string_view found, long long pttl) {
-  if (pttl != -1) return;
+inline void check_expires(std::string_view key, std::string_view found, HolderLease holder) {
+  if (!holder.is_endless()) return;
   throw NotALockError(std::string(key), std::string(found), not_a_lock(found, "expiry"),
                       "no lock can be taken there");
 }
 
 /// The holder's PTTL and the key's type, in one round trip, by the
-/// deadline rules of read_pttl(); throws WrongTypeError if the key holds
+/// deadline rules of read_holder(); throws WrongTypeError if the key holds
 /// something other than `expected`, NotALockError if it never expires.
 /// nullopt when the caller's deadline cut the read short.
-inline std::optional<long long> read_pttl_of_type(Site& site, const std::string& key,
-                                                  std::string_view expected,
-                                                  SteadyClock::time_point deadline) {
+inline std::optional<HolderLease> read_holder_of_type(Site& site, const std::string& key,
+                                                      std::string_view expected,
+                                                      SteadyClock::time_point deadline) {
   try {
     // Through the site: on a cluster, a slot that moved since the
     // attempt answers MOVED here, which is followed, not thrown.
@@ -70,12 +71,13 @@ inline std::optional<long long> read_pttl_of_type(Site& site, const std::string&
       connection.append("PTTL", key);
       if (asking) connection.append("ASKING");
       connection.append("TYPE", key);
-      const long long pttl = connection.read_reply().throw_if_error().integer();
+      const HolderLease holder =
+          HolderLease::from_pttl(connection.read_reply().throw_if_error().integer());
       if (asking) connection.read_reply().throw_if_error();
       const std::string_view found = connection.read_reply().throw_if_error().str();
       check_key_type(key, found, expected);
-      if (found == expected) check_expires(key, found, pttl);
-      return pttl;
+      if (found == expected) check_expires(key, found, holder);
+      return holder;
     });
   } catch (const TimeoutError&) {
     if (deadline_reached(deadline)) return std::nullopt;

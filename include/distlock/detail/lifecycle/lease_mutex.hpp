@@ -113,11 +113,11 @@ class LeaseProtocol : public SingleServer {
   Notifier& notifier() { return site_->notifier(); }
   std::chrono::milliseconds command_timeout() const { return site_->options().command_timeout; }
 
-  /// The holder's PTTL, and (in the same round trip) a check that the key
+  /// The holder's lease, and (in the same round trip) a check that the key
   /// holds a string: SET NX is refused by a key of any type, and a hash or
   /// a list there would be waited for in vain.
-  std::optional<long long> holder_pttl(SteadyClock::time_point deadline) {
-    return read_pttl_of_type(*site_, key_, "string", deadline);
+  std::optional<HolderLease> read_holder(SteadyClock::time_point deadline) {
+    return read_holder_of_type(*site_, key_, "string", deadline);
   }
 
   TokenCheck release(Kind, const std::string& token) {

@@ -10,14 +10,13 @@
 // by this object", registers leases with the Watchdog (renewed, or of fixed
 // ttl and kept for revalidation only), and extends them.
 //
-// Busy or unanswered: an acquire that ends at its deadline without the
-// lock says which (Outcome). Busy means Redis answered a step of the call
-// in its last `probe` (two of the call's slowest round trips, and
-// last_step) and the lock was held; unanswered, that it did not (an
-// outage, a stopped or partitioned server). So that a healthy server
-// always has answered in that window, a waiter whose sleep would run to
-// the deadline makes its last attempt `probe` before it: one round trip
-// more, on waits that end without the lock only.
+// The acquire loop runs in named steps over one Waiter, the state of one
+// acquire: attempt, settle (a grant kept or given back), give_up, subscribe,
+// sleep. Each step holds the decisions of its part of the loop and at most
+// one server call, so that another driver can run the same steps.
+// How a call that ends at its deadline without the lock tells a busy lock
+// from a silent Redis: detail/lifecycle/heard.hpp.
+//
 // A Protocol supplies the server steps:
 //
 //   using Kind;                        the kinds of hold (read/write, or one)
@@ -28,7 +27,7 @@
 //   id_for(kind), before_first(kind, depth_of)   hold id; refusals (upgrade)
 //   attempt(kind, id, deadline)        -> optional<Attempt>, undo included
 //   release(kind, id) / extend(kind, id, ttl)  -> TokenCheck
-//   holder_pttl(deadline), subscribe(deadline), wake()   for waiting
+//   read_holder(deadline), subscribe(deadline), wake()   for waiting
 //   watched(kind, id, sent, options)   -> the Watchdog's LeaseState
 //   watchdog(), margin(ttl), held(kind, +1/-1), key(), describe(kind)
 //   events()                           the Client's event hook (events.hpp)
@@ -60,6 +59,7 @@
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/armed_sleep.hpp"
+#include "distlock/detail/lifecycle/heard.hpp"
 #include "distlock/detail/lifecycle/hold_keeper.hpp"
 #include "distlock/error.hpp"
 #include "distlock/events.hpp"
@@ -69,46 +69,6 @@
 #include "distlock/watchdog.hpp"
 
 namespace distlock::detail {
-
-/// What one acquire heard from Redis: when it last answered a step, and
-/// the slowest round trip of an attempt the waiter sent itself (see the
-/// top of file).
-class Heard {
- public:
-  using clock = SteadyClock;
-
-  /// A step the waiter sent at `sent` answered now; its round trip counts
-  /// toward the probe window.
-  void answered(clock::time_point sent) {
-    answer();
-    slowest_ = std::max(slowest_, at_ - sent);
-  }
-  /// Redis answered now, by a reply the waiter did not time (a release
-  /// message, another thread's step).
-  void answer() { at_ = clock::now(); }
-
-  /// How a call the deadline ended without the lock comes out: busy if
-  /// Redis answered within the probe window before `deadline`.
-  Outcome outcome_at(clock::time_point deadline) const {
-    return at_ != clock::time_point{} && at_ + probe() >= deadline ? Outcome::timed_out
-                                                                   : Outcome::unanswered;
-  }
-
-  /// `until`, or the start of the probe window if the sleep would run into
-  /// it before Redis has answered there.
-  clock::time_point probe_by(clock::time_point until, clock::time_point deadline) const {
-    if (deadline == no_deadline || deadline - clock::time_point{} <= probe()) return until;
-    const clock::time_point window = deadline - probe();
-    if (until <= window || at_ >= window || clock::now() >= window) return until;
-    return window;
-  }
-
- private:
-  clock::duration probe() const { return last_step + 2 * slowest_; }
-
-  clock::time_point at_{};
-  clock::duration slowest_{0};
-};
 
 template <class Protocol>
 class Lifecycle : public HoldKeeper<Protocol> {
@@ -123,125 +83,20 @@ class Lifecycle : public HoldKeeper<Protocol> {
       : Keeper(std::move(protocol), std::move(options), std::move(cancellation)),
         policy_(std::move(policy)) {}
 
-  /// Acquires a hold of `kind` for the calling thread (see the top of file).
+  /// Acquires a hold of `kind` for the calling thread (see the top of file),
+  /// in named steps over one Waiter: each step is the decision of the loop
+  /// it names, around at most one server call of the protocol.
   Outcome acquire(Kind kind, clock::time_point deadline, bool wait) {
-    const std::uint64_t cancel_seen = cancellation_.generation();
-    bool busy_at_start = false;  // busy_here(), as reenter() saw it under the same lock
-    if (reenter(kind, busy_at_start)) return Outcome::acquired;
-    std::string id = protocol_.id_for(kind);  // moved into the hold once adopted
-    std::optional<Notifier::Subscription> subscription;
-    bool subscribed = false;
-    clock::time_point first_sent{};
-    Presented presented;  // an attempt the notifier thread sent while we slept
-    Heard heard;          // when Redis last answered, and how fast
-    for (unsigned attempt = 1;; ++attempt) {
-      // Read before the attempt, so a release announced between a failed
-      // attempt and the sleep ends that sleep at once.
-      const std::uint64_t seen = presented.answer ? presented.seen
-                                 : subscription   ? subscription->generation()
-                                                  : 0;
-      const clock::time_point sent = presented.answer ? presented.sent : clock::now();
-      if (attempt == 1) first_sent = sent;
-      const bool last_chance = !wait || sent >= deadline;
-      // A first attempt past the deadline is a try_lock(); after waiting, a last
-      // attempt gets what little is left, and a step that ends late ends the call.
-      clock::time_point step_deadline = deadline;
-      if (last_chance) {
-        step_deadline = attempt == 1 ? no_deadline : std::max(deadline, sent + last_step);
-      }
-      Attempt result;
-      bool local_holder = attempt == 1 ? busy_at_start : busy_here();
-      if (presented.answer) {
-        // Settled as one we sent ourselves at `sent` (adopt() still defers
-        // to a holder of this object that got there first).
-        heard.answer();
-        result = *std::exchange(presented.answer, std::nullopt);
-        local_holder = false;
-      } else if (local_holder) {
-        result.holder_pttl = -1;  // our own holder: wait for its unlock, not for Redis
-      } else {
-        const std::optional<Attempt> answered = protocol_.attempt(kind, id, step_deadline);
-        if (!answered) return heard.outcome_at(deadline);  // the deadline cut the step short
-        if (!answered->unheard) heard.answered(sent);
-        result = *answered;
-      }
-      if (!local_holder) {
-        if (result.not_replicated) {
-          // Granted, but fewer replicas have it than asked: never held.
-          if (!result.undone) give_back(kind, result.id.empty() ? id : result.id);
-          if (result.deadline_cut) return Outcome::timed_out;
-          throw not_replicated_error(protocol_.key(), "grant", result.replicas,
-                                     result.replicas_wanted);
-        }
-        if (result.acquired) {
-          if (adopt(kind, result.id.empty() ? id : result.id, result.fence, sent,
-                    result.replicas)) {
-            if (const SharedEventHook& hook = protocol_.events()) {
-              emit_acquired(hook, protocol_.key(), clock::now() - first_sent, attempt);
-            }
-            return Outcome::acquired;
-          }
-          // Another thread of this object got there first: wait for its unlock.
-          local_holder = true;
-          result = Attempt{};
-          result.holder_pttl = -1;
-        }
-      }
-      if (last_chance && attempt == 1 && !local_holder && result.holder_pttl == -3) {
-        // A try_lock() refused without a reason (SET NX) looks once at the
-        // key, as a waiter would: holder_pttl() throws for one that no lock
-        // can be taken on, which must not pass for a busy lock.
-        static_cast<void>(protocol_.holder_pttl(step_deadline));
-      }
-      if (last_chance || clock::now() >= deadline) {
-        // Busy if Redis answered lately; a wait on this object's own holder
-        // asked Redis nothing.
-        return local_holder ? Outcome::timed_out : heard.outcome_at(deadline);
-      }
-      if (cancellation_.since(cancel_seen)) return Outcome::cancelled;
-      if (subscription && subscription->moved()) {
-        // A cluster node dropped it (the slot moved): again, at the owner now.
-        subscription.reset();
-        subscribed = false;
-      }
-      if (!subscribed && options_.wake_on_release()) {
-        // Subscribed (and confirmed) before the next attempt: a release from
-        // now on cannot go unannounced to us.
-        subscribed = true;
-        if (std::optional<Notifier::Subscription> made = protocol_.subscribe(deadline)) {
-          if (!made->moved()) {
-            subscription.emplace(std::move(*made));
-            continue;
-          }
-          // Refused at once (a cluster whose map still names the slot's old
-          // owner): this round waits by the timer, the next subscribes again.
-          // Going round at once would spin while our own holder holds on.
-          subscribed = false;
-        }
-      }
-      long long holder_pttl = result.holder_pttl;
-      if (holder_pttl == -3) {
-        const std::optional<long long> pttl = protocol_.holder_pttl(deadline);
-        if (!pttl) return heard.outcome_at(deadline);
-        heard.answer();
-        if (clock::now() >= deadline) return Outcome::timed_out;
-        holder_pttl = *pttl;
-      }
-      // While the server confirms our subscription, the release announcement
-      // is what wakes us; the holder's lease bounds the wait in case it is
-      // lost. Otherwise we poll at the policy's pace.
-      const bool announced = subscription && subscription->active();
-      const clock::time_point until = heard.probe_by(
-          next_attempt_at(policy_, attempt, holder_pttl, deadline, announced), deadline);
-      if (subscription && !local_holder) {
-        if (!sleep_armed(protocol_, *subscription, kind, id, seen, until, deadline, presented)) {
-          return heard.outcome_at(deadline);  // the deadline cut the sent attempt's reply short
-        }
-      } else {
-        cancellation_.sleep_until(cancel_seen, until);
-      }
-      // A sent attempt is settled first: it may have taken the lock.
-      if (!presented.answer && cancellation_.since(cancel_seen)) return Outcome::cancelled;
+    Waiter waiter(kind, deadline, wait, cancellation_.generation());
+    if (reenter(kind, waiter.local_holder)) return Outcome::acquired;
+    waiter.id = protocol_.id_for(kind);
+    for (;;) {
+      std::optional<Attempt> result = attempt(waiter);
+      if (!result) return waiter.heard.outcome_at(deadline);  // the deadline cut the step short
+      if (std::optional<Outcome> end = settle(waiter, *result)) return *end;
+      if (std::optional<Outcome> end = give_up(waiter, result->holder)) return *end;
+      if (subscribe(waiter)) continue;  // the next attempt at once, now that a release is told
+      if (std::optional<Outcome> end = sleep(waiter, result->holder)) return *end;
     }
   }
 
@@ -296,6 +151,173 @@ class Lifecycle : public HoldKeeper<Protocol> {
   using Keeper::options_;
   using Keeper::protocol_;
   using typename Keeper::Hold;
+
+  // One acquire, between its steps.
+  struct Waiter {
+    Waiter(Kind of, clock::time_point by, bool waits, std::uint64_t cancels_seen)
+        : kind(of), deadline(by), wait(waits), cancel_seen(cancels_seen) {}
+
+    const Kind kind;
+    const clock::time_point deadline;
+    const bool wait;                  // false for try_lock()
+    const std::uint64_t cancel_seen;  // a cancel_waits() after this ends the call
+    bool local_holder = false;        // a holder of this object: its unlock is waited for
+    std::string id;                   // moved into the hold once adopted
+    unsigned attempts = 0;
+    clock::time_point first_sent{};
+    clock::time_point sent{};  // the latest attempt's
+    std::uint64_t seen = 0;    // the release channel's generation before it
+    bool last_chance = false;  // no sleep follows the latest attempt
+    clock::time_point step_deadline{};
+    std::optional<Notifier::Subscription> subscription;
+    bool subscribed = false;
+    Presented presented;  // an attempt the notifier thread sent while we slept
+    Heard heard;          // when Redis last answered, and how fast
+  };
+
+  // The attempt: the one the notifier thread sent for us while we slept;
+  // none while a holder of this object holds (its unlock is what we wait
+  // for, not Redis); else the protocol's. nullopt when the deadline cut the
+  // step short.
+  std::optional<Attempt> attempt(Waiter& waiter) {
+    const bool presented = waiter.presented.answer.has_value();
+    // Read before the attempt, so a release announced between a failed
+    // attempt and the sleep ends that sleep at once.
+    waiter.seen = presented             ? waiter.presented.seen
+                  : waiter.subscription ? waiter.subscription->generation()
+                                        : 0;
+    waiter.sent = presented ? waiter.presented.sent : clock::now();
+    if (++waiter.attempts == 1) {
+      waiter.first_sent = waiter.sent;  // reenter() saw local_holder under the same lock
+    } else {
+      waiter.local_holder = busy_here();
+    }
+    waiter.last_chance = !waiter.wait || waiter.sent >= waiter.deadline;
+    // A first attempt past the deadline is a try_lock(); after waiting, a last
+    // attempt gets what little is left, and a step that ends late ends the call.
+    waiter.step_deadline = waiter.deadline;
+    if (waiter.last_chance) {
+      waiter.step_deadline =
+          waiter.attempts == 1 ? no_deadline : std::max(waiter.deadline, waiter.sent + last_step);
+    }
+    if (presented) {
+      // Settled as one we sent ourselves at `sent` (adopt() still defers
+      // to a holder of this object that got there first).
+      waiter.heard.answer();
+      waiter.local_holder = false;
+      return *std::exchange(waiter.presented.answer, std::nullopt);
+    }
+    if (waiter.local_holder) {
+      Attempt none;
+      none.holder = HolderLease::endless();
+      return none;
+    }
+    std::optional<Attempt> answered =
+        protocol_.attempt(waiter.kind, waiter.id, waiter.step_deadline);
+    if (answered && !answered->unheard) waiter.heard.answered(waiter.sent);
+    return answered;
+  }
+
+  // A grant becomes this object's hold, or is given back: when too few
+  // replicas have it, or when another thread of this object recorded a hold
+  // first (whose unlock is then waited for).
+  std::optional<Outcome> settle(Waiter& waiter, Attempt& result) {
+    if (waiter.local_holder) return std::nullopt;
+    std::string& id = result.id.empty() ? waiter.id : result.id;
+    if (result.not_replicated) {
+      // Granted, but fewer replicas have it than asked: never held.
+      if (!result.undone) give_back(waiter.kind, id);
+      if (result.deadline_cut) return Outcome::timed_out;
+      throw not_replicated_error(protocol_.key(), "grant", result.replicas, result.replicas_wanted);
+    }
+    if (!result.acquired) return std::nullopt;
+    if (adopt(waiter.kind, id, result.fence, waiter.sent, result.replicas)) {
+      if (const SharedEventHook& hook = protocol_.events()) {
+        emit_acquired(hook, protocol_.key(), clock::now() - waiter.first_sent, waiter.attempts);
+      }
+      return Outcome::acquired;
+    }
+    waiter.local_holder = true;
+    result = Attempt{};
+    result.holder = HolderLease::endless();
+    return std::nullopt;
+  }
+
+  // Whether a refused call ends here: a try_lock() or a last attempt, the
+  // deadline, or cancel_waits().
+  std::optional<Outcome> give_up(Waiter& waiter, HolderLease holder) {
+    if (waiter.last_chance && waiter.attempts == 1 && !waiter.local_holder && !holder.known()) {
+      // A try_lock() refused without a reason (SET NX) looks once at the
+      // key, as a waiter would: read_holder() throws for one that no lock
+      // can be taken on, which must not pass for a busy lock.
+      static_cast<void>(protocol_.read_holder(waiter.step_deadline));
+    }
+    if (waiter.last_chance || clock::now() >= waiter.deadline) {
+      // Busy if Redis answered lately; a wait on this object's own holder
+      // asked Redis nothing.
+      return waiter.local_holder ? Outcome::timed_out : waiter.heard.outcome_at(waiter.deadline);
+    }
+    if (cancellation_.since(waiter.cancel_seen)) return Outcome::cancelled;
+    return std::nullopt;
+  }
+
+  // Subscribes to the release channel, once (again when a cluster node
+  // dropped the subscription: the slot moved). True when it did: the next
+  // attempt follows at once, and a release from then on cannot go
+  // unannounced to us.
+  bool subscribe(Waiter& waiter) {
+    if (waiter.subscription && waiter.subscription->moved()) {
+      waiter.subscription.reset();
+      waiter.subscribed = false;
+    }
+    if (waiter.subscribed || !options_.wake_on_release()) return false;
+    waiter.subscribed = true;
+    std::optional<Notifier::Subscription> made = protocol_.subscribe(waiter.deadline);
+    if (!made) return false;  // none to be had: the waiter polls
+    if (made->moved()) {
+      // Refused at once (a cluster whose map still names the slot's old
+      // owner): this round waits by the timer, the next subscribes again.
+      // Going round at once would spin while our own holder holds on.
+      waiter.subscribed = false;
+      return false;
+    }
+    waiter.subscription.emplace(std::move(*made));
+    return true;
+  }
+
+  // Sleeps until a release is announced, the policy's pause, the end of
+  // the holder's lease (read first if the attempt did not tell it) or the
+  // deadline, with the next attempt armed where the protocol allows. Ends
+  // the call when the deadline cut a step short, or on cancel_waits().
+  std::optional<Outcome> sleep(Waiter& waiter, HolderLease holder) {
+    if (!holder.known()) {
+      const std::optional<HolderLease> read = protocol_.read_holder(waiter.deadline);
+      if (!read) return waiter.heard.outcome_at(waiter.deadline);
+      waiter.heard.answer();
+      if (clock::now() >= waiter.deadline) return Outcome::timed_out;
+      holder = *read;
+    }
+    // While the server confirms our subscription, the release announcement
+    // is what wakes us; the holder's lease bounds the wait in case it is
+    // lost. Otherwise we poll at the policy's pace.
+    const bool announced = waiter.subscription && waiter.subscription->active();
+    const clock::time_point until = waiter.heard.probe_by(
+        next_attempt_at(policy_, waiter.attempts, holder, waiter.deadline, announced),
+        waiter.deadline);
+    if (waiter.subscription && !waiter.local_holder) {
+      if (!sleep_armed(protocol_, *waiter.subscription, waiter.kind, waiter.id, waiter.seen, until,
+                       waiter.deadline, waiter.presented)) {
+        return waiter.heard.outcome_at(waiter.deadline);  // the sent attempt's reply was cut short
+      }
+    } else {
+      cancellation_.sleep_until(waiter.cancel_seen, until);
+    }
+    // A sent attempt is settled first: it may have taken the lock.
+    if (!waiter.presented.answer && cancellation_.since(waiter.cancel_seen)) {
+      return Outcome::cancelled;
+    }
+    return std::nullopt;
+  }
 
   // Counts one more hold if the calling thread has one of `kind` (re-
   // entrant protocols), or refuses the lock (the others; or a protocol rule).

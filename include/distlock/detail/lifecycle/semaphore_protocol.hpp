@@ -91,7 +91,7 @@ class SemaphoreProtocol : public SingleServer {
           Attempt attempt;
           attempt.acquired = answer == 1;
           if (!attempt.acquired) {
-            attempt.holder_pttl = reply[1].expect_integer("semaphore acquire");
+            attempt.holder = HolderLease::from_pttl(reply[1].expect_integer("semaphore acquire"));
           }
           return attempt;
         },

@@ -51,8 +51,8 @@ class SingleServer {
   void check_process() const { site_->check_process(); }
   bool forked() const noexcept { return site_->forked(); }
 
-  std::optional<long long> holder_pttl(SteadyClock::time_point deadline) {
-    return read_pttl(*site_, key_, deadline);
+  std::optional<HolderLease> read_holder(SteadyClock::time_point deadline) {
+    return detail::read_holder(*site_, key_, deadline);
   }
   std::optional<Notifier::Subscription> subscribe(SteadyClock::time_point deadline) {
     return site_->subscribe(channel_, deadline);

@@ -146,7 +146,7 @@ class RedlockProtocol {
     }
     RedlockAttempt result = core_->acquire_step(token, options_.ttl(), budget);
     Attempt attempt;
-    attempt.holder_pttl = -1;  // nothing to go by: retry at the policy's (random) pace
+    attempt.holder = HolderLease::endless();  // nothing to go by: the policy's (random) pace
     if (result.succeeded) {
       attempt.acquired = true;
       attempt.id = token;
@@ -186,7 +186,7 @@ class RedlockProtocol {
     return taken ? TokenCheck::other_token : TokenCheck::no_key;
   }
 
-  std::optional<long long> holder_pttl(clock::time_point) const { return -1; }
+  std::optional<HolderLease> read_holder(clock::time_point) const { return HolderLease::endless(); }
   std::optional<Notifier::Subscription> subscribe(clock::time_point) const { return std::nullopt; }
   void wake() const noexcept {}
 
