@@ -22,6 +22,7 @@
 #include "distlock/acquire_policy.hpp"
 #include "distlock/counting_scripts.hpp"
 #include "distlock/detail/backend/cluster_slots.hpp"
+#include "distlock/detail/runtime/notifier_probe.hpp"
 #include "distlock/detail/wire/sharded_scripts.hpp"
 #include "distlock/inspect.hpp"
 #include "distlock/mutex.hpp"
@@ -423,7 +424,8 @@ TEST_F(ClusterLocks, WaiterIsWokenByTheRelease) {
   while (!waiting) std::this_thread::yield();
   // Let the waiter subscribe: until its subscription is confirmed it polls.
   const auto subscribed_by = Clock::now() + 5s;
-  while (client().for_key(name).notifier().channel_count() == 0 && Clock::now() < subscribed_by) {
+  while (detail::NotifierProbe::channel_count(client().for_key(name).notifier()) == 0 &&
+         Clock::now() < subscribed_by) {
     std::this_thread::sleep_for(5ms);
   }
   const auto released = Clock::now();

@@ -21,6 +21,7 @@
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
 #include "distlock/detail/base/thread_annotations.hpp"
+#include "distlock/detail/runtime/notifier_probe.hpp"
 #include "distlock/mutex.hpp"
 #include "support/faults.hpp"
 #include "support/fixture.hpp"
@@ -195,9 +196,9 @@ TEST_F(CredentialsTest, AThrowingProviderNeverCrashesTheNotifierThread) {
   Notifier& notifier = client.notifier();
   ASSERT_TRUE(testing::eventually([&] { return thrown >= 2; })) << "the thread never asked";
   EXPECT_THROW(client.command("PING"), ConnectionError);
-  EXPECT_EQ(notifier.connects(), 0u);
+  EXPECT_EQ(detail::NotifierProbe::connects(notifier), 0u);
   failing = false;
-  EXPECT_TRUE(testing::eventually([&] { return notifier.connects() >= 1; }));
+  EXPECT_TRUE(testing::eventually([&] { return detail::NotifierProbe::connects(notifier) >= 1; }));
   EXPECT_EQ(client.command("ACL", "WHOAMI").str(), "rot");
 }
 

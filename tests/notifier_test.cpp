@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "distlock/detail/runtime/notifier_probe.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/simple_mutex.hpp"
 #include "support/fault_proxy.hpp"
@@ -51,7 +52,8 @@ class NotifierTest : public testing::RedisClientTest {
   bool eventually_no_channels() {
     const auto deadline = Clock::now() + 5s;
     while (Clock::now() < deadline) {
-      if (pubsub_channels() == 0 && client().notifier().channel_count() == 0) return true;
+      if (pubsub_channels() == 0 && detail::NotifierProbe::channel_count(client().notifier()) == 0)
+        return true;
       std::this_thread::sleep_for(5ms);
     }
     return false;
@@ -101,10 +103,11 @@ TEST_F(NotifierTest, HandoffStillWorksWhenTheSubscriberConnectionIsKilled) {
   // Lost or not, the waiter is bounded by the holder's remaining lease.
   EXPECT_LT(Clock::now() - released, 1500ms + 500ms);
   const auto reconnected_by = Clock::now() + 5s;
-  while (client().notifier().connects() < 2 && Clock::now() < reconnected_by) {
+  while (detail::NotifierProbe::connects(client().notifier()) < 2 &&
+         Clock::now() < reconnected_by) {
     std::this_thread::sleep_for(5ms);
   }
-  EXPECT_GE(client().notifier().connects(), 2u);
+  EXPECT_GE(detail::NotifierProbe::connects(client().notifier()), 2u);
 }
 
 // The same, round after round: the notifier thread drops and remakes its
@@ -299,8 +302,9 @@ TEST_F(NotifierTest, SimpleMutexReleasesAreAnnouncedToo) {
 // Waits (boundedly) until `notifier` holds an armed attempt.
 bool eventually_armed(Notifier& notifier) {
   const auto deadline = Clock::now() + 5s;
-  while (notifier.armed_count() == 0 && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
-  return notifier.armed_count() > 0;
+  while (detail::NotifierProbe::armed_count(notifier) == 0 && Clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  return detail::NotifierProbe::armed_count(notifier) > 0;
 }
 
 TEST_F(NotifierTest, TheNotifierSendsTheSleepingWaitersAttemptOnRelease) {
@@ -309,10 +313,10 @@ TEST_F(NotifierTest, TheNotifierSendsTheSleepingWaitersAttemptOnRelease) {
   ASSERT_TRUE(holder.try_lock());
   auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
   ASSERT_TRUE(eventually_armed(client().notifier()));
-  const std::uint64_t sent_before = client().notifier().attempts_sent();
+  const std::uint64_t sent_before = detail::NotifierProbe::attempts_sent(client().notifier());
   holder.unlock();
   ASSERT_TRUE(waiting.get());
-  EXPECT_EQ(client().notifier().attempts_sent(), sent_before + 1);
+  EXPECT_EQ(detail::NotifierProbe::attempts_sent(client().notifier()), sent_before + 1);
   EXPECT_EQ(get("k"), waiter.token());
   EXPECT_GT(client().command("PTTL", "k").integer(), 25000);
   EXPECT_TRUE(waiter.extend(30s));
@@ -328,8 +332,8 @@ TEST_F(NotifierTest, FencedAndReplicatedAttemptsAreNotArmed) {
   wait_for_a_subscriber();
   holder.unlock();
   ASSERT_TRUE(waiting.get());
-  EXPECT_EQ(client().notifier().attempts_sent(), 0u);
-  EXPECT_EQ(client().notifier().armed_count(), 0u);
+  EXPECT_EQ(detail::NotifierProbe::attempts_sent(client().notifier()), 0u);
+  EXPECT_EQ(detail::NotifierProbe::armed_count(client().notifier()), 0u);
 }
 
 // cancel_waits() and a release at once: the waiter either holds the lock
@@ -357,7 +361,7 @@ TEST_F(NotifierTest, CancelWaitsRacingAPreSentAttemptLeavesNoLockBehind) {
     }
     EXPECT_EQ(get("k"), "(nil)") << "round " << round;
   }
-  EXPECT_EQ(client().notifier().armed_count(), 0u);
+  EXPECT_EQ(detail::NotifierProbe::armed_count(client().notifier()), 0u);
   std::cout << taken << " of 30 rounds took the lock\n";
 }
 
@@ -384,7 +388,7 @@ TEST_F(NotifierTest, APreSentAttemptAnsweredPastTheDeadlineIsUndone) {
   // outage's TimeoutError, not a busy lock's false.
   EXPECT_THROW(waiting.get(), TimeoutError);
   EXPECT_LT(Clock::now(), deadline + 1000ms);
-  EXPECT_EQ(waiting_client.notifier().attempts_sent(), 1u);
+  EXPECT_EQ(detail::NotifierProbe::attempts_sent(waiting_client.notifier()), 1u);
   proxy.heal();
   const auto until = Clock::now() + 5s;
   while (get("k") != "(nil)" && Clock::now() < until) std::this_thread::sleep_for(5ms);
@@ -410,7 +414,7 @@ struct LoneWait {
 
 // Waits (boundedly) until `notifier` has lent its connection `lends` times.
 bool eventually_lent(Notifier& notifier, std::uint64_t lends) {
-  return testing::eventually([&] { return notifier.lends() >= lends; });
+  return testing::eventually([&] { return detail::NotifierProbe::lends(notifier) >= lends; });
 }
 
 TEST_F(NotifierTest, ALoneSleepingMutexWaiterReadsTheReleaseItself) {
@@ -419,11 +423,11 @@ TEST_F(NotifierTest, ALoneSleepingMutexWaiterReadsTheReleaseItself) {
   ASSERT_TRUE(holder.try_lock());
   auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
   ASSERT_TRUE(eventually_lent(client().notifier(), 1)) << "the waiter never read it itself";
-  const std::uint64_t sent_before = client().notifier().attempts_sent();
+  const std::uint64_t sent_before = detail::NotifierProbe::attempts_sent(client().notifier());
   holder.unlock();
   ASSERT_TRUE(waiting.get());
   // The armed attempt went out from the waiter's own thread, and was settled.
-  EXPECT_EQ(client().notifier().attempts_sent(), sent_before + 1);
+  EXPECT_EQ(detail::NotifierProbe::attempts_sent(client().notifier()), sent_before + 1);
   EXPECT_EQ(get("k"), waiter.token());
   waiter.unlock();
 }
@@ -457,14 +461,15 @@ TEST_F(NotifierTest, AMessageOfAnotherChannelDoesNotWakeTheLoneWaiter) {
     notifier.subscribe("b", Clock::now() + 5s);
     waiter.emplace(notifier, "a");
     ASSERT_TRUE(eventually_lent(notifier, round));
-    messages = notifier.messages();
+    messages = detail::NotifierProbe::messages(notifier);
     if (client().command("PUBLISH", "b", "released").integer() == 1) break;
     notifier.wake("a");
     static_cast<void>(waiter->result.get());
     waiter.reset();
   }
   ASSERT_TRUE(waiter) << "\"b\" was unsubscribed before the waiter slept, 20 times";
-  ASSERT_TRUE(testing::eventually([&] { return notifier.messages() > messages; }));
+  ASSERT_TRUE(
+      testing::eventually([&] { return detail::NotifierProbe::messages(notifier) > messages; }));
   client().command("PUBLISH", "a", "released");
   const auto [woken, generation] = waiter->result.get();
   EXPECT_TRUE(woken);
@@ -478,7 +483,7 @@ TEST_F(NotifierTest, TheSubscriberConnectionDroppingWhileLentWakesTheWaiter) {
   client().command("CLIENT", "KILL", "TYPE", "pubsub");
   // Releases may be lost with the connection: the reconnect wakes it.
   EXPECT_TRUE(waiter.result.get().first);
-  EXPECT_GE(notifier.connects(), 2u);
+  EXPECT_GE(detail::NotifierProbe::connects(notifier), 2u);
   // And the connection made again serves the next lone waiter.
   LoneWait next(notifier, "a");
   ASSERT_TRUE(next.subscription.active());
@@ -511,9 +516,10 @@ TEST_F(NotifierTest, AWaiterIsWokenByAReleaseAfterItsSubscriberWasReplaced) {
   auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(30s); });
   Notifier& notifier = aging.notifier();
   ASSERT_TRUE(eventually_lent(notifier, 1)) << "the waiter never read it itself";
-  const std::uint64_t connects = notifier.connects();
-  ASSERT_TRUE(testing::eventually([&] { return notifier.connects() >= connects + 2; }))
-      << "the subscriber was not replaced";
+  const std::uint64_t connects = detail::NotifierProbe::connects(notifier);
+  ASSERT_TRUE(testing::eventually([&] {
+    return detail::NotifierProbe::connects(notifier) >= connects + 2;
+  })) << "the subscriber was not replaced";
   // The old connections are gone: one subscriber connection is left.
   const auto subscribers = [&] {
     const std::string list(client().command("CLIENT", "LIST", "TYPE", "pubsub").str());
@@ -555,8 +561,10 @@ TEST_F(NotifierTest, ReplacingTheSubscriberLosesNoReleaseOfManyChannels) {
   std::vector<Clock::time_point> released;
   for (std::size_t i = 0; i < channels; ++i) {
     // Released one by one, each after the subscriber was replaced again.
-    const std::uint64_t connects = notifier.connects();
-    ASSERT_TRUE(testing::eventually([&] { return notifier.connects() > connects; })) << i;
+    const std::uint64_t connects = detail::NotifierProbe::connects(notifier);
+    ASSERT_TRUE(testing::eventually([&] {
+      return detail::NotifierProbe::connects(notifier) > connects;
+    })) << i;
     released.push_back(Clock::now());
     holders[i]->unlock();
   }

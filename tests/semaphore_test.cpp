@@ -5,6 +5,7 @@
 // acquire, refused to an object of another count, outlived by no permit),
 // waking on release, the Lockable view and bad input.
 #include "distlock/semaphore.hpp"
+#include "distlock/detail/runtime/notifier_probe.hpp"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -428,7 +429,8 @@ TEST_F(SemaphoreTest, AWaiterIsWokenByAReleaseWithoutPolling) {
   Semaphore exports(client(), "exports", 1, LockOptions{}.ttl(60s));
   Permit held = exports.acquire();
   auto waiting = std::async(std::launch::async, [&] { return exports.try_acquire_for(30s); });
-  ASSERT_TRUE(eventually([&] { return client().notifier().channel_count() == 1; }));
+  ASSERT_TRUE(
+      eventually([&] { return detail::NotifierProbe::channel_count(client().notifier()) == 1; }));
   client().command("CONFIG", "RESETSTAT");
   EXPECT_EQ(waiting.wait_for(200ms), std::future_status::timeout);
   EXPECT_LE(command_calls(client()).of("evalsha"), 1);  // at most the attempt after subscribing

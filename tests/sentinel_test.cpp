@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "distlock/client.hpp"
+#include "distlock/detail/runtime/notifier_probe.hpp"
 #include "distlock/error.hpp"
 #include "distlock/events.hpp"
 #include "distlock/inspect.hpp"
@@ -352,7 +353,8 @@ TEST_F(Sentinel, WaiterIsWokenByAReleaseOnTheNewMaster) {
   });
   // From here on a failed check lets the test go on to the release, which
   // ends the waiter.
-  EXPECT_TRUE(eventually([&] { return waiter_side.notifier().channel_count() == 1; }));
+  EXPECT_TRUE(eventually(
+      [&] { return distlock::detail::NotifierProbe::channel_count(waiter_side.notifier()) == 1; }));
   const int old_port = group().master().port();
   group().kill_master();
   EXPECT_NO_THROW(group().wait_for_switch(old_port));

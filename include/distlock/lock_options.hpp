@@ -92,8 +92,9 @@ class LockOptions {
   /// renewal, or the revalidation after a failover (any lease, fixed ttl
   /// too), found the token gone from the key; or a renewed lease ran out
   /// unrenewed (a lease of fixed ttl that runs out is not "lost"). Runs
-  /// with no distlock lock held; exceptions from it are dropped. Also see
-  /// the lock's lost().
+  /// with no distlock lock held; exceptions from it are dropped. The lock's
+  /// lost() turns true first, then this runs: a thread that sees lost()
+  /// may find the callback not yet run, never the other way round.
   LockOptions& on_lost(LostCallback callback) {
     on_lost_ = std::move(callback);
     return *this;

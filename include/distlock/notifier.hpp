@@ -65,8 +65,13 @@
 
 namespace distlock {
 
+namespace detail {
+struct NotifierProbe;  // what tests read of a Notifier (detail/runtime/notifier_probe.hpp)
+}  // namespace detail
+
 /// The release notifications of one Redis endpoint. Thread-safe.
 class Notifier {
+  friend struct detail::NotifierProbe;
   struct Channel;
 
  public:
@@ -141,19 +146,6 @@ class Notifier {
   /// and made again there, every channel is subscribed again, and every
   /// waiter is woken to look again, as after any reconnect.
   void retarget(ConnectionOptions options);
-
-  /// Channels with at least one waiter (for tests and diagnostics).
-  std::size_t channel_count() const;
-  /// Subscriber connections made so far (the first, plus reconnects).
-  std::uint64_t connects() const;
-  /// Armed attempts the notifier thread has written so far, and channels
-  /// with one armed now (for tests and diagnostics).
-  std::uint64_t attempts_sent() const;
-  std::size_t armed_count() const;
-  /// Messages read so far (by either side), and sleeps in which a lone
-  /// waiter read the subscriber connection itself (for tests and diagnostics).
-  std::uint64_t messages() const;
-  std::uint64_t lends() const;
 
   /// The connection to arm an attempt on (Subscription::arm), lent to one
   /// waiter at a time: null if another has it or it cannot be made before
@@ -289,18 +281,6 @@ inline std::unique_ptr<Connection> Notifier::lend_spare(clock::time_point deadli
   return spare_.lend(where, deadline);
 }
 
-inline std::uint64_t Notifier::attempts_sent() const {
-  detail::MutexLock lock(mutex_);
-  return attempts_sent_;
-}
-
-inline std::size_t Notifier::armed_count() const {
-  detail::MutexLock lock(mutex_);
-  return static_cast<std::size_t>(
-      std::count_if(channels_.begin(), channels_.end(),
-                    [](const auto& entry) { return entry.second->armed != nullptr; }));
-}
-
 inline void Notifier::mark_moved(Channel& channel) {
   // Left "sent", so this connection does not ask again; a reconnect does.
   channel.moved = true;
@@ -328,16 +308,6 @@ inline void Notifier::retarget(ConnectionOptions options) {
     call_back();
   }
   poke();
-}
-
-inline std::size_t Notifier::channel_count() const {
-  detail::MutexLock lock(mutex_);
-  return channels_.size();
-}
-
-inline std::uint64_t Notifier::connects() const {
-  detail::MutexLock lock(mutex_);
-  return connects_;
 }
 
 inline void Notifier::poke() noexcept { detail::signal_eventfd(wake_fd_); }

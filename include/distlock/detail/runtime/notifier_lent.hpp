@@ -158,14 +158,4 @@ inline void Notifier::wait_unlent(clock::time_point due) {
   detail::drain_eventfd(wake_fd_);
 }
 
-inline std::uint64_t Notifier::messages() const {
-  detail::MutexLock lock(mutex_);
-  return messages_;
-}
-
-inline std::uint64_t Notifier::lends() const {
-  detail::MutexLock lock(mutex_);
-  return lends_;
-}
-
 }  // namespace distlock
