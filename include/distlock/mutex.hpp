@@ -43,17 +43,9 @@ struct ScriptedLease {
       if (reply.size() < 2) {
         throw ConnectionError(Errc::protocol_error, "bad fenced acquire reply");
       }
-      // Granted: 1 and the fence. Refused: 0, the holder's PTTL and the
-      // key's type.
-      Attempt attempt;
-      attempt.acquired = reply[0].expect_integer("fenced acquire") == 1;
-      const long long second = reply[1].expect_integer("fenced acquire");
-      if (attempt.acquired) {
-        attempt.fence = second;
-        return attempt;
-      }
-      attempt.holder = HolderLease::from_pttl(second);
-      if (reply.size() > 2) {
+      // Refused, the key's type follows the holder's PTTL.
+      Attempt attempt = fenced_attempt(reply);
+      if (!attempt.acquired && reply.size() > 2) {
         check_key_type(keys.key, reply[2].str(), "string");
         if (reply[2].str() == "string") check_expires(keys.key, "string", attempt.holder);
       }

@@ -100,30 +100,17 @@ class ReentrantProtocol : public HashFieldCore<ReentrantKind> {
 
  private:
   Attempt send_acquire(Connection& connection, const std::string& owner) const {
-    Attempt attempt;
     if (fencing_) {
       const Reply reply = connection.eval(scripts::reentrant_acquire_fenced,
                                           {this->key_, fence_key_}, {this->ttl_, owner});
       if (reply.size() != 2) {
         throw ConnectionError(Errc::protocol_error, "bad fenced acquire reply");
       }
-      attempt.acquired = reply[0].expect_integer("fenced acquire") == 1;
-      const long long second = reply[1].expect_integer("fenced acquire");  // fence, or PTTL
-      if (attempt.acquired) {
-        attempt.fence = second;
-      } else {
-        attempt.holder = HolderLease::from_pttl(second);
-      }
-      return attempt;
+      return fenced_attempt(reply);
     }
-    const Reply reply =
-        connection.eval(scripts::reentrant_acquire, {this->key_}, {this->ttl_, owner});
-    // nil granted, the holder's PTTL refused (an integer: nothing else).
-    attempt.acquired = reply.is_nil();
-    if (!attempt.acquired) {
-      attempt.holder = HolderLease::from_pttl(reply.expect_integer("reentrant acquire"));
-    }
-    return attempt;
+    return granted_on_nil(
+        connection.eval(scripts::reentrant_acquire, {this->key_}, {this->ttl_, owner}),
+        "reentrant acquire");
   }
 
   const std::string fence_key_;

@@ -99,8 +99,9 @@ class SharedProtocol : public HashFieldCore<SharedKind> {
       return this->attempt_field(
           kind, scripts::read_release, {this->key_, this->channel_, stem, timeout_stem_}, {field},
           deadline, [&](Connection& connection) {
-            return refused_by_pttl(connection.eval(scripts::read_acquire, {this->key_, stem},
-                                                   {this->ttl_, field, field + ":write"}));
+            return granted_on_nil(connection.eval(scripts::read_acquire, {this->key_, stem},
+                                                  {this->ttl_, field, field + ":write"}),
+                                  "shared acquire");
           });
     }
     const std::string owner = owner_of(field);
@@ -111,7 +112,7 @@ class SharedProtocol : public HashFieldCore<SharedKind> {
           const Reply reply =
               connection.eval(scripts::write_acquire, {this->key_}, {this->ttl_, field, owner});
           if (reply.is_string()) throw upgrade_refused();  // through another object of this thread
-          return refused_by_pttl(reply);
+          return granted_on_nil(reply, "shared acquire");
         });
   }
 
@@ -159,16 +160,6 @@ class SharedProtocol : public HashFieldCore<SharedKind> {
       throw InvalidArgument("SharedMutex gives no fencing tokens: readers hold it together");
     }
     return options;
-  }
-
-  static Attempt refused_by_pttl(const Reply& reply) {
-    Attempt attempt;
-    // nil granted, the holder's PTTL refused (an integer: nothing else).
-    attempt.acquired = reply.is_nil();
-    if (!attempt.acquired) {
-      attempt.holder = HolderLease::from_pttl(reply.expect_integer("shared acquire"));
-    }
-    return attempt;
   }
 
   std::system_error upgrade_refused() const {

@@ -75,6 +75,30 @@ struct Attempt {
   bool unheard = false;
 };
 
+/// The attempt a script answered with nil when it granted and, when it
+/// refused, with the holder's PTTL (an integer: nothing else). `what` names
+/// the step in the error any other reply gets.
+inline Attempt granted_on_nil(const Reply& reply, const char* what) {
+  Attempt attempt;
+  attempt.acquired = reply.is_nil();
+  if (!attempt.acquired) attempt.holder = HolderLease::from_pttl(reply.expect_integer(what));
+  return attempt;
+}
+
+/// The attempt a fenced acquire script answered in its first two elements:
+/// granted (1) and the fence, or refused (0) and the holder's PTTL.
+inline Attempt fenced_attempt(const Reply& reply) {
+  Attempt attempt;
+  attempt.acquired = reply[0].expect_integer("fenced acquire") == 1;
+  const long long second = reply[1].expect_integer("fenced acquire");
+  if (attempt.acquired) {
+    attempt.fence = second;
+  } else {
+    attempt.holder = HolderLease::from_pttl(second);
+  }
+  return attempt;
+}
+
 /// How an acquire ended: with the lock; at its deadline with the lock held
 /// elsewhere (timed_out: busy) or with Redis silent (unanswered); or
 /// cancelled.

@@ -207,11 +207,7 @@ class Lifecycle : public HoldKeeper<Protocol> {
       waiter.local_holder = false;
       return *std::exchange(waiter.presented.answer, std::nullopt);
     }
-    if (waiter.local_holder) {
-      Attempt none;
-      none.holder = HolderLease::endless();
-      return none;
-    }
+    if (waiter.local_holder) return behind_own_holder();
     std::optional<Attempt> answered =
         protocol_.attempt(waiter.kind, waiter.id, waiter.step_deadline);
     if (answered && !answered->unheard) waiter.heard.answered(waiter.sent);
@@ -238,9 +234,16 @@ class Lifecycle : public HoldKeeper<Protocol> {
       return Outcome::acquired;
     }
     waiter.local_holder = true;
-    result = Attempt{};
-    result.holder = HolderLease::endless();
+    result = behind_own_holder();
     return std::nullopt;
+  }
+
+  // The attempt that stands for none while a holder of this object holds:
+  // no grant, and a holder with no end Redis could tell (its unlock ends it).
+  static Attempt behind_own_holder() {
+    Attempt none;
+    none.holder = HolderLease::endless();
+    return none;
   }
 
   // Whether a refused call ends here: a try_lock() or a last attempt, the
