@@ -44,6 +44,7 @@
 #include "distlock/connection.hpp"
 #include "distlock/detail/backend/endpoint.hpp"
 #include "distlock/detail/backend/site.hpp"
+#include "distlock/detail/base/config.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/events.hpp"
 #include "distlock/notifier.hpp"
@@ -60,9 +61,13 @@ class Client : public Backend {
   using Borrowed = detail::Borrowed;
 
   /// Throws InvalidArgument if the options are out of range; connects nothing.
-  explicit Client(ClientOptions options = {})
-      : endpoint_(std::make_shared<detail::Endpoint>(std::move(options))) {}
-  explicit Client(std::string_view uri) : Client(ClientOptions::from_uri(uri)) {}
+  explicit Client(ClientOptions options = {});
+  explicit Client(std::string_view uri);
+  ~Client() override;
+  Client(const Client&);
+  Client(Client&&) noexcept;
+  Client& operator=(const Client&);
+  Client& operator=(Client&&) noexcept;
 
   /// Lends a connection, opening one if the pool has room. Waits for one
   /// to come back up to pool_wait_timeout or `deadline`, whichever is
@@ -106,7 +111,7 @@ class Client : public Backend {
   const detail::SharedEventHook& events() const noexcept { return endpoint_->events(); }
 
   /// Where a lock on any key sends its steps: this endpoint.
-  inline std::shared_ptr<detail::Site> site_for(std::string_view key) const override;
+  std::shared_ptr<detail::Site> site_for(std::string_view key) const override;
 
  private:
   std::shared_ptr<detail::Endpoint> endpoint_;
@@ -145,8 +150,20 @@ class EndpointSite final : public Site {
 
 }  // namespace detail
 
-inline std::shared_ptr<detail::Site> Client::site_for(std::string_view) const {
+#if DISTLOCK_DEFINES_BODIES
+DISTLOCK_DECL Client::Client(ClientOptions options)
+    : endpoint_(std::make_shared<detail::Endpoint>(std::move(options))) {}
+
+DISTLOCK_DECL Client::Client(std::string_view uri) : Client(ClientOptions::from_uri(uri)) {}
+DISTLOCK_DECL Client::~Client() = default;
+DISTLOCK_DECL Client::Client(const Client&) = default;
+DISTLOCK_DECL Client::Client(Client&&) noexcept = default;
+DISTLOCK_DECL Client& Client::operator=(const Client&) = default;
+DISTLOCK_DECL Client& Client::operator=(Client&&) noexcept = default;
+
+DISTLOCK_DECL std::shared_ptr<detail::Site> Client::site_for(std::string_view) const {
   return std::make_shared<detail::EndpointSite>(endpoint_);
 }
+#endif
 
 }  // namespace distlock

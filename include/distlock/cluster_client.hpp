@@ -42,6 +42,7 @@
 #include "distlock/detail/backend/cluster_slots.hpp"
 #include "distlock/detail/backend/site.hpp"
 #include "distlock/detail/base/args.hpp"
+#include "distlock/detail/base/config.hpp"
 #include "distlock/detail/base/function_ref.hpp"
 #include "distlock/error.hpp"
 #include "distlock/notifier.hpp"
@@ -55,10 +56,14 @@ class ClusterClient : public Backend {
  public:
   /// Throws InvalidArgument for bad options (no seed among them); connects
   /// nothing.
-  explicit ClusterClient(ClusterOptions options)
-      : nodes_(std::make_shared<detail::ClusterNodes>(std::move(options))) {}
+  explicit ClusterClient(ClusterOptions options);
   /// ClusterOptions::from_uri: "redis://host1:port1,host2:port2?...".
-  explicit ClusterClient(std::string_view uri) : ClusterClient(ClusterOptions::from_uri(uri)) {}
+  explicit ClusterClient(std::string_view uri);
+  ~ClusterClient() override;
+  ClusterClient(const ClusterClient&);
+  ClusterClient(ClusterClient&&) noexcept;
+  ClusterClient& operator=(const ClusterClient&);
+  ClusterClient& operator=(ClusterClient&&) noexcept;
 
   /// A copy bound to the slot of `key`: what a lock object keeps.
   ClusterClient for_key(std::string_view key) const {
@@ -186,7 +191,7 @@ class ClusterClient : public Backend {
   void check_process() const { nodes_->check_process(); }
 
   /// Where a lock on `key` sends its steps: the owner of its slot.
-  inline std::shared_ptr<detail::Site> site_for(std::string_view key) const override;
+  std::shared_ptr<detail::Site> site_for(std::string_view key) const override;
 
  private:
   int bound_slot() const {
@@ -250,8 +255,20 @@ class ClusterSite final : public Site {
 
 }  // namespace detail
 
-inline std::shared_ptr<detail::Site> ClusterClient::site_for(std::string_view key) const {
+#if DISTLOCK_DEFINES_BODIES
+DISTLOCK_DECL ClusterClient::ClusterClient(ClusterOptions options)
+    : nodes_(std::make_shared<detail::ClusterNodes>(std::move(options))) {}
+DISTLOCK_DECL ClusterClient::ClusterClient(std::string_view uri)
+    : ClusterClient(ClusterOptions::from_uri(uri)) {}
+DISTLOCK_DECL ClusterClient::~ClusterClient() = default;
+DISTLOCK_DECL ClusterClient::ClusterClient(const ClusterClient&) = default;
+DISTLOCK_DECL ClusterClient::ClusterClient(ClusterClient&&) noexcept = default;
+DISTLOCK_DECL ClusterClient& ClusterClient::operator=(const ClusterClient&) = default;
+DISTLOCK_DECL ClusterClient& ClusterClient::operator=(ClusterClient&&) noexcept = default;
+
+DISTLOCK_DECL std::shared_ptr<detail::Site> ClusterClient::site_for(std::string_view key) const {
   return std::make_shared<detail::ClusterSite>(for_key(key));
 }
+#endif
 
 }  // namespace distlock

@@ -25,6 +25,7 @@
 
 #include "distlock/connection_options.hpp"
 #include "distlock/detail/base/args.hpp"
+#include "distlock/detail/base/config.hpp"
 #include "distlock/detail/wire/authenticate.hpp"
 #include "distlock/detail/wire/command_format.hpp"
 #include "distlock/detail/wire/sharded_scripts.hpp"
@@ -263,4 +264,8 @@ class Connection {
 
 }  // namespace distlock
 
+// The bodies of the members that do I/O: in every unit header-only, in the
+// compiled unit only when compiled separately (detail/base/config.hpp).
+#if DISTLOCK_DEFINES_BODIES
 #include "distlock/detail/wire/connection_io.hpp"  // IWYU pragma: export
+#endif

@@ -29,6 +29,7 @@
 #include <utility>
 
 #include "distlock/client.hpp"
+#include "distlock/detail/base/config.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/field_hold.hpp"
 #include "distlock/error.hpp"
@@ -53,6 +54,41 @@ struct LockStatus {
   /// expiry"); empty when there is no key.
   std::string holds;
 };
+
+/// The state of the lock `name` (with options' key_prefix) on `client`'s
+/// server, in one round trip (one MULTI/EXEC of reads; no script, so any
+/// user allowed TYPE, PTTL and HGETALL may call it). A key that is no lock
+/// (lock_layout.hpp: no expiry, a hash of other fields, a list...) is kind
+/// other, not held, with `holds` saying what is there. For a Redlock, ask
+/// each master.
+DISTLOCK_DECL LockStatus inspect(const Backend& backend, std::string_view name,
+                                 const LockOptions& options = {});
+
+/// Whether a lock holds `name` now. A key that is no lock is neither held
+/// nor free: NotALockError, naming the key and what it holds.
+DISTLOCK_DECL bool is_locked(const Backend& backend, std::string_view name,
+                             const LockOptions& options = {});
+
+/// Administrative: removes the lock `name` (with options' key_prefix)
+/// whatever holds it, in one atomic step that also checks it is a lock
+/// (lock_layout.hpp): a lease's string key, or a ReentrantMutex's or
+/// SharedMutex's hash with every reader's timeout key. Announces the
+/// release on every lock type's channel, so waiters of any kind look again
+/// at once. The fencing counter is kept: the next holder's fence is still
+/// higher than every earlier one. A key that is no lock (no expiry, a hash
+/// of other fields, another type) is left alone: NotALockError, naming the
+/// key and what it holds ("key 'user:42' is a string without expiry, not a
+/// lock; not deleted"). Returns whether a lock was there.
+///
+/// The holder is not told until it next touches Redis: its renewal finds
+/// the lease gone (lost(), on_lost), its release() answers expired, and
+/// meanwhile it may still be working under the lock it thinks it holds.
+/// Break a lock only when its holder is known dead or stuck; for a Redlock,
+/// on each master. Needs EVALSHA/EVAL (the step is one script).
+DISTLOCK_DECL bool force_unlock(const Backend& backend, std::string_view name,
+                                const LockOptions& options = {});
+
+#if DISTLOCK_DEFINES_BODIES
 
 namespace detail {
 
@@ -86,14 +122,8 @@ inline KeyFound read_layout(const Backend& backend, const std::string& key) {
 
 }  // namespace detail
 
-/// The state of the lock `name` (with options' key_prefix) on `client`'s
-/// server, in one round trip (one MULTI/EXEC of reads; no script, so any
-/// user allowed TYPE, PTTL and HGETALL may call it). A key that is no lock
-/// (lock_layout.hpp: no expiry, a hash of other fields, a list...) is kind
-/// other, not held, with `holds` saying what is there. For a Redlock, ask
-/// each master.
-inline LockStatus inspect(const Backend& backend, std::string_view name,
-                          const LockOptions& options = {}) {
+DISTLOCK_DECL LockStatus inspect(const Backend& backend, std::string_view name,
+                                 const LockOptions& options) {
   detail::KeyFound found = detail::read_layout(backend, detail::lock_key(options, name));
   LockStatus status;
   status.kind = found.layout.kind;
@@ -104,10 +134,8 @@ inline LockStatus inspect(const Backend& backend, std::string_view name,
   return status;
 }
 
-/// Whether a lock holds `name` now. A key that is no lock is neither held
-/// nor free: NotALockError, naming the key and what it holds.
-inline bool is_locked(const Backend& backend, std::string_view name,
-                      const LockOptions& options = {}) {
+DISTLOCK_DECL bool is_locked(const Backend& backend, std::string_view name,
+                             const LockOptions& options) {
   const std::string key = detail::lock_key(options, name);
   const detail::KeyFound found = detail::read_layout(backend, key);
   if (found.layout.kind == LockKind::other) {
@@ -116,24 +144,8 @@ inline bool is_locked(const Backend& backend, std::string_view name,
   return found.layout.kind != LockKind::none;
 }
 
-/// Administrative: removes the lock `name` (with options' key_prefix)
-/// whatever holds it, in one atomic step that also checks it is a lock
-/// (lock_layout.hpp): a lease's string key, or a ReentrantMutex's or
-/// SharedMutex's hash with every reader's timeout key. Announces the
-/// release on every lock type's channel, so waiters of any kind look again
-/// at once. The fencing counter is kept: the next holder's fence is still
-/// higher than every earlier one. A key that is no lock (no expiry, a hash
-/// of other fields, another type) is left alone: NotALockError, naming the
-/// key and what it holds ("key 'user:42' is a string without expiry, not a
-/// lock; not deleted"). Returns whether a lock was there.
-///
-/// The holder is not told until it next touches Redis: its renewal finds
-/// the lease gone (lost(), on_lost), its release() answers expired, and
-/// meanwhile it may still be working under the lock it thinks it holds.
-/// Break a lock only when its holder is known dead or stuck; for a Redlock,
-/// on each master. Needs EVALSHA/EVAL (the step is one script).
-inline bool force_unlock(const Backend& backend, std::string_view name,
-                         const LockOptions& options = {}) {
+DISTLOCK_DECL bool force_unlock(const Backend& backend, std::string_view name,
+                                const LockOptions& options) {
   const std::string key = detail::lock_key(options, name);
   const std::string lease_channel = detail::companion_key(key, "released");
   const std::string reentrant_channel = detail::redisson_prefixed("redisson_lock__channel", key);
@@ -151,5 +163,7 @@ inline bool force_unlock(const Backend& backend, std::string_view name,
   }
   return reply.integer() == 1;
 }
+
+#endif
 
 }  // namespace distlock

@@ -24,6 +24,7 @@
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
 #include "distlock/detail/base/args.hpp"
+#include "distlock/detail/base/config.hpp"
 #include "distlock/detail/lifecycle/batch_renewal.hpp"
 #include "distlock/detail/lifecycle/key_type.hpp"
 #include "distlock/detail/lifecycle/lease_mutex.hpp"
@@ -90,5 +91,11 @@ class Mutex : public detail::LeaseMutex<detail::ScriptedLease> {
  public:
   using LeaseMutex::LeaseMutex;
 };
+
+namespace detail {
+DISTLOCK_LOCK_TEMPLATE(class LeaseProtocol<ScriptedLease>)
+DISTLOCK_EXCLUSIVE_LOCK_OF(LeaseProtocol<ScriptedLease>)
+DISTLOCK_LOCK_TEMPLATE(class LeaseMutex<ScriptedLease>)
+}  // namespace detail
 
 }  // namespace distlock

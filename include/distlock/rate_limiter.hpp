@@ -40,6 +40,7 @@
 #include "distlock/connection.hpp"
 #include "distlock/counting_scripts.hpp"
 #include "distlock/detail/base/args.hpp"
+#include "distlock/detail/base/config.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/error.hpp"
@@ -139,21 +140,10 @@ class RateLimiter {
 
   /// Validates name and options (InvalidArgument, also when no algorithm
   /// was chosen); contacts no server.
-  RateLimiter(const Backend& backend, std::string_view name, RateOptions options)
-      : key_(detail::lock_key(LockOptions{}.key_prefix(options.key_prefix()), name)),
-        site_(backend.site_for(key_)),
-        options_(std::move(options)),
-        first_(options_.algorithm() == RateOptions::Algorithm::smooth
-                   ? static_cast<long long>(options_.interval().count())
-                   : static_cast<long long>(options_.limit())),
-        second_(options_.algorithm() == RateOptions::Algorithm::smooth
-                    ? static_cast<long long>(options_.burst())
-                    : options_.window().count()) {
-    if (options_.algorithm() == RateOptions::Algorithm::none) {
-      throw InvalidArgument("rate limiter " + key_ +
-                            ": choose RateOptions::fixed_window() or smooth()");
-    }
-  }
+  RateLimiter(const Backend& backend, std::string_view name, RateOptions options);
+  ~RateLimiter();
+  RateLimiter(const RateLimiter&) = default;
+  RateLimiter(RateLimiter&&) = default;
 
   /// One attempt to take `cost` units: admitted (and counted) or refused
   /// (nothing counted). Throws InvalidArgument for a cost of 0 or over
@@ -284,5 +274,26 @@ class RateLimiter {
   const detail::Decimal second_;
   detail::Cancellation cancellation_;
 };
+
+#if DISTLOCK_DEFINES_BODIES
+DISTLOCK_DECL RateLimiter::RateLimiter(const Backend& backend, std::string_view name,
+                                       RateOptions options)
+    : key_(detail::lock_key(LockOptions{}.key_prefix(options.key_prefix()), name)),
+      site_(backend.site_for(key_)),
+      options_(std::move(options)),
+      first_(options_.algorithm() == RateOptions::Algorithm::smooth
+                 ? static_cast<long long>(options_.interval().count())
+                 : static_cast<long long>(options_.limit())),
+      second_(options_.algorithm() == RateOptions::Algorithm::smooth
+                  ? static_cast<long long>(options_.burst())
+                  : options_.window().count()) {
+  if (options_.algorithm() == RateOptions::Algorithm::none) {
+    throw InvalidArgument("rate limiter " + key_ +
+                          ": choose RateOptions::fixed_window() or smooth()");
+  }
+}
+
+DISTLOCK_DECL RateLimiter::~RateLimiter() = default;
+#endif
 
 }  // namespace distlock

@@ -111,6 +111,7 @@
 #include "distlock/acquire_policy.hpp"
 #include "distlock/backend.hpp"
 #include "distlock/client.hpp"
+#include "distlock/detail/base/config.hpp"
 #include "distlock/detail/lifecycle/exclusive_lock.hpp"
 #include "distlock/detail/redlock/redlock_protocol.hpp"
 #include "distlock/error.hpp"
@@ -136,8 +137,7 @@ class Redlock : public detail::ExclusiveLock<detail::RedlockProtocol> {
   /// cannot honour: fencing(true); max_hold or on_lost without
   /// auto_renew(true).
   Redlock(const std::vector<const Backend*>& masters, std::string_view name,
-          RedlockOptions options = {}, AcquirePolicy policy = {})
-      : Base(Protocol(masters, name, options), renewal_as_asked(options), std::move(policy)) {}
+          RedlockOptions options = {}, AcquirePolicy policy = {});
 
   /// The same for a vector of one backend type: std::vector<Client*>.
   template <class Master, class = std::enable_if_t<std::is_base_of_v<Backend, Master>>>
@@ -193,5 +193,15 @@ class Redlock : public detail::ExclusiveLock<detail::RedlockProtocol> {
     return out;
   }
 };
+
+namespace detail {
+DISTLOCK_EXCLUSIVE_LOCK_OF(RedlockProtocol)
+}  // namespace detail
+
+#if DISTLOCK_DEFINES_BODIES
+DISTLOCK_DECL Redlock::Redlock(const std::vector<const Backend*>& masters, std::string_view name,
+                               RedlockOptions options, AcquirePolicy policy)
+    : Base(Protocol(masters, name, options), renewal_as_asked(options), std::move(policy)) {}
+#endif
 
 }  // namespace distlock

@@ -35,6 +35,7 @@
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
+#include "distlock/detail/base/config.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/exclusive_lock.hpp"
 #include "distlock/detail/lifecycle/field_hold.hpp"
@@ -134,9 +135,7 @@ class ReentrantMutex : public detail::ExclusiveLock<detail::ReentrantProtocol> {
  public:
   /// Validates name and options (InvalidArgument); contacts no server.
   ReentrantMutex(const Backend& backend, std::string_view name, LockOptions options = {},
-                 AcquirePolicy policy = {})
-      : Base(detail::ReentrantProtocol(backend, detail::lock_key(options, name), options), options,
-             std::move(policy)) {}
+                 AcquirePolicy policy = {});
 
   /// How many times the calling thread holds the lock through this object
   /// (0 when it does not).
@@ -151,5 +150,16 @@ class ReentrantMutex : public detail::ExclusiveLock<detail::ReentrantProtocol> {
   /// The channel releases are announced on: redisson_lock__channel:{key}.
   const std::string& channel() const noexcept { return this->life_->protocol().channel(); }
 };
+
+namespace detail {
+DISTLOCK_EXCLUSIVE_LOCK_OF(ReentrantProtocol)
+}  // namespace detail
+
+#if DISTLOCK_DEFINES_BODIES
+DISTLOCK_DECL ReentrantMutex::ReentrantMutex(const Backend& backend, std::string_view name,
+                                             LockOptions options, AcquirePolicy policy)
+    : Base(detail::ReentrantProtocol(backend, detail::lock_key(options, name), options), options,
+           std::move(policy)) {}
+#endif
 
 }  // namespace distlock

@@ -43,6 +43,7 @@
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
 #include "distlock/counting_scripts.hpp"
+#include "distlock/detail/base/config.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/exclusive_lock.hpp"
@@ -140,26 +141,9 @@ class Semaphore {
   /// are refused, as are replicas and max_hold without auto-renewal).
   /// Validates (InvalidArgument); contacts no server.
   Semaphore(const Backend& backend, std::string_view name, std::size_t permits,
-            LockOptions options = {}, AcquirePolicy policy = {})
-      : core_(core_for(backend, name, permits, std::move(options), std::move(policy))) {
-    if (core_.options.fencing()) {
-      throw InvalidArgument("semaphore " + core_.key + ": permits have no fencing token");
-    }
-    if (core_.options.min_hold().count() > 0) {
-      // A permit bounds how many run at once, not how often: one kept past
-      // its work would only take a place from the next holder.
-      throw InvalidArgument("semaphore " + core_.key + ": permits have no minimum hold (min_hold)");
-    }
-    if (core_.options.replicas() != 0) {
-      // Neither a permit's grant nor its renewal waits for replicas: asked
-      // for, the acknowledgement would be dropped without a word.
-      throw InvalidArgument("semaphore " + core_.key +
-                            ": permits are not acknowledged by replicas (replicas)");
-    }
-    // Each permit checks again when made; here it is refused at once.
-    detail::check_combination(core_.options, "semaphore " + core_.key);
-  }
+            LockOptions options = {}, AcquirePolicy policy = {});
 
+  ~Semaphore();
   Semaphore(const Semaphore&) = delete;
   Semaphore& operator=(const Semaphore&) = delete;
 
@@ -305,8 +289,37 @@ class Semaphore {
   detail::SemaphoreCore core_;
 };
 
-inline PermitLock::PermitLock(const Semaphore& semaphore)
+namespace detail {
+DISTLOCK_EXCLUSIVE_LOCK_OF(SemaphoreProtocol)
+}  // namespace detail
+
+#if DISTLOCK_DEFINES_BODIES
+DISTLOCK_DECL PermitLock::PermitLock(const Semaphore& semaphore)
     : Base(semaphore.core_.protocol(), semaphore.core_.options, semaphore.core_.policy,
            semaphore.core_.cancellation) {}
+
+DISTLOCK_DECL Semaphore::Semaphore(const Backend& backend, std::string_view name,
+                                   std::size_t permits, LockOptions options, AcquirePolicy policy)
+    : core_(core_for(backend, name, permits, std::move(options), std::move(policy))) {
+  if (core_.options.fencing()) {
+    throw InvalidArgument("semaphore " + core_.key + ": permits have no fencing token");
+  }
+  if (core_.options.min_hold().count() > 0) {
+    // A permit bounds how many run at once, not how often: one kept past
+    // its work would only take a place from the next holder.
+    throw InvalidArgument("semaphore " + core_.key + ": permits have no minimum hold (min_hold)");
+  }
+  if (core_.options.replicas() != 0) {
+    // Neither a permit's grant nor its renewal waits for replicas: asked
+    // for, the acknowledgement would be dropped without a word.
+    throw InvalidArgument("semaphore " + core_.key +
+                          ": permits are not acknowledged by replicas (replicas)");
+  }
+  // Each permit checks again when made; here it is refused at once.
+  detail::check_combination(core_.options, "semaphore " + core_.key);
+}
+
+DISTLOCK_DECL Semaphore::~Semaphore() = default;
+#endif
 
 }  // namespace distlock

@@ -34,6 +34,7 @@
 #include "distlock/detail/backend/sentinel_master.hpp"
 #include "distlock/detail/backend/site.hpp"
 #include "distlock/detail/base/args.hpp"
+#include "distlock/detail/base/config.hpp"
 #include "distlock/detail/base/function_ref.hpp"
 #include "distlock/error.hpp"
 #include "distlock/notifier.hpp"
@@ -52,8 +53,12 @@ class SentinelSite;
 class SentinelClient : public Backend {
  public:
   /// Throws InvalidArgument for bad options; connects nothing.
-  explicit SentinelClient(SentinelOptions options)
-      : master_(std::make_shared<detail::SentinelMaster>(std::move(options))) {}
+  explicit SentinelClient(SentinelOptions options);
+  ~SentinelClient() override;
+  SentinelClient(const SentinelClient&);
+  SentinelClient(SentinelClient&&) noexcept;
+  SentinelClient& operator=(const SentinelClient&);
+  SentinelClient& operator=(SentinelClient&&) noexcept;
 
   /// A connection to the master, found first if need be. Throws
   /// ConnectionError when the Sentinels name no master that answers, and
@@ -122,7 +127,7 @@ class SentinelClient : public Backend {
   void check_process() const { master_->check_process(); }
 
   /// Where a lock on any key sends its steps: the master, wherever it is.
-  inline std::shared_ptr<detail::Site> site_for(std::string_view key) const override;
+  std::shared_ptr<detail::Site> site_for(std::string_view key) const override;
 
  private:
   friend class detail::SentinelSite;
@@ -161,8 +166,18 @@ class SentinelSite final : public Site {
 
 }  // namespace detail
 
-inline std::shared_ptr<detail::Site> SentinelClient::site_for(std::string_view) const {
+#if DISTLOCK_DEFINES_BODIES
+DISTLOCK_DECL SentinelClient::SentinelClient(SentinelOptions options)
+    : master_(std::make_shared<detail::SentinelMaster>(std::move(options))) {}
+DISTLOCK_DECL SentinelClient::~SentinelClient() = default;
+DISTLOCK_DECL SentinelClient::SentinelClient(const SentinelClient&) = default;
+DISTLOCK_DECL SentinelClient::SentinelClient(SentinelClient&&) noexcept = default;
+DISTLOCK_DECL SentinelClient& SentinelClient::operator=(const SentinelClient&) = default;
+DISTLOCK_DECL SentinelClient& SentinelClient::operator=(SentinelClient&&) noexcept = default;
+
+DISTLOCK_DECL std::shared_ptr<detail::Site> SentinelClient::site_for(std::string_view) const {
   return std::make_shared<detail::SentinelSite>(*this);
 }
+#endif
 
 }  // namespace distlock

@@ -44,6 +44,7 @@
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
+#include "distlock/detail/base/config.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/exclusive_lock.hpp"
@@ -207,78 +208,58 @@ class SharedMutex : public detail::ExclusiveLock<detail::SharedProtocol> {
   /// Validates name and options (InvalidArgument, also for fencing, which
   /// a lock with many holders cannot give); contacts no server.
   SharedMutex(const Backend& backend, std::string_view name, LockOptions options = {},
-              AcquirePolicy policy = {})
-      : Base(detail::SharedProtocol(backend, detail::lock_key(options, name), options), options,
-             std::move(policy)) {}
+              AcquirePolicy policy = {});
 
   /// Blocks until the calling thread holds a read lock: no other owner
   /// holds the write lock. A thread that holds a read lock already counts
   /// one more with no round trip; a thread that holds the write lock gets a
   /// read lock too (then unlock() downgrades). Throws as lock().
-  void lock_shared() {
-    if (this->life_->acquire(Kind::read, detail::no_deadline, true) == detail::Outcome::cancelled) {
-      throw Error(Errc::cancelled, "lock_shared() of " + this->key() + " was cancelled");
-    }
-  }
+  void lock_shared() { lock_as(Kind::read, "lock_shared()"); }
 
   /// One attempt (none when the calling thread already holds a read lock);
   /// false if another owner holds the write lock.
-  [[nodiscard]] bool try_lock_shared() {
-    return this->life_->acquire(Kind::read, clock::now(), false) == detail::Outcome::acquired;
-  }
+  [[nodiscard]] bool try_lock_shared() { return try_as(Kind::read); }
 
   /// As try_lock_for, for a read lock.
   template <class Rep, class Period>
   [[nodiscard]] bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout) {
-    return detail::acquired_or_throw(
-        this->life_->acquire(Kind::read, detail::deadline_after(timeout), true),
-        "try_lock_shared_for", this->key());
+    return until_as(Kind::read, detail::deadline_after(timeout), "try_lock_shared_for");
   }
 
   /// As try_lock_until, for a read lock.
   template <class Clock, class Duration>
   [[nodiscard]] bool try_lock_shared_until(
       const std::chrono::time_point<Clock, Duration>& deadline) {
-    return detail::acquired_or_throw(
-        this->life_->acquire(Kind::read, detail::to_steady_deadline(deadline), true),
-        "try_lock_shared_until", this->key());
+    return until_as(Kind::read, detail::to_steady_deadline(deadline), "try_lock_shared_until");
   }
 
   /// The read side's std::error_code forms, as try_lock(ec) and its kin.
-  [[nodiscard]] bool try_lock_shared(std::error_code& ec) {
-    return detail::acquired_into(
-        ec, [&] { return this->life_->acquire(Kind::read, clock::now(), false); });
-  }
+  [[nodiscard]] bool try_lock_shared(std::error_code& ec) { return try_as(Kind::read, ec); }
   template <class Rep, class Period>
   [[nodiscard]] bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout,
                                          std::error_code& ec) {
-    return detail::acquired_into(ec, [&] {
-      return this->life_->acquire(Kind::read, detail::deadline_after(timeout), true);
-    });
+    return until_as(Kind::read, detail::deadline_after(timeout), ec);
   }
   template <class Clock, class Duration>
   [[nodiscard]] bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& deadline,
                                            std::error_code& ec) {
-    return detail::acquired_into(ec, [&] {
-      return this->life_->acquire(Kind::read, detail::to_steady_deadline(deadline), true);
-    });
+    return until_as(Kind::read, detail::to_steady_deadline(deadline), ec);
   }
 
   /// Gives back one of the calling thread's read holds (the last reader to
   /// leave frees the lock for writers); does nothing if it holds none.
   /// Never throws.
-  void unlock_shared() noexcept { this->life_->unlock(Kind::read); }
+  void unlock_shared() noexcept { unlock_as(Kind::read); }
 
   /// unlock_shared(), saying what happened: released, expired (a lease of
   /// this owner's read holds had run out), not_owner, or lost. Throws
   /// NotHeldError if the calling thread holds no read lock.
-  Release release_shared() { return this->life_->release(Kind::read); }
+  Release release_shared() { return release_as(Kind::read); }
 
   /// As extend(), for the calling thread's read hold.
   template <class Rep, class Period>
   [[nodiscard]] bool extend_shared(const std::chrono::duration<Rep, Period>& ttl) {
-    return this->life_->extend(Kind::read,
-                               detail::checked_milliseconds(ttl, max_ttl, "extend ttl"));
+    return extend_as(Kind::read, detail::checked_milliseconds(ttl, max_ttl, "extend ttl"));
   }
 
   /// Whether the calling thread holds a read lock through this object.
@@ -309,5 +290,16 @@ class SharedMutex : public detail::ExclusiveLock<detail::SharedProtocol> {
   /// The channel releases are announced on: redisson_rwlock:{key}.
   const std::string& channel() const noexcept { return this->life_->protocol().channel(); }
 };
+
+namespace detail {
+DISTLOCK_EXCLUSIVE_LOCK_OF(SharedProtocol)
+}  // namespace detail
+
+#if DISTLOCK_DEFINES_BODIES
+DISTLOCK_DECL SharedMutex::SharedMutex(const Backend& backend, std::string_view name,
+                                       LockOptions options, AcquirePolicy policy)
+    : Base(detail::SharedProtocol(backend, detail::lock_key(options, name), options), options,
+           std::move(policy)) {}
+#endif
 
 }  // namespace distlock

@@ -38,6 +38,7 @@
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
 #include "distlock/detail/base/args.hpp"
+#include "distlock/detail/base/config.hpp"
 #include "distlock/detail/lifecycle/lease_mutex.hpp"
 
 namespace distlock {
@@ -305,5 +306,11 @@ class SimpleMutex : public detail::LeaseMutex<detail::TransactionalLease> {
  public:
   using LeaseMutex::LeaseMutex;
 };
+
+namespace detail {
+DISTLOCK_LOCK_TEMPLATE(class LeaseProtocol<TransactionalLease>)
+DISTLOCK_EXCLUSIVE_LOCK_OF(LeaseProtocol<TransactionalLease>)
+DISTLOCK_LOCK_TEMPLATE(class LeaseMutex<TransactionalLease>)
+}  // namespace detail
 
 }  // namespace distlock

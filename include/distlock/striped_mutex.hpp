@@ -42,6 +42,7 @@
 
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
+#include "distlock/detail/base/config.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/single_server.hpp"
@@ -80,20 +81,8 @@ class StripedMutex {
   /// `stripes` from 1 to max_stripes. Validates name and options
   /// (InvalidArgument); contacts no server.
   StripedMutex(const Backend& backend, std::string_view name, std::size_t stripes,
-               LockOptions options = {}, AcquirePolicy policy = {}) {
-    if (stripes == 0 || stripes > max_stripes) {
-      throw InvalidArgument("a StripedMutex needs 1 to " + std::to_string(max_stripes) +
-                            " stripes, not " + std::to_string(stripes));
-    }
-    const std::string base = detail::lock_key(LockOptions{}, name);
-    stripes_.reserve(stripes);
-    sites_.reserve(stripes);
-    for (std::size_t i = 0; i < stripes; ++i) {
-      stripes_.push_back(
-          std::make_unique<Stripe>(backend, base + ':' + std::to_string(i), options, policy));
-      sites_.push_back(backend.site_for(stripes_.back()->key()));
-    }
-  }
+               LockOptions options = {}, AcquirePolicy policy = {});
+  ~StripedMutex();
 
   static constexpr std::size_t max_stripes = 65536;
 
@@ -273,5 +262,26 @@ class StripedMutex {
   std::atomic<std::size_t> home_{max_stripes};  // none yet
   detail::Cancellation cancellation_;           // ends try_lock_any_for/until
 };
+
+#if DISTLOCK_DEFINES_BODIES
+DISTLOCK_DECL StripedMutex::StripedMutex(const Backend& backend, std::string_view name,
+                                         std::size_t stripes, LockOptions options,
+                                         AcquirePolicy policy) {
+  if (stripes == 0 || stripes > max_stripes) {
+    throw InvalidArgument("a StripedMutex needs 1 to " + std::to_string(max_stripes) +
+                          " stripes, not " + std::to_string(stripes));
+  }
+  const std::string base = detail::lock_key(LockOptions{}, name);
+  stripes_.reserve(stripes);
+  sites_.reserve(stripes);
+  for (std::size_t i = 0; i < stripes; ++i) {
+    stripes_.push_back(
+        std::make_unique<Stripe>(backend, base + ':' + std::to_string(i), options, policy));
+    sites_.push_back(backend.site_for(stripes_.back()->key()));
+  }
+}
+
+DISTLOCK_DECL StripedMutex::~StripedMutex() = default;
+#endif
 
 }  // namespace distlock

@@ -17,6 +17,7 @@
 #include <system_error>
 #include <utility>
 
+#include "distlock/detail/base/config.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/lifecycle.hpp"
@@ -33,8 +34,8 @@ class ExclusiveLock {
 
   ExclusiveLock(const ExclusiveLock&) = delete;
   ExclusiveLock& operator=(const ExclusiveLock&) = delete;
-  ExclusiveLock(ExclusiveLock&&) noexcept = default;
-  ExclusiveLock& operator=(ExclusiveLock&&) noexcept = default;
+  ExclusiveLock(ExclusiveLock&&) noexcept;
+  ExclusiveLock& operator=(ExclusiveLock&&) noexcept;
 
   /// Blocks until the lock is acquired. The first attempt is immediate (a
   /// free lock costs one round trip); after that the caller sleeps until the
@@ -49,17 +50,11 @@ class ExclusiveLock {
   /// the grant (which is then given back), and
   /// std::system_error(resource_deadlock_would_occur) if the calling thread
   /// already holds a lock that is not re-entrant.
-  void lock() {
-    if (life_->acquire(kind, no_deadline, /*wait=*/true) == Outcome::cancelled) {
-      throw Error(Errc::cancelled, "lock() of " + key() + " was cancelled");
-    }
-  }
+  void lock() { lock_as(kind, "lock()"); }
 
   /// One attempt (none when re-entered); false if another owner holds the
   /// lock. Waits for Redis at most one command timeout; throws as lock().
-  [[nodiscard]] bool try_lock() {
-    return life_->acquire(kind, clock::now(), /*wait=*/false) == Outcome::acquired;
-  }
+  [[nodiscard]] bool try_lock() { return try_as(kind); }
 
   /// Attempts until acquired or `timeout` has passed on the steady clock. A
   /// zero or negative timeout is try_lock(). Returns by the deadline: every
@@ -72,15 +67,13 @@ class ExclusiveLock {
   /// that lands late is undone). Otherwise throws as lock().
   template <class Rep, class Period>
   [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
-    return acquired_or_throw(life_->acquire(kind, deadline_after(timeout), /*wait=*/true),
-                             "try_lock_for", key());
+    return until_as(kind, deadline_after(timeout), "try_lock_for");
   }
 
   /// As try_lock_for, until `deadline` of any clock.
   template <class Clock, class Duration>
   [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline) {
-    return acquired_or_throw(life_->acquire(kind, to_steady_deadline(deadline), /*wait=*/true),
-                             "try_lock_until", key());
+    return until_as(kind, to_steady_deadline(deadline), "try_lock_until");
   }
 
   /// try_lock(), try_lock_for() and try_lock_until() without exceptions, in
@@ -88,25 +81,22 @@ class ExclusiveLock {
   /// it is busy; false with `ec` set to what the throwing form would throw
   /// (Errc::timed_out for an outage, Errc::cancelled after cancel_waits(),
   /// ...). Only std::bad_alloc escapes.
-  [[nodiscard]] bool try_lock(std::error_code& ec) {
-    return acquired_into(ec, [&] { return life_->acquire(kind, clock::now(), /*wait=*/false); });
-  }
+  [[nodiscard]] bool try_lock(std::error_code& ec) { return try_as(kind, ec); }
   template <class Rep, class Period>
   [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout,
                                   std::error_code& ec) {
-    return acquired_into(ec, [&] { return life_->acquire(kind, deadline_after(timeout), true); });
+    return until_as(kind, deadline_after(timeout), ec);
   }
   template <class Clock, class Duration>
   [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline,
                                     std::error_code& ec) {
-    return acquired_into(ec,
-                         [&] { return life_->acquire(kind, to_steady_deadline(deadline), true); });
+    return until_as(kind, to_steady_deadline(deadline), ec);
   }
 
   /// Gives the lease (or one re-entrant hold) back if held; does nothing
   /// otherwise. Never throws: a release Redis could not confirm lets the
   /// lease run out. Use release() to learn what happened.
-  void unlock() noexcept { life_->unlock(kind); }
+  void unlock() noexcept { unlock_as(kind); }
 
   /// Gives the lease back and says what happened: released, expired (the
   /// lease had run out), not_owner (it ran out and another took it; that
@@ -115,7 +105,7 @@ class ExclusiveLock {
   /// thread, for a re-entrant lock), Error(forked) in a forked child, and
   /// the connection errors if Redis cannot be asked; the hold is given back
   /// locally either way.
-  Release release() { return life_->release(kind); }
+  Release release() { return release_as(kind); }
 
   /// Sets the lease's remaining time to `ttl` if it is still ours (with
   /// auto-renewal, later renewals use `ttl` too). Returns false if the lease
@@ -123,51 +113,154 @@ class ExclusiveLock {
   /// NotHeldError if not held, InvalidArgument for a bad ttl.
   template <class Rep, class Period>
   [[nodiscard]] bool extend(const std::chrono::duration<Rep, Period>& ttl) {
-    return life_->extend(kind, checked_milliseconds(ttl, max_ttl, "extend ttl"));
+    return extend_as(kind, checked_milliseconds(ttl, max_ttl, "extend ttl"));
   }
 
   /// Whether the lock is held through this object (by the calling thread,
   /// for a re-entrant lock), as far as it knows locally. A held lease can
   /// still be lost(); owns_lock() stays true until unlock().
-  bool owns_lock() const noexcept { return life_->owns(kind); }
+  bool owns_lock() const noexcept;
 
   /// True once the watchdog found this auto-renewed lease gone or let it run
   /// out; code working under the lock should stop. Always false without
   /// auto-renewal (see validity()).
-  bool lost() const noexcept { return life_->lost(kind); }
+  bool lost() const noexcept;
 
   /// Time left on the lease by the steady clock, counted from when the
   /// acquire or the last (auto-)renewal was sent; zero when not held or lost.
-  std::chrono::milliseconds validity() const noexcept { return life_->validity(kind); }
+  std::chrono::milliseconds validity() const noexcept;
 
   /// The fencing token of the current hold. Throws NotHeldError when not
   /// held, InvalidArgument when fencing is off.
-  long long fence() const { return life_->fence(kind); }
+  long long fence() const;
 
   /// With LockOptions::replicas: how many replicas acknowledged the current
   /// hold's grant (WAIT's answer, at least the count asked for). nullopt
   /// when not held or without replica acknowledgement.
-  std::optional<int> replicas_acknowledged() const { return life_->replicas(kind); }
+  std::optional<int> replicas_acknowledged() const;
 
   /// Makes every acquire of this object that is waiting now give up:
   /// try_lock_for/until return false, lock() throws Error(cancelled).
   /// Callable from any thread; acquires that start later are unaffected.
-  void cancel_waits() { life_->cancel_waits(); }
+  void cancel_waits();
 
   /// The Redis key of the lock (prefix and name).
-  const std::string& key() const noexcept { return life_->protocol().key(); }
-  const LockOptions& options() const noexcept { return life_->options(); }
+  const std::string& key() const noexcept;
+  const LockOptions& options() const noexcept;
 
  protected:
-  static constexpr typename Protocol::Kind kind = Protocol::exclusive;
+  using Kind = typename Protocol::Kind;
+  static constexpr Kind kind = Protocol::exclusive;
 
   ExclusiveLock(Protocol protocol, LockOptions options, AcquirePolicy policy,
-                Cancellation cancellation = {})
-      : life_(std::make_unique<Lifecycle<Protocol>>(std::move(protocol), std::move(options),
-                                                    std::move(policy), std::move(cancellation))) {}
-  ~ExclusiveLock() = default;
+                Cancellation cancellation = {});
+  ~ExclusiveLock();
+
+  // The calls above for either kind of hold (a SharedMutex has two); `call`
+  // names the caller's call in errors.
+  void lock_as(Kind as, const char* call);
+  bool try_as(Kind as);
+  bool try_as(Kind as, std::error_code& ec);
+  bool until_as(Kind as, clock::time_point deadline, const char* call);
+  bool until_as(Kind as, clock::time_point deadline, std::error_code& ec);
+  bool extend_as(Kind as, std::chrono::milliseconds ttl);
+  void unlock_as(Kind as) noexcept;
+  Release release_as(Kind as);
 
   std::unique_ptr<Lifecycle<Protocol>> life_;
 };
 
+// Defined out of the class, so that a program compiled separately
+// (detail/base/config.hpp) compiles them, and the lifecycle under them,
+// once: an explicit instantiation declaration holds back every member
+// except those defined inline.
+
+template <class Protocol>
+ExclusiveLock<Protocol>::ExclusiveLock(Protocol protocol, LockOptions options, AcquirePolicy policy,
+                                       Cancellation cancellation)
+    : life_(std::make_unique<Lifecycle<Protocol>>(std::move(protocol), std::move(options),
+                                                  std::move(policy), std::move(cancellation))) {}
+template <class Protocol>
+ExclusiveLock<Protocol>::~ExclusiveLock() = default;
+template <class Protocol>
+ExclusiveLock<Protocol>::ExclusiveLock(ExclusiveLock&&) noexcept = default;
+template <class Protocol>
+ExclusiveLock<Protocol>& ExclusiveLock<Protocol>::operator=(ExclusiveLock&&) noexcept = default;
+
+template <class Protocol>
+void ExclusiveLock<Protocol>::lock_as(Kind as, const char* call) {
+  if (life_->acquire(as, no_deadline, /*wait=*/true) == Outcome::cancelled) {
+    throw Error(Errc::cancelled, std::string(call) + " of " + key() + " was cancelled");
+  }
+}
+template <class Protocol>
+bool ExclusiveLock<Protocol>::try_as(Kind as) {
+  return life_->acquire(as, clock::now(), /*wait=*/false) == Outcome::acquired;
+}
+template <class Protocol>
+bool ExclusiveLock<Protocol>::try_as(Kind as, std::error_code& ec) {
+  return acquired_into(ec, [&] { return life_->acquire(as, clock::now(), /*wait=*/false); });
+}
+template <class Protocol>
+bool ExclusiveLock<Protocol>::until_as(Kind as, clock::time_point deadline, const char* call) {
+  return acquired_or_throw(life_->acquire(as, deadline, /*wait=*/true), call, key());
+}
+template <class Protocol>
+bool ExclusiveLock<Protocol>::until_as(Kind as, clock::time_point deadline, std::error_code& ec) {
+  return acquired_into(ec, [&] { return life_->acquire(as, deadline, /*wait=*/true); });
+}
+template <class Protocol>
+bool ExclusiveLock<Protocol>::extend_as(Kind as, std::chrono::milliseconds ttl) {
+  return life_->extend(as, ttl);
+}
+
+template <class Protocol>
+void ExclusiveLock<Protocol>::unlock_as(Kind as) noexcept {
+  life_->unlock(as);
+}
+template <class Protocol>
+Release ExclusiveLock<Protocol>::release_as(Kind as) {
+  return life_->release(as);
+}
+template <class Protocol>
+bool ExclusiveLock<Protocol>::owns_lock() const noexcept {
+  return life_->owns(kind);
+}
+template <class Protocol>
+bool ExclusiveLock<Protocol>::lost() const noexcept {
+  return life_->lost(kind);
+}
+template <class Protocol>
+std::chrono::milliseconds ExclusiveLock<Protocol>::validity() const noexcept {
+  return life_->validity(kind);
+}
+template <class Protocol>
+long long ExclusiveLock<Protocol>::fence() const {
+  return life_->fence(kind);
+}
+template <class Protocol>
+std::optional<int> ExclusiveLock<Protocol>::replicas_acknowledged() const {
+  return life_->replicas(kind);
+}
+template <class Protocol>
+void ExclusiveLock<Protocol>::cancel_waits() {
+  life_->cancel_waits();
+}
+template <class Protocol>
+const std::string& ExclusiveLock<Protocol>::key() const noexcept {
+  return life_->protocol().key();
+}
+template <class Protocol>
+const LockOptions& ExclusiveLock<Protocol>::options() const noexcept {
+  return life_->options();
+}
+
 }  // namespace distlock::detail
+
+// A lock type's specializations, made once by the compiled unit in the
+// separately compiled mode (detail/base/config.hpp); write it after the lock
+// type's class, at namespace distlock::detail.
+#define DISTLOCK_EXCLUSIVE_LOCK_OF(...)                 \
+  DISTLOCK_LOCK_TEMPLATE(class HoldKeeper<__VA_ARGS__>) \
+  DISTLOCK_LOCK_TEMPLATE(class Lifecycle<__VA_ARGS__>)  \
+  DISTLOCK_LOCK_TEMPLATE(class ExclusiveLock<__VA_ARGS__>)

@@ -20,6 +20,7 @@
 #include "distlock/client.hpp"
 #include "distlock/connection.hpp"
 #include "distlock/detail/base/args.hpp"
+#include "distlock/detail/base/config.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/exclusive_lock.hpp"
 #include "distlock/detail/lifecycle/key_type.hpp"
@@ -157,9 +158,7 @@ class LeaseMutex : public ExclusiveLock<LeaseProtocol<Wire>> {
   /// lock keeps its key's site (detail/backend/site.hpp), so it may outlive the
   /// backend object it was made from.
   LeaseMutex(const Backend& backend, std::string_view name, LockOptions options = {},
-             AcquirePolicy policy = {})
-      : Base(LeaseProtocol<Wire>(backend, lock_key(options, name), options), options,
-             std::move(policy)) {}
+             AcquirePolicy policy = {});
 
   /// Releases the lease if this object still holds it.
   ~LeaseMutex() = default;
@@ -167,7 +166,18 @@ class LeaseMutex : public ExclusiveLock<LeaseProtocol<Wire>> {
   LeaseMutex& operator=(LeaseMutex&&) noexcept = default;
 
   /// The token of the current lease; empty when not held.
-  std::string token() const { return this->life_->id(Base::kind); }
+  std::string token() const;
 };
+
+// Out of the class, as ExclusiveLock's members are.
+template <class Wire>
+LeaseMutex<Wire>::LeaseMutex(const Backend& backend, std::string_view name, LockOptions options,
+                             AcquirePolicy policy)
+    : Base(LeaseProtocol<Wire>(backend, lock_key(options, name), options), options,
+           std::move(policy)) {}
+template <class Wire>
+std::string LeaseMutex<Wire>::token() const {
+  return this->life_->id(Base::kind);
+}
 
 }  // namespace distlock::detail

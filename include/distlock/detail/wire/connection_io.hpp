@@ -21,10 +21,11 @@
 #include <vector>
 
 #include "distlock/connection.hpp"
+#include "distlock/detail/base/config.hpp"
 
 namespace distlock {
 
-inline Connection::Connection(ConnectionOptions options)
+DISTLOCK_DECL Connection::Connection(ConnectionOptions options)
     : options_(std::move(options)),
       socket_(validated(options_), std::chrono::steady_clock::now() + options_.connect_timeout) {
   if (!reader_) throw ConnectionError(Errc::connect_failed, options_.endpoint() + ": no memory");
@@ -39,7 +40,7 @@ inline Connection::Connection(ConnectionOptions options)
   if (options_.db != 0) command("SELECT", detail::Decimal(options_.db));
 }
 
-inline void Connection::append_argv(detail::Args argv) {
+DISTLOCK_DECL void Connection::append_argv(detail::Args argv) {
   const std::string_view verb = argv.size() == 0 ? std::string_view() : *argv.begin();
   // What broke it (a timeout, most often) may still be answered: a command
   // written now would read that late reply as its own.
@@ -52,7 +53,7 @@ inline void Connection::append_argv(detail::Args argv) {
   ++pending_;
 }
 
-inline void Connection::flush() {
+DISTLOCK_DECL void Connection::flush() {
   if (unsent_.empty()) return;
   const detail::IoStatus status = socket_.write_all(unsent_);
   // A pipeline of thousands (a renewal round) leaves no large buffer behind.
@@ -64,7 +65,7 @@ inline void Connection::flush() {
   if (status.kind != detail::IoStatus::ok) fail("write", status);
 }
 
-inline const Reply& Connection::read_reply() {
+DISTLOCK_DECL const Reply& Connection::read_reply() {
   void* raw = nullptr;
   if (redisReaderGetReply(reader_.get(), &raw) != REDIS_OK) fail_to_parse();
   if (raw == nullptr) {
@@ -102,7 +103,7 @@ inline const Reply& Connection::read_reply() {
   return last_;
 }
 
-inline void Connection::fill(bool wait) {
+DISTLOCK_DECL void Connection::fill(bool wait) {
   char buffer[16 * 1024];
   detail::IoStatus status;
   const std::size_t got = socket_.read(buffer, sizeof buffer, wait, status);
@@ -110,9 +111,9 @@ inline void Connection::fill(bool wait) {
   if (got > 0 && redisReaderFeed(reader_.get(), buffer, got) != REDIS_OK) fail_to_parse();
 }
 
-inline void Connection::read_available() { fill(/*wait=*/false); }
+DISTLOCK_DECL void Connection::read_available() { fill(/*wait=*/false); }
 
-inline std::optional<Reply> Connection::next_buffered_reply() {
+DISTLOCK_DECL std::optional<Reply> Connection::next_buffered_reply() {
   void* raw = nullptr;
   if (redisReaderGetReply(reader_.get(), &raw) != REDIS_OK) fail_to_parse();
   if (raw == nullptr) return std::nullopt;
@@ -121,21 +122,23 @@ inline std::optional<Reply> Connection::next_buffered_reply() {
   return Reply(static_cast<redisReply*>(raw));
 }
 
-inline void Connection::append_script(std::string_view verb, std::string_view body,
-                                      detail::Args keys, detail::Args args) {
+DISTLOCK_DECL void Connection::append_script(std::string_view verb, std::string_view body,
+                                             detail::Args keys, detail::Args args) {
   detail::with_script_argv<detail::stack_args>(verb, body, keys, args,
                                                [&](detail::Args argv) { append_argv(argv); });
 }
 
-inline void Connection::append_evalsha(const Script& script, detail::Args keys, detail::Args args) {
+DISTLOCK_DECL void Connection::append_evalsha(const Script& script, detail::Args keys,
+                                              detail::Args args) {
   append_script("EVALSHA", as_run(script).sha1, keys, args);
 }
 
-inline void Connection::append_eval(const Script& script, detail::Args keys, detail::Args args) {
+DISTLOCK_DECL void Connection::append_eval(const Script& script, detail::Args keys,
+                                           detail::Args args) {
   append_script("EVAL", as_run(script).source, keys, args);
 }
 
-inline Reply Connection::eval(const Script& given, detail::Args keys, detail::Args args) {
+DISTLOCK_DECL Reply Connection::eval(const Script& given, detail::Args keys, detail::Args args) {
   const auto sent = std::chrono::steady_clock::now();
   const Script& script = as_run(given);
   append_script("EVALSHA", script.sha1, keys, args);
@@ -164,7 +167,7 @@ inline Reply Connection::eval(const Script& given, detail::Args keys, detail::Ar
   return take_last();
 }
 
-inline void Connection::set_timeout(std::chrono::milliseconds timeout) {
+DISTLOCK_DECL void Connection::set_timeout(std::chrono::milliseconds timeout) {
   exact_ = timeout < usual_timeout_;
   if (timeout == timeout_) return;
   try {
@@ -176,7 +179,7 @@ inline void Connection::set_timeout(std::chrono::milliseconds timeout) {
   timeout_ = timeout;
 }
 
-inline std::string Connection::blame() const {
+DISTLOCK_DECL std::string Connection::blame() const {
   // The endpoint and the command that was waiting, so that a timeout in a
   // log says what it was and against whom, not just "EAGAIN".
   std::string reason = options_.endpoint() + ": ";
@@ -184,7 +187,7 @@ inline std::string Connection::blame() const {
   return reason;
 }
 
-inline void Connection::fail(const char* during, const detail::IoStatus& status) {
+DISTLOCK_DECL void Connection::fail(const char* during, const detail::IoStatus& status) {
   broken_ = true;
   if (status.kind == detail::IoStatus::timed_out) {
     throw TimeoutError(Errc::timed_out,
@@ -196,7 +199,7 @@ inline void Connection::fail(const char* during, const detail::IoStatus& status)
   throw ConnectionError(Errc::io_error, reason);
 }
 
-inline void Connection::fail_to_parse() {
+DISTLOCK_DECL void Connection::fail_to_parse() {
   broken_ = true;
   std::string reason = blame() + "parse: " + reader_->errstr;
   // What a TLS port answers a plaintext command with, where it answers.
@@ -204,12 +207,12 @@ inline void Connection::fail_to_parse() {
   throw ConnectionError(Errc::protocol_error, reason);
 }
 
-inline void Connection::send_behind(detail::Args argv) noexcept {
+DISTLOCK_DECL void Connection::send_behind(detail::Args argv) noexcept {
   if (detail::send_unread(socket_, argv)) broken_ = true;
 }
 
-inline void Connection::send_eval_behind(const Script& given, detail::Args keys,
-                                         detail::Args args) noexcept {
+DISTLOCK_DECL void Connection::send_eval_behind(const Script& given, detail::Args keys,
+                                                detail::Args args) noexcept {
   if (detail::send_eval_unread(socket_, given, sharded_publish_, keys, args)) broken_ = true;
 }
 
