@@ -61,13 +61,13 @@ class Client : public Backend {
   using Borrowed = detail::Borrowed;
 
   /// Throws InvalidArgument if the options are out of range; connects nothing.
-  explicit Client(ClientOptions options = {});
-  explicit Client(std::string_view uri);
-  ~Client() override;
-  Client(const Client&);
-  Client(Client&&) noexcept;
-  Client& operator=(const Client&);
-  Client& operator=(Client&&) noexcept;
+  DISTLOCK_DECL explicit Client(ClientOptions options = {});
+  DISTLOCK_DECL explicit Client(std::string_view uri);
+  DISTLOCK_DECL ~Client() override;
+  DISTLOCK_DECL Client(const Client&);
+  DISTLOCK_DECL Client(Client&&) noexcept;
+  DISTLOCK_DECL Client& operator=(const Client&);
+  DISTLOCK_DECL Client& operator=(Client&&) noexcept;
 
   /// Lends a connection, opening one if the pool has room. Waits for one
   /// to come back up to pool_wait_timeout or `deadline`, whichever is
@@ -111,7 +111,7 @@ class Client : public Backend {
   const detail::SharedEventHook& events() const noexcept { return endpoint_->events(); }
 
   /// Where a lock on any key sends its steps: this endpoint.
-  std::shared_ptr<detail::Site> site_for(std::string_view key) const override;
+  DISTLOCK_DECL std::shared_ptr<detail::Site> site_for(std::string_view key) const override;
 
  private:
   std::shared_ptr<detail::Endpoint> endpoint_;

@@ -56,14 +56,14 @@ class ClusterClient : public Backend {
  public:
   /// Throws InvalidArgument for bad options (no seed among them); connects
   /// nothing.
-  explicit ClusterClient(ClusterOptions options);
+  DISTLOCK_DECL explicit ClusterClient(ClusterOptions options);
   /// ClusterOptions::from_uri: "redis://host1:port1,host2:port2?...".
-  explicit ClusterClient(std::string_view uri);
-  ~ClusterClient() override;
-  ClusterClient(const ClusterClient&);
-  ClusterClient(ClusterClient&&) noexcept;
-  ClusterClient& operator=(const ClusterClient&);
-  ClusterClient& operator=(ClusterClient&&) noexcept;
+  DISTLOCK_DECL explicit ClusterClient(std::string_view uri);
+  DISTLOCK_DECL ~ClusterClient() override;
+  DISTLOCK_DECL ClusterClient(const ClusterClient&);
+  DISTLOCK_DECL ClusterClient(ClusterClient&&) noexcept;
+  DISTLOCK_DECL ClusterClient& operator=(const ClusterClient&);
+  DISTLOCK_DECL ClusterClient& operator=(ClusterClient&&) noexcept;
 
   /// A copy bound to the slot of `key`: what a lock object keeps.
   ClusterClient for_key(std::string_view key) const {
@@ -191,7 +191,7 @@ class ClusterClient : public Backend {
   void check_process() const { nodes_->check_process(); }
 
   /// Where a lock on `key` sends its steps: the owner of its slot.
-  std::shared_ptr<detail::Site> site_for(std::string_view key) const override;
+  DISTLOCK_DECL std::shared_ptr<detail::Site> site_for(std::string_view key) const override;
 
  private:
   int bound_slot() const {

@@ -140,8 +140,8 @@ class RateLimiter {
 
   /// Validates name and options (InvalidArgument, also when no algorithm
   /// was chosen); contacts no server.
-  RateLimiter(const Backend& backend, std::string_view name, RateOptions options);
-  ~RateLimiter();
+  DISTLOCK_DECL RateLimiter(const Backend& backend, std::string_view name, RateOptions options);
+  DISTLOCK_DECL ~RateLimiter();
   RateLimiter(const RateLimiter&) = default;
   RateLimiter(RateLimiter&&) = default;
 

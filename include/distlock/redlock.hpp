@@ -136,8 +136,8 @@ class Redlock : public detail::ExclusiveLock<detail::RedlockProtocol> {
   /// longer than its drift allowance (under 3 ms), or options a Redlock
   /// cannot honour: fencing(true); max_hold or on_lost without
   /// auto_renew(true).
-  Redlock(const std::vector<const Backend*>& masters, std::string_view name,
-          RedlockOptions options = {}, AcquirePolicy policy = {});
+  DISTLOCK_DECL Redlock(const std::vector<const Backend*>& masters, std::string_view name,
+                        RedlockOptions options = {}, AcquirePolicy policy = {});
 
   /// The same for a vector of one backend type: std::vector<Client*>.
   template <class Master, class = std::enable_if_t<std::is_base_of_v<Backend, Master>>>

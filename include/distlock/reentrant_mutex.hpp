@@ -134,8 +134,8 @@ class ReentrantMutex : public detail::ExclusiveLock<detail::ReentrantProtocol> {
 
  public:
   /// Validates name and options (InvalidArgument); contacts no server.
-  ReentrantMutex(const Backend& backend, std::string_view name, LockOptions options = {},
-                 AcquirePolicy policy = {});
+  DISTLOCK_DECL ReentrantMutex(const Backend& backend, std::string_view name,
+                               LockOptions options = {}, AcquirePolicy policy = {});
 
   /// How many times the calling thread holds the lock through this object
   /// (0 when it does not).

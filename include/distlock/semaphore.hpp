@@ -67,7 +67,7 @@ class PermitLock : public detail::ExclusiveLock<detail::SemaphoreProtocol> {
  public:
   /// Takes nothing yet; keeps what it needs of `semaphore` (it may
   /// outlive it).
-  explicit PermitLock(const Semaphore& semaphore);
+  DISTLOCK_DECL explicit PermitLock(const Semaphore& semaphore);
 
   /// Gives the permit back if held.
   ~PermitLock() = default;
@@ -140,10 +140,10 @@ class Semaphore {
   /// renewal, on_lost, wake_on_release, key_prefix; fencing and min_hold
   /// are refused, as are replicas and max_hold without auto-renewal).
   /// Validates (InvalidArgument); contacts no server.
-  Semaphore(const Backend& backend, std::string_view name, std::size_t permits,
-            LockOptions options = {}, AcquirePolicy policy = {});
+  DISTLOCK_DECL Semaphore(const Backend& backend, std::string_view name, std::size_t permits,
+                          LockOptions options = {}, AcquirePolicy policy = {});
 
-  ~Semaphore();
+  DISTLOCK_DECL ~Semaphore();
   Semaphore(const Semaphore&) = delete;
   Semaphore& operator=(const Semaphore&) = delete;
 

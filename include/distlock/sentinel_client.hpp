@@ -53,12 +53,12 @@ class SentinelSite;
 class SentinelClient : public Backend {
  public:
   /// Throws InvalidArgument for bad options; connects nothing.
-  explicit SentinelClient(SentinelOptions options);
-  ~SentinelClient() override;
-  SentinelClient(const SentinelClient&);
-  SentinelClient(SentinelClient&&) noexcept;
-  SentinelClient& operator=(const SentinelClient&);
-  SentinelClient& operator=(SentinelClient&&) noexcept;
+  DISTLOCK_DECL explicit SentinelClient(SentinelOptions options);
+  DISTLOCK_DECL ~SentinelClient() override;
+  DISTLOCK_DECL SentinelClient(const SentinelClient&);
+  DISTLOCK_DECL SentinelClient(SentinelClient&&) noexcept;
+  DISTLOCK_DECL SentinelClient& operator=(const SentinelClient&);
+  DISTLOCK_DECL SentinelClient& operator=(SentinelClient&&) noexcept;
 
   /// A connection to the master, found first if need be. Throws
   /// ConnectionError when the Sentinels name no master that answers, and
@@ -127,7 +127,7 @@ class SentinelClient : public Backend {
   void check_process() const { master_->check_process(); }
 
   /// Where a lock on any key sends its steps: the master, wherever it is.
-  std::shared_ptr<detail::Site> site_for(std::string_view key) const override;
+  DISTLOCK_DECL std::shared_ptr<detail::Site> site_for(std::string_view key) const override;
 
  private:
   friend class detail::SentinelSite;

@@ -207,8 +207,8 @@ class SharedMutex : public detail::ExclusiveLock<detail::SharedProtocol> {
 
   /// Validates name and options (InvalidArgument, also for fencing, which
   /// a lock with many holders cannot give); contacts no server.
-  SharedMutex(const Backend& backend, std::string_view name, LockOptions options = {},
-              AcquirePolicy policy = {});
+  DISTLOCK_DECL SharedMutex(const Backend& backend, std::string_view name, LockOptions options = {},
+                            AcquirePolicy policy = {});
 
   /// Blocks until the calling thread holds a read lock: no other owner
   /// holds the write lock. A thread that holds a read lock already counts

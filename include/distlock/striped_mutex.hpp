@@ -80,9 +80,9 @@ class StripedMutex {
 
   /// `stripes` from 1 to max_stripes. Validates name and options
   /// (InvalidArgument); contacts no server.
-  StripedMutex(const Backend& backend, std::string_view name, std::size_t stripes,
-               LockOptions options = {}, AcquirePolicy policy = {});
-  ~StripedMutex();
+  DISTLOCK_DECL StripedMutex(const Backend& backend, std::string_view name, std::size_t stripes,
+                             LockOptions options = {}, AcquirePolicy policy = {});
+  DISTLOCK_DECL ~StripedMutex();
 
   static constexpr std::size_t max_stripes = 65536;
 
