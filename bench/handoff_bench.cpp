@@ -4,10 +4,10 @@
 // the subscriber connection itself and sends its own SET NX PX):
 // - BM_Raw_Handoff_RelayWakesTaker: a relay thread reads the subscriber
 //   connection and wakes the waiting thread, which then sends SET NX PX
-//   (distlock's shape before the subscriber connection was lent to a lone
-//   waiter);
+//   (distlock's shape for a waiter that does not arm its attempt);
 // - BM_Raw_Handoff_RelayTakes: the relay thread sends SET NX PX itself on
-//   the message and wakes the waiting thread with the answer.
+//   the message and wakes the waiting thread with the answer (distlock's
+//   shape for an armed attempt, detail/runtime/armed_attempt.hpp).
 // Measured from the release call to the moment the waiting thread knows
 // it holds the lock.
 #include <benchmark/benchmark.h>

@@ -111,9 +111,7 @@ TEST_F(NotifierTest, HandoffStillWorksWhenTheSubscriberConnectionIsKilled) {
 }
 
 // The same, round after round: the notifier thread drops and remakes its
-// connection while the lone waiter decides whether to borrow it (the
-// waiter may look only while the thread is parked, never at the connection
-// the thread is dropping; ThreadSanitizer watches).
+// connection under a lone waiter's sleep (ThreadSanitizer watches).
 TEST_F(NotifierTest, ALoneWaiterRidesOutItsSubscriberKilledRoundAfterRound) {
   Mutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
   Mutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
@@ -395,7 +393,7 @@ TEST_F(NotifierTest, APreSentAttemptAnsweredPastTheDeadlineIsUndone) {
   EXPECT_EQ(get("k"), "(nil)") << "the granted attempt was never undone";
 }
 
-// ---- a lone waiter reading the subscriber connection itself ----------------
+// ---- one waiter of a Notifier, on its own thread ----------------------------
 
 // A waiter of `notifier` on `channel`, sleeping in its own thread for up to
 // 20 s; it notes whether it was woken and the generation it then saw.
@@ -412,33 +410,12 @@ struct LoneWait {
   std::future<std::pair<bool, std::uint64_t>> result;
 };
 
-// Waits (boundedly) until `notifier` has lent its connection `lends` times.
-bool eventually_lent(Notifier& notifier, std::uint64_t lends) {
-  return testing::eventually([&] { return detail::NotifierProbe::lends(notifier) >= lends; });
-}
-
-TEST_F(NotifierTest, ALoneSleepingMutexWaiterReadsTheReleaseItself) {
-  Mutex holder(client(), "k", LockOptions{}.ttl(30s), an_hour);
-  Mutex waiter(client(), "k", LockOptions{}.ttl(30s), an_hour);
-  ASSERT_TRUE(holder.try_lock());
-  auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
-  ASSERT_TRUE(eventually_lent(client().notifier(), 1)) << "the waiter never read it itself";
-  const std::uint64_t sent_before = detail::NotifierProbe::attempts_sent(client().notifier());
-  holder.unlock();
-  ASSERT_TRUE(waiting.get());
-  // The armed attempt went out from the waiter's own thread, and was settled.
-  EXPECT_EQ(detail::NotifierProbe::attempts_sent(client().notifier()), sent_before + 1);
-  EXPECT_EQ(get("k"), waiter.token());
-  waiter.unlock();
-}
-
-TEST_F(NotifierTest, ASecondWaiterArrivingCallsTheConnectionBack) {
+TEST_F(NotifierTest, WaitersOfANewChannelAndOfTheSameOneJoinASleepingWaiter) {
   Notifier& notifier = client().notifier();
   LoneWait first(notifier, "a");
-  ASSERT_TRUE(eventually_lent(notifier, 1));
-  // A new channel: only the notifier thread may subscribe it.
+  // A new channel, subscribed while the first waiter sleeps.
   LoneWait second(notifier, "b");
-  EXPECT_TRUE(second.subscription.active()) << "never subscribed while lent";
+  EXPECT_TRUE(second.subscription.active()) << "never subscribed";
   // And the same channel: a third waiter of "a".
   LoneWait third(notifier, "a");
   EXPECT_TRUE(third.subscription.active());
@@ -451,16 +428,14 @@ TEST_F(NotifierTest, ASecondWaiterArrivingCallsTheConnectionBack) {
 
 TEST_F(NotifierTest, AMessageOfAnotherChannelDoesNotWakeTheLoneWaiter) {
   Notifier& notifier = client().notifier();
-  // "b" stays subscribed a while (the linger) after its last waiter leaves,
-  // and nothing unsubscribes while the connection is lent. A machine that
-  // stalls past the linger before the waiter takes the connection loses
-  // "b" first: then the setup is made again, until "b" is there.
+  // "b" stays subscribed a while (the linger) after its last waiter leaves.
+  // A machine that stalls past the linger before the message is published
+  // loses "b" first: then the setup is made again, until "b" is there.
   std::optional<LoneWait> waiter;
   std::uint64_t messages = 0;
-  for (std::uint64_t round = 1; round <= 20; ++round) {
+  for (int round = 1; round <= 20; ++round) {
     notifier.subscribe("b", Clock::now() + 5s);
     waiter.emplace(notifier, "a");
-    ASSERT_TRUE(eventually_lent(notifier, round));
     messages = detail::NotifierProbe::messages(notifier);
     if (client().command("PUBLISH", "b", "released").integer() == 1) break;
     notifier.wake("a");
@@ -476,10 +451,9 @@ TEST_F(NotifierTest, AMessageOfAnotherChannelDoesNotWakeTheLoneWaiter) {
   EXPECT_EQ(generation, waiter->seen + 1) << "woken before its own release";
 }
 
-TEST_F(NotifierTest, TheSubscriberConnectionDroppingWhileLentWakesTheWaiter) {
+TEST_F(NotifierTest, TheSubscriberConnectionDroppingWakesALoneWaiter) {
   Notifier& notifier = client().notifier();
   LoneWait waiter(notifier, "a");
-  ASSERT_TRUE(eventually_lent(notifier, 1));
   client().command("CLIENT", "KILL", "TYPE", "pubsub");
   // Releases may be lost with the connection: the reconnect wakes it.
   EXPECT_TRUE(waiter.result.get().first);
@@ -491,19 +465,17 @@ TEST_F(NotifierTest, TheSubscriberConnectionDroppingWhileLentWakesTheWaiter) {
   EXPECT_TRUE(next.result.get().first);
 }
 
-TEST_F(NotifierTest, WakeReachesAWaiterReadingTheConnection) {
+TEST_F(NotifierTest, WakeReachesALoneWaiter) {
   Notifier& notifier = client().notifier();
   LoneWait waiter(notifier, "a");
-  ASSERT_TRUE(eventually_lent(notifier, 1));
   const auto start = Clock::now();
   notifier.wake("a");
   EXPECT_TRUE(waiter.result.get().first);
   EXPECT_LT(Clock::now() - start, 10s);  // not at the end of its 20 s sleep
 }
 
-// Past max_connection_age the subscriber connection is replaced, the lone
-// waiter's sleep included (it reads the connection itself, and is asked to
-// give it back). The holder's lease is long and the waiter's policy sleeps
+// Past max_connection_age the subscriber connection is replaced while a
+// lone waiter sleeps. The holder's lease is long and the waiter's policy sleeps
 // an hour, so only the release's announcement, heard on the connection made
 // after the replacements, can let it in before its deadline.
 TEST_F(NotifierTest, AWaiterIsWokenByAReleaseAfterItsSubscriberWasReplaced) {
@@ -515,7 +487,9 @@ TEST_F(NotifierTest, AWaiterIsWokenByAReleaseAfterItsSubscriberWasReplaced) {
   ASSERT_TRUE(holder.try_lock());
   auto waiting = std::async(std::launch::async, [&] { return waiter.try_lock_for(30s); });
   Notifier& notifier = aging.notifier();
-  ASSERT_TRUE(eventually_lent(notifier, 1)) << "the waiter never read it itself";
+  ASSERT_TRUE(testing::eventually([&] {
+    return detail::NotifierProbe::channel_count(notifier) == 1;
+  })) << "the waiter never subscribed";
   const std::uint64_t connects = detail::NotifierProbe::connects(notifier);
   ASSERT_TRUE(testing::eventually([&] {
     return detail::NotifierProbe::connects(notifier) >= connects + 2;

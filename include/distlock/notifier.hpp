@@ -29,16 +29,8 @@
 // A waiter may also leave its next attempt armed on its subscription
 // (detail/runtime/armed_attempt.hpp): the notifier thread writes it the moment the
 // channel's release is announced, then wakes the waiter, who reads the reply.
-//
-// A waiter that is the only one of its Notifier reads the subscriber
-// connection itself while it sleeps (detail/runtime/notifier_lent.hpp): the release
-// message then wakes the thread that acts on it, with no hop through the
-// notifier thread. The connection goes back the moment a second waiter, a
-// new channel, a reconnect, a retarget or a replacement (its age) needs the
-// notifier thread.
 #pragma once
 
-#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -48,7 +40,6 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -193,27 +184,16 @@ class Notifier {
   detail::ArmedAttempt::State disarm_on(Channel& channel, detail::ArmedAttempt& attempt);
   void mark_moved(Channel& channel) DISTLOCK_REQUIRES(mutex_);
   void poke() noexcept;
-  // Lending the subscriber connection to a lone waiter (notifier_lent.hpp).
-  bool can_lend(const Channel& channel, bool busy_or_not = false) const DISTLOCK_REQUIRES(mutex_);
-  std::optional<bool> wait_lent(Channel& channel, std::uint64_t seen, clock::time_point until,
-                                Connection& connection);
-  void call_back() DISTLOCK_REQUIRES(mutex_);
-  void take_back_lent(bool broke) DISTLOCK_REQUIRES(mutex_);
-  void wait_unlent(clock::time_point due);
   static int poll_timeout(clock::time_point until);
-  bool read_lent(Connection& connection);
-  void catch_up();
 
   ConnectionOptions options_ DISTLOCK_GUARDED_BY(mutex_);
   const std::size_t max_waiters_;
   const detail::SharedEventHook events_;  // told of reconnects
   const int wake_fd_;
-  const int lent_wake_fd_;  // wakes the waiter reading the connection
   const bool sharded_;
 
   mutable detail::Mutex mutex_;
   std::condition_variable connected_;
-  std::condition_variable parked_;  // the thread stopped touching the connection
   // Channel objects are guarded by mutex_ too.
   std::unordered_map<std::string, std::unique_ptr<Channel>> channels_ DISTLOCK_GUARDED_BY(mutex_);
   std::size_t waiters_ DISTLOCK_GUARDED_BY(mutex_) = 0;
@@ -223,18 +203,9 @@ class Notifier {
   std::uint64_t connects_ DISTLOCK_GUARDED_BY(mutex_) = 0;
   std::uint64_t attempts_sent_ DISTLOCK_GUARDED_BY(mutex_) = 0;
   std::uint64_t messages_ DISTLOCK_GUARDED_BY(mutex_) = 0;
-  std::uint64_t lends_ DISTLOCK_GUARDED_BY(mutex_) = 0;
-  // Who may touch connection_: the notifier thread while busy_ (and while
-  // it has not lent it), a lone waiter while lent_, nobody else.
-  bool busy_ DISTLOCK_GUARDED_BY(mutex_) = true;
-  bool lent_ DISTLOCK_GUARDED_BY(mutex_) = false;
-  bool called_back_ DISTLOCK_GUARDED_BY(mutex_) = false;  // the notifier wants it back
-  bool lent_failed_ DISTLOCK_GUARDED_BY(mutex_) = false;  // the waiter saw it break
-  bool watching_ DISTLOCK_GUARDED_BY(mutex_) = false;     // the thread polls the connection
   detail::SpareConnection spare_;
 
-  // Made, dropped and written by the notifier thread only; read by a lone
-  // waiter while lent to it (see busy_ and lent_).
+  // Made, read, written and dropped by the notifier thread only.
   std::unique_ptr<Connection> connection_;
   // The notifier thread's: after a replacement that failed, the next try
   // waits until replace_after_, and the pause doubles.
@@ -249,13 +220,8 @@ inline Notifier::Notifier(ConnectionOptions options, std::size_t max_waiters,
       max_waiters_(max_waiters),
       events_(std::move(events)),
       wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
-      lent_wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       sharded_(sharded) {
-  if (wake_fd_ < 0 || lent_wake_fd_ < 0) {
-    if (wake_fd_ >= 0) ::close(wake_fd_);
-    if (lent_wake_fd_ >= 0) ::close(lent_wake_fd_);
-    throw Error(Errc::io_error, "eventfd failed for the notifier");
-  }
+  if (wake_fd_ < 0) throw Error(Errc::io_error, "eventfd failed for the notifier");
   thread_ = std::thread([this] { run(); });
 }
 
@@ -263,13 +229,10 @@ inline Notifier::~Notifier() {
   {
     detail::MutexLock lock(mutex_);
     stopping_ = true;
-    call_back();
-    parked_.notify_all();
   }
   poke();
   thread_.join();
   ::close(wake_fd_);
-  ::close(lent_wake_fd_);
 }
 
 inline std::unique_ptr<Connection> Notifier::lend_spare(clock::time_point deadline) {
@@ -294,9 +257,6 @@ inline void Notifier::wake(const std::string& channel) {
   if (const auto it = channels_.find(channel); it != channels_.end()) {
     ++it->second->generation;
     it->second->changed.notify_all();
-    parked_.notify_all();  // a waiter may wait there for the thread to park
-    // A waiter reading the connection looks at the generation when woken.
-    if (lent_) detail::signal_eventfd(lent_wake_fd_);
   }
 }
 
@@ -305,7 +265,6 @@ inline void Notifier::retarget(ConnectionOptions options) {
     detail::MutexLock lock(mutex_);
     options_ = std::move(options);
     retarget_ = true;
-    call_back();
   }
   poke();
 }
@@ -318,5 +277,3 @@ inline void Notifier::poke() noexcept { detail::signal_eventfd(wake_fd_); }
 #include "distlock/detail/runtime/notifier_waiters.hpp"  // IWYU pragma: export
 // The notifier thread's side: its loop, the connection and the messages.
 #include "distlock/detail/runtime/notifier_thread.hpp"  // IWYU pragma: export
-// The lone waiter's side: reading the connection while lent to it.
-#include "distlock/detail/runtime/notifier_lent.hpp"  // IWYU pragma: export

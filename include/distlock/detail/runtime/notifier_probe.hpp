@@ -1,6 +1,6 @@
 // What tests read of a Notifier's workings: counts that say which path a
-// wake-up took (a message read by the notifier thread or by a lone waiter,
-// an armed attempt written on a release), which no user has reason to ask.
+// wake-up took (messages read, reconnects, an armed attempt written on a
+// release), which no user has reason to ask.
 // Only tests include this header.
 #pragma once
 
@@ -35,15 +35,10 @@ struct NotifierProbe {
         std::count_if(notifier.channels_.begin(), notifier.channels_.end(),
                       [](const auto& entry) { return entry.second->armed != nullptr; }));
   }
-  /// Messages read so far, by either side.
+  /// Messages read so far.
   static std::uint64_t messages(const Notifier& notifier) {
     MutexLock lock(notifier.mutex_);
     return notifier.messages_;
-  }
-  /// Sleeps in which a lone waiter read the subscriber connection itself.
-  static std::uint64_t lends(const Notifier& notifier) {
-    MutexLock lock(notifier.mutex_);
-    return notifier.lends_;
   }
 };
 

@@ -3,9 +3,7 @@
 // max_connection_age), the SUBSCRIBE and UNSUBSCRIBE
 // it sends, and the replies and messages it reads; on a release message it
 // also writes the armed attempt left on that channel
-// (detail/runtime/armed_attempt.hpp). While the connection is lent to a lone waiter
-// (detail/runtime/notifier_lent.hpp) the thread leaves it alone. Included at the
-// end of notifier.hpp.
+// (detail/runtime/armed_attempt.hpp). Included at the end of notifier.hpp.
 #pragma once
 
 #include <poll.h>
@@ -46,29 +44,12 @@ inline void Notifier::run() {
   auto retry_pause = std::chrono::milliseconds(10);
   for (;;) {
     bool moved = false;
-    bool broken = false;
-    bool lent = false;
     {
       detail::MutexLock lock(mutex_);
       if (stopping_) return;
-      // Lent to a lone waiter (notifier_lent.hpp): not ours to touch.
-      lent = lent_;
-      busy_ = !lent;
-      watching_ = !lent;
-      if (lent) parked_.notify_all();
-      // Past its age while lent: asked back, to be replaced (the waiter
-      // gives it back at once and wakes this thread).
-      if (lent && due_for_replacement()) call_back();
-      if (!lent) {
-        moved = std::exchange(retarget_, false);
-        broken = std::exchange(lent_failed_, false);
-      }
+      moved = std::exchange(retarget_, false);
     }
-    if (lent) {
-      wait_unlent(clock::now() + linger);
-      continue;
-    }
-    if ((moved || broken) && connection_) drop_connection();
+    if (moved && connection_) drop_connection();
     if (!connection_ && !connect_once()) {
       // Back off before reconnecting, but wake at once to stop.
       pollfd wake{wake_fd_, POLLIN, 0};
@@ -82,18 +63,7 @@ inline void Notifier::run() {
     try {
       const int timeout_ms = until_replacement(sync_subscriptions());
       pollfd fds[2] = {{connection_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-      {
-        // Parked in poll(): a lone waiter may take the connection meanwhile.
-        detail::MutexLock lock(mutex_);
-        busy_ = false;
-        parked_.notify_all();
-      }
       const int ready = ::poll(fds, 2, timeout_ms);
-      {
-        detail::MutexLock lock(mutex_);
-        if (lent_) continue;  // its messages are the waiter's to read now
-        busy_ = true;
-      }
       if (ready < 0) continue;
       if (fds[1].revents != 0) detail::drain_eventfd(wake_fd_);
       if (fds[0].revents != 0) {
@@ -136,6 +106,15 @@ inline bool Notifier::connect_once() {
     detail::emit_about(events_, LockEventType::notifier_reconnected, endpoint);
   }
   return true;
+}
+
+// poll()'s timeout until `until`, rounded up; at most an hour at a time.
+inline int Notifier::poll_timeout(clock::time_point until) {
+  const clock::time_point now = clock::now();
+  if (until <= now) return 0;
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+      std::min<clock::duration>(until - now, std::chrono::hours(1)));
+  return static_cast<int>(left.count());
 }
 
 inline bool Notifier::due_for_replacement() const {

@@ -35,11 +35,8 @@ inline Notifier::Subscription Notifier::subscribe(const std::string& channel,
   ++entry.waiters;
   ++waiters_;
   Subscription subscription(this, &entry);
-  // Several waiters (or a new channel) are the notifier thread's to serve.
-  call_back();
-  // The thread subscribes, or reads a confirmation still on its way (it may
-  // have stopped polling the connection while it was lent).
-  if (!entry.sent || (!entry.confirmed && !watching_)) {
+  // A new channel: the thread subscribes it.
+  if (!entry.sent) {
     lock.unlock();
     poke();
     lock.lock();
@@ -62,9 +59,13 @@ inline void Notifier::leave(Channel& channel) {
 }
 
 inline std::uint64_t Notifier::generation_of(Channel& channel) {
-  catch_up();
   detail::MutexLock lock(mutex_);
   return channel.generation;
+}
+
+inline bool Notifier::wait_on(Channel& channel, std::uint64_t seen, clock::time_point until) {
+  detail::MutexLock lock(mutex_);
+  return lock.wait_until(channel.changed, until, [&] { return channel.generation != seen; });
 }
 
 inline bool Notifier::is_active(Channel& channel) {
