@@ -4,10 +4,9 @@
 // the subscriber connection itself and sends its own SET NX PX):
 // - BM_Raw_Handoff_RelayWakesTaker: a relay thread reads the subscriber
 //   connection and wakes the waiting thread, which then sends SET NX PX
-//   (distlock's shape for a waiter that does not arm its attempt);
+//   (distlock's shape);
 // - BM_Raw_Handoff_RelayTakes: the relay thread sends SET NX PX itself on
-//   the message and wakes the waiting thread with the answer (distlock's
-//   shape for an armed attempt, detail/runtime/armed_attempt.hpp).
+//   the message and wakes the waiting thread with the answer.
 // Measured from the release call to the moment the waiting thread knows
 // it holds the lock.
 #include <benchmark/benchmark.h>

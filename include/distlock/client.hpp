@@ -133,7 +133,6 @@ class EndpointSite final : public Site {
     return Borrowed(endpoint_, endpoint_->take(deadline));
   }
   Notifier& notifier() override { return endpoint_->runtime().notifier(); }
-  bool arms_attempts() const noexcept override { return true; }
   Watchdog& watchdog() override { return endpoint_->runtime().watchdog(); }
   const SharedEventHook& events() const noexcept override { return endpoint_->events(); }
 

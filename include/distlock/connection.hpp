@@ -100,8 +100,8 @@ class Connection {
   void read_available();
   std::optional<Reply> next_buffered_reply();
 
-  /// Owes the reply of `verb`, written on fd() by another thread (the
-  /// notifier's sent attempt, detail/runtime/armed_attempt.hpp): read_reply() reads it.
+  /// Owes a reply it did not ask for (a subscriber's next message), named
+  /// `verb` in errors: read_reply() waits for it by the timeout.
   void expect_reply(std::string_view verb) noexcept {
     if (pending_++ == 0) remember_verb(verb);
   }
@@ -188,11 +188,6 @@ class Connection {
   /// returns: nothing is kept back where poll() cannot see it (TLS).
   int fd() const noexcept { return socket_.fd(); }
   bool tls() const noexcept { return socket_.tls(); }
-
-  /// Writes `data` (formatted commands) now, without waiting; the bytes
-  /// written, or -1. For an armed attempt (detail/runtime/armed_attempt.hpp),
-  /// written by another thread while the connection's owner sleeps.
-  long send_now(std::string_view data) noexcept { return socket_.send_now(data); }
 
  private:
   struct FreeReader {

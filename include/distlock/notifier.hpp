@@ -25,10 +25,6 @@
 // woken to look again, since releases may have been missed meanwhile. A
 // connection past max_connection_age is not lost but replaced: the new one
 // is subscribed before the old one goes, and nobody is woken for it.
-//
-// A waiter may also leave its next attempt armed on its subscription
-// (detail/runtime/armed_attempt.hpp): the notifier thread writes it the moment the
-// channel's release is announced, then wakes the waiter, who reads the reply.
 #pragma once
 
 #include <sys/eventfd.h>
@@ -49,7 +45,6 @@
 
 #include "distlock/connection.hpp"
 #include "distlock/detail/base/thread_annotations.hpp"
-#include "distlock/detail/runtime/armed_attempt.hpp"
 #include "distlock/detail/runtime/event_fd.hpp"
 #include "distlock/error.hpp"
 #include "distlock/events.hpp"
@@ -98,14 +93,6 @@ class Notifier {
     /// channel's slot is served elsewhere now; subscribe again there.
     bool moved() const { return notifier_->is_moved(*channel_); }
 
-    /// Leaves `attempt` for the notifier thread to write on this channel's
-    /// next release message; false if another waiter's is armed there.
-    bool arm(detail::ArmedAttempt& attempt) { return notifier_->arm_on(*channel_, attempt); }
-    /// Takes it back (the notifier writes it no more); its state then.
-    detail::ArmedAttempt::State disarm(detail::ArmedAttempt& attempt) {
-      return notifier_->disarm_on(*channel_, attempt);
-    }
-
    private:
     friend class Notifier;
     Subscription(Notifier* notifier, Channel* channel) noexcept
@@ -138,24 +125,15 @@ class Notifier {
   /// waiter is woken to look again, as after any reconnect.
   void retarget(ConnectionOptions options);
 
-  /// The connection to arm an attempt on (Subscription::arm), lent to one
-  /// waiter at a time: null if another has it or it cannot be made before
-  /// `deadline`. Give it back with give_back_spare().
-  std::unique_ptr<Connection> lend_spare(clock::time_point deadline);
-  void give_back_spare(std::unique_ptr<Connection> connection) noexcept {
-    spare_.give_back(std::move(connection));
-  }
-
  private:
   struct Channel {
     std::string name;
     std::size_t waiters = 0;
     std::uint64_t generation = 0;
-    bool confirmed = false;                 // the server said "subscribe" on the current connection
-    bool sent = false;                      // SUBSCRIBE written on the current connection
-    bool moved = false;                     // sharded: the node dropped it (slot served elsewhere)
-    clock::time_point abandoned{};          // when waiters last dropped to zero
-    detail::ArmedAttempt* armed = nullptr;  // a waiter's, written on the next message
+    bool confirmed = false;         // the server said "subscribe" on the current connection
+    bool sent = false;              // SUBSCRIBE written on the current connection
+    bool moved = false;             // sharded: the node dropped it (slot served elsewhere)
+    clock::time_point abandoned{};  // when waiters last dropped to zero
     std::condition_variable changed;
   };
 
@@ -180,8 +158,6 @@ class Notifier {
   bool wait_on(Channel& channel, std::uint64_t seen, clock::time_point until);
   bool is_active(Channel& channel);
   bool is_moved(Channel& channel);
-  bool arm_on(Channel& channel, detail::ArmedAttempt& attempt);
-  detail::ArmedAttempt::State disarm_on(Channel& channel, detail::ArmedAttempt& attempt);
   void mark_moved(Channel& channel) DISTLOCK_REQUIRES(mutex_);
   void poke() noexcept;
   static int poll_timeout(clock::time_point until);
@@ -193,7 +169,6 @@ class Notifier {
   const bool sharded_;
 
   mutable detail::Mutex mutex_;
-  std::condition_variable connected_;
   // Channel objects are guarded by mutex_ too.
   std::unordered_map<std::string, std::unique_ptr<Channel>> channels_ DISTLOCK_GUARDED_BY(mutex_);
   std::size_t waiters_ DISTLOCK_GUARDED_BY(mutex_) = 0;
@@ -201,9 +176,7 @@ class Notifier {
   bool stopping_ DISTLOCK_GUARDED_BY(mutex_) = false;
   bool retarget_ DISTLOCK_GUARDED_BY(mutex_) = false;  // retarget(): drop the connection
   std::uint64_t connects_ DISTLOCK_GUARDED_BY(mutex_) = 0;
-  std::uint64_t attempts_sent_ DISTLOCK_GUARDED_BY(mutex_) = 0;
   std::uint64_t messages_ DISTLOCK_GUARDED_BY(mutex_) = 0;
-  detail::SpareConnection spare_;
 
   // Made, read, written and dropped by the notifier thread only.
   std::unique_ptr<Connection> connection_;
@@ -235,15 +208,6 @@ inline Notifier::~Notifier() {
   ::close(wake_fd_);
 }
 
-inline std::unique_ptr<Connection> Notifier::lend_spare(clock::time_point deadline) {
-  ConnectionOptions where;
-  {
-    detail::MutexLock lock(mutex_);
-    where = options_;
-  }
-  return spare_.lend(where, deadline);
-}
-
 inline void Notifier::mark_moved(Channel& channel) {
   // Left "sent", so this connection does not ask again; a reconnect does.
   channel.moved = true;
@@ -273,7 +237,7 @@ inline void Notifier::poke() noexcept { detail::signal_eventfd(wake_fd_); }
 
 }  // namespace distlock
 
-// The waiters' side: subscribing, leaving, arming an attempt on a channel.
+// The waiters' side: subscribing, waiting, leaving.
 #include "distlock/detail/runtime/notifier_waiters.hpp"  // IWYU pragma: export
 // The notifier thread's side: its loop, the connection and the messages.
 #include "distlock/detail/runtime/notifier_thread.hpp"  // IWYU pragma: export

@@ -64,10 +64,6 @@ class Site {
   }
   /// Wakes every waiter of `channel`, wherever it sleeps.
   virtual void wake(const std::string& channel) { notifier().wake(channel); }
-  /// Whether a sleeping waiter's next attempt may be sent from notifier()
-  /// (detail/runtime/armed_attempt.hpp): not on a cluster, which routes each step,
-  /// nor on a Sentinel's master, which may move while the waiter sleeps.
-  virtual bool arms_attempts() const noexcept { return false; }
   virtual Watchdog& watchdog() = 0;
   virtual const SharedEventHook& events() const noexcept = 0;
 

@@ -25,7 +25,6 @@
 #include "distlock/detail/lifecycle/exclusive_lock.hpp"
 #include "distlock/detail/lifecycle/key_type.hpp"
 #include "distlock/detail/lifecycle/single_server.hpp"
-#include "distlock/detail/runtime/armed_attempt.hpp"
 #include "distlock/detail/wire/command_format.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lease.hpp"
@@ -93,26 +92,6 @@ class LeaseProtocol : public SingleServer {
         [&](Connection& connection) { Wire::undo(connection, keys(), token); }, replicas_.get(),
         key_);
   }
-
-  /// The attempt as the notifier thread may write it for a sleeping waiter
-  /// (detail/runtime/armed_attempt.hpp); empty where it may not: a fenced attempt
-  /// (a script or a transaction), one with WAIT behind it, or one whose
-  /// site does not arm attempts (Site::arms_attempts).
-  std::string armed_command(Kind, const std::string& token) const {
-    if (fencing_ || replicas_ || !site_->arms_attempts()) return {};
-    return format_command({"SET", key_, token, "NX", "PX", ttl_});
-  }
-  /// An armed attempt's reply, as set_if_absent() reads it.
-  static Attempt armed_reply(const Reply& reply) {
-    reply.throw_if_error();
-    return set_reply(reply);
-  }
-  /// Behind an armed attempt whose reply never came, as attempt() undoes.
-  void undo(Kind, Connection& connection, const std::string& token) {
-    Wire::undo(connection, keys(), token);
-  }
-  Notifier& notifier() { return site_->notifier(); }
-  std::chrono::milliseconds command_timeout() const { return site_->options().command_timeout; }
 
   /// The holder's lease, and (in the same round trip) a check that the key
   /// holds a string: SET NX is refused by a key of any type, and a hash or

@@ -5,8 +5,7 @@
 // the depth of re-entry, and giving them back), runs the acquire loop
 // under the deadline rules of detail/lifecycle/acquire.hpp (attempt; subscribe to the
 // release channel; sleep until a release, the policy's pause, the holder's
-// lease or the deadline, with the next attempt armed where the protocol
-// allows (detail/lifecycle/armed_sleep.hpp); try again), decides re-entry and "held
+// lease or the deadline; try again), decides re-entry and "held
 // by this object", registers leases with the Watchdog (renewed, or of fixed
 // ttl and kept for revalidation only), and extends them.
 //
@@ -58,7 +57,6 @@
 #include "distlock/detail/base/thread_annotations.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
-#include "distlock/detail/lifecycle/armed_sleep.hpp"
 #include "distlock/detail/lifecycle/heard.hpp"
 #include "distlock/detail/lifecycle/hold_keeper.hpp"
 #include "distlock/error.hpp"
@@ -171,22 +169,17 @@ class Lifecycle : public HoldKeeper<Protocol> {
     clock::time_point step_deadline{};
     std::optional<Notifier::Subscription> subscription;
     bool subscribed = false;
-    Presented presented;  // an attempt the notifier thread sent while we slept
-    Heard heard;          // when Redis last answered, and how fast
+    Heard heard;  // when Redis last answered, and how fast
   };
 
-  // The attempt: the one the notifier thread sent for us while we slept;
-  // none while a holder of this object holds (its unlock is what we wait
-  // for, not Redis); else the protocol's. nullopt when the deadline cut the
-  // step short.
+  // The attempt: none while a holder of this object holds (its unlock is
+  // what we wait for, not Redis); else the protocol's. nullopt when the
+  // deadline cut the step short.
   std::optional<Attempt> attempt(Waiter& waiter) {
-    const bool presented = waiter.presented.answer.has_value();
     // Read before the attempt, so a release announced between a failed
     // attempt and the sleep ends that sleep at once.
-    waiter.seen = presented             ? waiter.presented.seen
-                  : waiter.subscription ? waiter.subscription->generation()
-                                        : 0;
-    waiter.sent = presented ? waiter.presented.sent : clock::now();
+    waiter.seen = waiter.subscription ? waiter.subscription->generation() : 0;
+    waiter.sent = clock::now();
     if (++waiter.attempts == 1) {
       waiter.first_sent = waiter.sent;  // reenter() saw local_holder under the same lock
     } else {
@@ -199,13 +192,6 @@ class Lifecycle : public HoldKeeper<Protocol> {
     if (waiter.last_chance) {
       waiter.step_deadline =
           waiter.attempts == 1 ? no_deadline : std::max(waiter.deadline, waiter.sent + last_step);
-    }
-    if (presented) {
-      // Settled as one we sent ourselves at `sent` (adopt() still defers
-      // to a holder of this object that got there first).
-      waiter.heard.answer();
-      waiter.local_holder = false;
-      return *std::exchange(waiter.presented.answer, std::nullopt);
     }
     if (waiter.local_holder) return behind_own_holder();
     std::optional<Attempt> answered =
@@ -290,8 +276,8 @@ class Lifecycle : public HoldKeeper<Protocol> {
 
   // Sleeps until a release is announced, the policy's pause, the end of
   // the holder's lease (read first if the attempt did not tell it) or the
-  // deadline, with the next attempt armed where the protocol allows. Ends
-  // the call when the deadline cut a step short, or on cancel_waits().
+  // deadline. Ends the call when the deadline cut a step short, or on
+  // cancel_waits().
   std::optional<Outcome> sleep(Waiter& waiter, HolderLease holder) {
     if (!holder.known()) {
       const std::optional<HolderLease> read = protocol_.read_holder(waiter.deadline);
@@ -308,17 +294,11 @@ class Lifecycle : public HoldKeeper<Protocol> {
         next_attempt_at(policy_, waiter.attempts, holder, waiter.deadline, announced),
         waiter.deadline);
     if (waiter.subscription && !waiter.local_holder) {
-      if (!sleep_armed(protocol_, *waiter.subscription, waiter.kind, waiter.id, waiter.seen, until,
-                       waiter.deadline, waiter.presented)) {
-        return waiter.heard.outcome_at(waiter.deadline);  // the sent attempt's reply was cut short
-      }
+      waiter.subscription->wait(waiter.seen, until);
     } else {
       cancellation_.sleep_until(waiter.cancel_seen, until);
     }
-    // A sent attempt is settled first: it may have taken the lock.
-    if (!waiter.presented.answer && cancellation_.since(waiter.cancel_seen)) {
-      return Outcome::cancelled;
-    }
+    if (cancellation_.since(waiter.cancel_seen)) return Outcome::cancelled;
     return std::nullopt;
   }
 

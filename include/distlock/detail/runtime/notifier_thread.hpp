@@ -1,9 +1,8 @@
 // The notifier thread's side of Notifier (notifier.hpp): its loop, the
 // subscriber connection (made, lost, moved, replaced past its
 // max_connection_age), the SUBSCRIBE and UNSUBSCRIBE
-// it sends, and the replies and messages it reads; on a release message it
-// also writes the armed attempt left on that channel
-// (detail/runtime/armed_attempt.hpp). Included at the end of notifier.hpp.
+// it sends, and the replies and messages it reads: a release message wakes
+// its channel's waiters. Included at the end of notifier.hpp.
 #pragma once
 
 #include <poll.h>
@@ -308,10 +307,6 @@ inline void Notifier::handle(const Reply& reply) {
   if (kind == "message" || kind == "smessage") {
     ++messages_;
     ++channel.generation;
-    if (detail::ArmedAttempt* armed = std::exchange(channel.armed, nullptr)) {
-      armed->fire(channel.generation);
-      if (armed->state == detail::ArmedAttempt::State::sent) ++attempts_sent_;
-    }
   } else if (kind == "subscribe" || kind == "ssubscribe") {
     channel.confirmed = true;
   } else if (kind == "sunsubscribe" && channel.confirmed) {

@@ -1,7 +1,7 @@
 // The waiters' side of Notifier (notifier.hpp): a waiter subscribes to a
 // channel (counted per channel, and confirmed by the server before it
 // returns, so a release after the waiter's next attempt cannot slip by),
-// reads the channel's generation, arms its next attempt on it, and leaves.
+// reads the channel's generation, sleeps on it, and leaves.
 // Each takes the notifier's mutex for a few field updates; only subscribe()
 // may wait, for the confirmation, and never past the caller's deadline nor
 // the command timeout. Included at the end of notifier.hpp.
@@ -13,7 +13,6 @@
 #include <string>
 
 #include "distlock/detail/base/thread_annotations.hpp"
-#include "distlock/detail/runtime/armed_attempt.hpp"
 #include "distlock/error.hpp"
 #include "distlock/notifier.hpp"
 
@@ -76,21 +75,6 @@ inline bool Notifier::is_active(Channel& channel) {
 inline bool Notifier::is_moved(Channel& channel) {
   detail::MutexLock lock(mutex_);
   return channel.moved;
-}
-
-inline bool Notifier::arm_on(Channel& channel, detail::ArmedAttempt& attempt) {
-  detail::MutexLock lock(mutex_);
-  if (channel.armed != nullptr) return false;
-  attempt.state = detail::ArmedAttempt::State::armed;
-  channel.armed = &attempt;
-  return true;
-}
-
-inline detail::ArmedAttempt::State Notifier::disarm_on(Channel& channel,
-                                                       detail::ArmedAttempt& attempt) {
-  detail::MutexLock lock(mutex_);
-  if (channel.armed == &attempt) channel.armed = nullptr;
-  return attempt.state;
 }
 
 }  // namespace distlock

@@ -54,7 +54,7 @@ inline void append_command(Args argv, std::string& out) {
   }
 }
 
-/// append_command() into a string of its own (an armed attempt's).
+/// append_command() into a string of its own.
 inline std::string format_command(Args argv) {
   std::string formatted;
   append_command(argv, formatted);

@@ -74,7 +74,7 @@ class Socket {
   /// Writes all of `data` within the timeout.
   IoStatus write_all(std::string_view data);
   /// Writes what fits now without waiting: the bytes written, or -1. For
-  /// the noexcept paths (an undo behind a late command, an armed attempt).
+  /// the noexcept paths (an undo behind a late command).
   long send_now(std::string_view data) noexcept;
   /// Reads and drops what is there without waiting (before a close that
   /// would otherwise reset the connection).
