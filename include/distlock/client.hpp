@@ -11,20 +11,12 @@
 //
 // A server that comes back may not be the one the leases were granted on
 // (restarted without persistence, or another process on the address), so
-// the first connection made after one broke has every lease the Watchdog
-// has revalidated at once (Runtime::revalidate), and so does the Runtime's
-// server watch, without waiting for a caller, within about a second of the
-// server's return (detail/runtime/server_watch.hpp): kept if its key still
-// holds its token (a renewed lease is renewed; one of fixed ttl keeps its
-// expiry), reported lost otherwise. That answers what matters, whether the
-// leases are still there, off the caller's path. With an event hook set,
-// that connection and the Client's very first also ask INFO server for the
-// server's run_id, once the call that made them is done with them (a round
-// trip on those calls only, after their own command, so that a server
-// that falls silent fails the caller's command, not one it never sent): a
-// run_id other than the last one seen is a new server process, told as
-// master_switched (events.hpp). A server that refuses INFO (an ACL) is not
-// asked again; one that does not answer it is asked on the next connection.
+// the first connection made after one broke, and the server watch within
+// about a second of its return (detail/runtime/server_watch.hpp), has every
+// lease the Watchdog holds revalidated (Runtime::revalidate): kept if its
+// key still holds its token, reported lost otherwise. With an event hook
+// set, those connections also ask INFO server for the run_id, after their
+// caller's command: another run_id is told as master_switched.
 //
 // After fork() the child shares the parent's sockets, owner id and leases,
 // but not its threads. A Client made before the fork therefore refuses every

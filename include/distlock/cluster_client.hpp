@@ -4,26 +4,15 @@
 //   distlock::ClusterClient cluster{"redis://10.0.0.5:7000,10.0.0.6:7000"};
 //   distlock::Mutex stock{cluster, "stock:{42}"};
 //
-// How it plugs in: a lock's keys all share one hash slot (its companion keys
-// carry the name as a hash tag), so a lock object's site is a copy of the
-// ClusterClient bound to that slot (for_key(); the keys are checked when
-// the lock is made, InvalidArgument if they do not share a slot), and every
-// step it sends, from any thread and the Watchdog's renewals too, goes to
-// the node that owns the slot now, following MOVED and ASK
-// (detail/backend/cluster_route.hpp). The Watchdog renews the leases of one slot
-// in one batch (a cluster runs a script only over keys of one slot).
-//
-// A handle: copies share the pools (one per node), the slot map and the
-// Runtime. Nothing connects until first use. Release announcements use
-// sharded pub/sub (Redis 7): releases SPUBLISH on the lock's channel, which
-// shares the lock's slot, and waiters SSUBSCRIBE at the node that owns it
-// (one subscriber connection per node, made when first waited on), so an
-// announcement stays on its shard, and a Redisson release in cluster mode
-// (which SPUBLISHes) wakes a distlock waiter. When the slot moves, the
-// node drops the subscription and the waiter subscribes again at the new
-// owner (reading the slot map again first if it still names the old one);
-// a waiter that misses an announcement still wakes by the holder's lease
-// end.
+// A lock's keys all share one hash slot (its companion keys carry the name
+// as a hash tag; InvalidArgument when they do not), so a lock's site is the
+// slot, and every step, the Watchdog's batched renewals too, goes to the
+// node that owns it now, following MOVED and ASK (detail/backend/cluster_route.hpp).
+// Copies share the pools (one per node), the slot map and the Runtime;
+// nothing connects until first use. Releases SPUBLISH on the lock's channel
+// (sharded pub/sub, Redis 7, as Redisson in cluster mode) and waiters
+// SSUBSCRIBE at the slot's owner; when the slot moves they subscribe again
+// at the new owner (ClusterSite::subscribe).
 #pragma once
 
 #include <chrono>
@@ -80,16 +69,8 @@ class ClusterClient : public Backend {
   Client::Borrowed borrow(std::chrono::steady_clock::time_point deadline =
                               std::chrono::steady_clock::time_point::max()) {
     Client::Borrowed connection = nodes_->owner(bound_slot(), deadline).client.borrow(deadline);
-    connection->set_sharded_publish(true);
+    connection->set_sharded_publish(true);  // releases sent on it SPUBLISH
     return connection;
-  }
-
-  /// Runs `send(connection)` at the owner of this copy's slot, following
-  /// MOVED, ASK, TRYAGAIN and CLUSTERDOWN within `deadline` and
-  /// max_redirects; returns what send returns.
-  template <class Send>
-  auto route(std::chrono::steady_clock::time_point deadline, Send&& send) {
-    return detail::route_to_owner(*nodes_, bound_slot(), deadline, std::forward<Send>(send));
   }
 
   /// One command, sent to the owner of the slot of its first argument after
@@ -119,12 +100,6 @@ class ClusterClient : public Backend {
 
   /// The options every node's pool was made with.
   const ClientOptions& options() const noexcept { return nodes_->options(); }
-  /// Distinct for each slot: the Watchdog renews one slot's leases together.
-  const void* slot_identity() const noexcept {
-    return slot_ >= 0 ? nodes_->slot_identity(slot_) : nodes_.get();
-  }
-  const ClusterOptions& cluster_options() const noexcept { return nodes_->options(); }
-
   /// Reads the slot map now. Throws ConnectionError naming the nodes tried
   /// when none answers.
   void refresh(std::chrono::steady_clock::time_point deadline =
@@ -136,51 +111,10 @@ class ClusterClient : public Backend {
     return nodes_->owner(slot, detail::no_deadline).client.options().endpoint();
   }
 
-  /// An error reply to a step this copy pipelined (a batch of renewals, a
-  /// Redlock step): a MOVED updates the slot map, and is answered true.
-  bool saw_error(std::string_view reply) { return nodes_->saw_error(reply); }
-  /// For an ASK error reply to a step this copy pipelined (its slot is
-  /// being migrated, and the key is not at the old owner): a connection to
-  /// the importing node it names, where the step may go once after ASKING
-  /// on that same connection. Throws ServerError (the reply) for another
-  /// reply, and as borrow().
-  Client::Borrowed borrow_asked(std::string_view reply,
-                                std::chrono::steady_clock::time_point deadline =
-                                    std::chrono::steady_clock::time_point::max()) {
-    detail::ClusterNodes::Node* importing = nodes_->asked_node(reply);
-    if (importing == nullptr) throw ServerError(reply);
-    Client::Borrowed connection = importing->client.borrow(deadline);
-    connection->set_sharded_publish(true);
-    return connection;
-  }
-
   /// The release notifier of the node that owns this copy's slot (slot 0
   /// when unbound) now: sharded pub/sub, started (one thread, one
   /// connection per node) on first use.
   Notifier& notifier() { return nodes_->notifier_of(slot_ >= 0 ? slot_ : 0); }
-  /// Subscribes to `channel` (of this copy's slot) at the node that owns
-  /// the slot. A refusal there (the node dropped or refused it: the slot
-  /// moved, and no step sent since met the MOVED that would have told us)
-  /// means the slot map is behind: it is read once more and the
-  /// subscription made where it says now. Refused still, it is returned as
-  /// it is (moved()), and the waiter falls back to its timer.
-  Notifier::Subscription subscribe(const std::string& channel,
-                                   std::chrono::steady_clock::time_point deadline) {
-    Notifier& first = notifier();
-    Notifier::Subscription subscription = first.subscribe(channel, deadline);
-    if (!subscription.moved()) return subscription;
-    try {
-      nodes_->refresh(deadline);
-    } catch (const Error&) {
-      return subscription;  // no node told the map: the timer it is
-    }
-    Notifier& now = notifier();
-    if (&now == &first) return subscription;
-    return now.subscribe(channel, deadline);
-  }
-  /// Wakes the waiters of `channel` at every node (what cancel_waits()
-  /// needs: a waiter may still sleep at a node its lock's slot has left).
-  void wake_waiters(const std::string& channel) { nodes_->wake_everywhere(channel); }
   const detail::SharedEventHook& events() const noexcept { return nodes_->events(); }
   /// The lease watchdog, started (one thread) on first use.
   Watchdog& watchdog() { return nodes_->runtime().watchdog(); }
@@ -207,38 +141,61 @@ class ClusterClient : public Backend {
 
 namespace detail {
 
-/// A ClusterClient's site: a copy bound to the key's slot.
+/// A ClusterClient's site: the slot of the key, at whichever node owns it.
 class ClusterSite final : public Site {
  public:
-  explicit ClusterSite(ClusterClient bound) : cluster_(std::move(bound)) {}
+  ClusterSite(std::shared_ptr<ClusterNodes> nodes, int slot)
+      : nodes_(std::move(nodes)), slot_(slot) {}
 
   void run(clock::time_point deadline, FunctionRef<void(Connection&)> send) override {
-    cluster_.route(deadline, send);
+    route_to_owner(*nodes_, slot_, deadline, send);
   }
-  Borrowed borrow(clock::time_point deadline) override { return cluster_.borrow(deadline); }
-  bool saw_error(std::string_view reply) override { return cluster_.saw_error(reply); }
+  Borrowed borrow(clock::time_point deadline) override {
+    return sharded(nodes_->owner(slot_, deadline).client.borrow(deadline));
+  }
+  bool saw_error(std::string_view reply) override { return nodes_->saw_error(reply); }
   bool redirects() const noexcept override { return true; }
+  // The importing node an ASK reply names, where the step may go once after
+  // ASKING on the same connection.
   Borrowed borrow_asked(std::string_view reply, clock::time_point deadline) override {
-    return cluster_.borrow_asked(reply, deadline);
+    ClusterNodes::Node* importing = nodes_->asked_node(reply);
+    if (importing == nullptr) throw ServerError(reply);
+    return sharded(importing->client.borrow(deadline));
   }
-  Notifier& notifier() override { return cluster_.notifier(); }
+  Notifier& notifier() override { return nodes_->notifier_of(slot_); }
+  // A refusal at the owner (the slot moved, and no step since met the MOVED
+  // that would have told us) means the slot map is behind: it is read once
+  // more and the subscription made where it says now. Refused still, the
+  // waiter falls back to its timer.
   Notifier::Subscription subscribe(const std::string& channel,
                                    clock::time_point deadline) override {
-    return cluster_.subscribe(channel, deadline);
+    Notifier& first = notifier();
+    Notifier::Subscription subscription = first.subscribe(channel, deadline);
+    if (!subscription.moved()) return subscription;
+    try {
+      nodes_->refresh(deadline);
+    } catch (const Error&) {
+      return subscription;  // no node told the map: the timer it is
+    }
+    Notifier& now = notifier();
+    if (&now == &first) return subscription;
+    return now.subscribe(channel, deadline);
   }
-  void wake(const std::string& channel) override { cluster_.wake_waiters(channel); }
-  Watchdog& watchdog() override { return cluster_.watchdog(); }
-  const SharedEventHook& events() const noexcept override { return cluster_.events(); }
+  // Every node: a waiter may still sleep at a node its lock's slot has left.
+  void wake(const std::string& channel) override { nodes_->wake_everywhere(channel); }
+  Watchdog& watchdog() override { return nodes_->runtime().watchdog(); }
+  const SharedEventHook& events() const noexcept override { return nodes_->events(); }
 
-  const ClientOptions& options() const noexcept override { return cluster_.options(); }
-  const std::string& id() const noexcept override { return cluster_.id(); }
-  bool forked() const noexcept override { return cluster_.forked(); }
-  void check_process() const override { cluster_.check_process(); }
-  const void* identity() const noexcept override { return cluster_.slot_identity(); }
+  const ClientOptions& options() const noexcept override { return nodes_->options(); }
+  const std::string& id() const noexcept override { return nodes_->id(); }
+  bool forked() const noexcept override { return nodes_->forked(); }
+  void check_process() const override { nodes_->check_process(); }
+  // Distinct for each slot: the Watchdog renews one slot's leases together.
+  const void* identity() const noexcept override { return nodes_->slot_identity(slot_); }
   std::string describe() const override {
     std::string text = "cluster";
     char separator = ' ';
-    for (const std::string& seed : cluster_.cluster_options().seeds) {
+    for (const std::string& seed : nodes_->options().seeds) {
       text += separator + seed;
       separator = ',';
     }
@@ -250,7 +207,13 @@ class ClusterSite final : public Site {
   }
 
  private:
-  ClusterClient cluster_;
+  static Borrowed sharded(Borrowed connection) {
+    connection->set_sharded_publish(true);
+    return connection;
+  }
+
+  std::shared_ptr<ClusterNodes> nodes_;
+  int slot_;
 };
 
 }  // namespace detail
@@ -267,7 +230,7 @@ DISTLOCK_DECL ClusterClient& ClusterClient::operator=(const ClusterClient&) = de
 DISTLOCK_DECL ClusterClient& ClusterClient::operator=(ClusterClient&&) noexcept = default;
 
 DISTLOCK_DECL std::shared_ptr<detail::Site> ClusterClient::site_for(std::string_view key) const {
-  return std::make_shared<detail::ClusterSite>(for_key(key));
+  return std::make_shared<detail::ClusterSite>(nodes_, detail::key_slot(key));
 }
 #endif
 

@@ -20,75 +20,32 @@
 //      randomised pause, so contenders who split the vote do not split it
 //      again in step.
 //
-// A master that is down, stopped past the per-node timeout, or answering
-// with an error counts as a "no", and last_attempt() says which and why.
-// When fewer than a quorum of masters give any answer at all the step is
-// undecidable: if the masters that failed outright (down, refusing, broken
-// connection, error reply) leave no quorum able to answer, it throws
-// NoQuorumError whatever the deadline; if the missing answers are masters
-// slower than the node timeout (a late reply, or a connection, TLS
-// handshake and all, not made in time), a call with a deadline tries again
-// until it, then returns false, and try_lock() and lock() throw
-// NoQuorumError.
-//
-// Release and extend run Mutex's token-checked scripts on every master;
-// extend needs a majority again and recomputes the validity. A renewal or
-// extend that a quorum confirms sets the key again (SET NX) on the masters
-// that lost it, so a lease does not go on standing on the bare quorum,
-// where one slow master more would cost it. The key holds
-// exactly SET <key> <token> PX <ttl> on each master, as node-redlock and
-// redsync store it.
-//
-// The commands go to all masters at once without a thread per master: one
-// connection is borrowed from each master's Client, the command is written
-// to all of them, and then the replies are awaited against one deadline
-// (detail/redlock/fan_out.hpp). A step costs about the slowest master's round trip;
-// a master that is down refuses the connection at once, and one that is
-// stopped costs the per-node timeout once, however many there are.
-// Getting the connections is the exception: a Client opens one
-// synchronously, so a master whose host drops packets (rather than refusing
-// them) costs its Client's connect_timeout, one such master after another,
-// whenever a step needs a new connection to it; and a Client whose pool
-// stays busy costs its pool_wait_timeout. Give the masters' Clients a
-// connect_timeout no longer than the node timeout.
+// A master that is down, stopped past the per-node timeout or answering
+// with an error counts as a "no" (last_attempt() says which and why). When
+// the masters that failed outright leave no quorum able to answer, the step
+// throws NoQuorumError whatever the deadline; when the missing answers are
+// only late, a call with a deadline tries again until it (try_lock() and
+// lock() throw NoQuorumError). Release and extend run Mutex's token-checked
+// scripts on every master; a renewal or extend that a quorum confirms sets
+// the key again (SET NX) on the masters that lost it. The steps go to all
+// masters at once, without a thread per master (detail/redlock/fan_out.hpp).
 //
 // What Redlock does not give:
-// - No fencing token. Counters kept on independent masters do not form one
+// - No fencing token: counters on independent masters do not form one
 //   rising sequence, so LockOptions::fencing(true) is refused.
-// - No renewal unless asked. A Redlock keeps its lease (the 30 s default
-//   when no ttl is given) unless it is given auto_renew(true): then the
-//   Watchdog of the first master's Client renews it about every ttl/3 with
-//   an extend on every master, each through its own Client (a master that
-//   is down costs its vote), which needs a quorum like extend() does. A
-//   renewal that so many masters refuse (key gone or taken) that no quorum
-//   can hold the key loses the lease; one that decides nothing (too few
-//   yeses, and silent masters that could still make a quorum either way)
-//   is tried again until the validity (ttl minus the drift allowance, from
-//   the last quorum renewal) runs out, and then the lease is lost (extend()
-//   throws NoQuorumError for such a step and keeps the lease); either way lost() turns true,
-//   on_lost is called and release() answers Release::lost, sending nothing. max_hold and on_lost
-//   need auto_renew(true). wake_on_release does not apply (a waiter retries
-//   at its policy's pace; cancel_waits() ends its wait).
+// - No renewal unless asked (auto_renew(true)); a renewal that no quorum can
+//   confirm is retried until the validity runs out, then the lease is lost.
+//   wake_on_release does not apply: a waiter retries at its policy's pace.
 // - Safety rests on bounded clock drift and on masters that keep the keys
-//   they acknowledged: a master restarted without persistence forgets its
-//   locks, so keep a restarted master out for the longest TTL before it
-//   rejoins, or run it with appendonly yes and appendfsync always.
-// - Masters are told apart by endpoint (host:port, or socket path); two
-//   names for one server ("localhost" and "127.0.0.1") are not detected.
-//
-// The masters may be ClusterClients of separate clusters, one vote per
-// cluster (BasicRedlock<ClusterClient>): each copy is bound to the name's
-// slot, so a step goes to the master that owns it in that cluster, and a
-// MOVED costs that cluster's vote for the one step and is followed after
-// it. Clusters are told apart by their seed lists. The masters of one
-// cluster are never separate votes: they fail over together and a
-// promoted replica may lack what its master granted. All masters are of
-// one Backend type: Clients and ClusterClients do not mix.
-// - A master that answers only after a successful attempt stopped waiting
-//   for it may still set the key. The key holds our token, so release()
-//   removes it if it has landed by then; if not, it runs out with its
-//   lease. (A failed attempt queues its release right behind such a SET,
-//   so there the late key is taken back as soon as it lands.)
+//   they acknowledged: keep a master restarted without persistence out for
+//   the longest TTL, or run it with appendonly yes and appendfsync always.
+// - Masters are told apart by endpoint; two names for one server are not
+//   detected. A master may be any backend: a ClusterClient is one vote for
+//   its whole cluster (its masters fail over together), and a SentinelClient
+//   one for its set.
+// - An answer that comes after a successful attempt stopped waiting may
+//   still set the key; release() removes it if it has landed, or it runs out
+//   with its lease. A failed attempt's release is queued right behind it.
 //
 // Any number of masters is accepted; the quorum is N/2 + 1. N = 1 or 2
 // tolerates no failed master, and an even N tolerates no more failures than

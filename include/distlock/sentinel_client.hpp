@@ -5,20 +5,12 @@
 //   distlock::SentinelClient sentinel{options};
 //   distlock::Mutex job{sentinel, "job"};
 //
-// It asks the Sentinels where the master is, checks that the server there
-// says ROLE master, and follows the master when it moves: after a
-// connection to it fails, after it answers READONLY, and when a Sentinel
-// announces +switch-master (detail/backend/sentinel_master.hpp). Waiters for a
-// release are subscribed again at the new master. Every lease held through
-// it is revalidated on the new master at once: a lease whose key still
-// holds its token is kept (a renewed one with its validity counted afresh,
-// one of fixed ttl with its expiry as it was); any other is reported lost
-// (lost(), on_lost, the lost event), never believed. The hook hears
-// master_switched once per switch (events.hpp). Destroying the last copy
-// does not wait for a look at the Sentinels in progress.
-//
-// A handle: copies share the pools (one per address the master has had),
-// the watch thread and the Runtime. Nothing connects until first use.
+// It asks the Sentinels where the master is, checks that it says ROLE
+// master, and follows it when it moves; every lease held through it is then
+// revalidated on the new master, kept or reported lost, never believed
+// (detail/backend/sentinel_master.hpp). Copies share the pools (one per
+// address the master has had), the watch thread and the Runtime; nothing
+// connects until first use.
 #pragma once
 
 #include <chrono>
@@ -97,7 +89,6 @@ class SentinelClient : public Backend {
 
   /// The options the master's pools are made with.
   const ClientOptions& options() const noexcept { return master_->options(); }
-  const SentinelOptions& sentinel_options() const noexcept { return master_->options(); }
 
   /// Asks the Sentinels for the master now. Throws ConnectionError naming
   /// each Sentinel and what it said when none named a master that answers.
@@ -110,10 +101,6 @@ class SentinelClient : public Backend {
   std::string master_address() const { return master_->address(); }
   /// How many times the master moved since it was first found.
   unsigned switches() const noexcept { return master_->switches(); }
-
-  /// An error reply to a step this copy pipelined (a batch of renewals):
-  /// READONLY has the master looked for again.
-  void saw_error(std::string_view reply) { master_->saw_error(reply); }
 
   /// The release notifier (at the master, following it), started on first use.
   Notifier& notifier() { return master_->runtime().notifier(); }
@@ -145,8 +132,9 @@ class SentinelSite final : public Site {
     sentinel_.route(deadline, send);
   }
   Borrowed borrow(clock::time_point deadline) override { return sentinel_.borrow(deadline); }
+  // An error reply to a pipelined step: READONLY has the master looked for again.
   bool saw_error(std::string_view reply) override {
-    sentinel_.saw_error(reply);
+    sentinel_.master_->saw_error(reply);
     return false;
   }
   Notifier& notifier() override { return sentinel_.notifier(); }

@@ -45,7 +45,9 @@ inline void ignore_default_sigpipe() noexcept {
 class Endpoint {
  public:
   explicit Endpoint(ClientOptions options);
-  ~Endpoint();
+  // In a forked child the sockets are the parent's too: closing our copies
+  // is harmless, as long as nothing is sent on them.
+  ~Endpoint() = default;
 
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
@@ -111,8 +113,7 @@ class Borrowed {
  public:
   Borrowed(std::shared_ptr<Endpoint> endpoint, std::unique_ptr<Connection> connection) noexcept
       : endpoint_(std::move(endpoint)), connection_(std::move(connection)) {}
-  Borrowed(Borrowed&& other) noexcept
-      : endpoint_(std::move(other.endpoint_)), connection_(std::move(other.connection_)) {}
+  Borrowed(Borrowed&&) noexcept = default;
   Borrowed& operator=(Borrowed&&) = delete;
   Borrowed(const Borrowed&) = delete;
   Borrowed& operator=(const Borrowed&) = delete;
@@ -143,11 +144,6 @@ inline Endpoint::Endpoint(ClientOptions options)
   // give_back() is noexcept, so its push_back must never need to allocate.
   idle_.reserve(options_.pool_size);
   if (options_.ignore_sigpipe) ignore_default_sigpipe();
-}
-
-inline Endpoint::~Endpoint() {
-  // In a forked child the sockets are the parent's too: closing our copies
-  // is harmless, but nothing may be sent on them.
 }
 
 inline std::unique_ptr<Connection> Endpoint::take(SteadyClock::time_point deadline) {

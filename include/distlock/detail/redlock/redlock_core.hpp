@@ -67,10 +67,8 @@ class RedlockCore {
     Fan fan(pointers_);
     const std::string_view keys[] = {key_, channel_};
     const std::string_view args[] = {token};
-    RedlockAttempt result =
-        run_script(fan, RedlockStep::release, scripts::release, Args(keys, 2), Args(args, 1), {});
-    result.succeeded = result.ok() >= quorum_;
-    return result;
+    return run_script(fan, RedlockStep::release, scripts::release, Args(keys, 2), Args(args, 1),
+                      {});
   }
 
   /// extend_on_masters with a Fan of its own; what a lost extend may have
@@ -99,7 +97,6 @@ class RedlockCore {
                                      if (reply.is_nil()) return NodeStatus::other_owner;
                                      return std::nullopt;
                                    });
-    result.succeeded = result.ok() >= quorum_ && result.validity > clock::duration::zero();
     if (!result.succeeded) {
       clean_up(fan, token, start + budget);
       refuse_wrong_type(fan);
@@ -150,8 +147,9 @@ class RedlockCore {
     });
   }
 
-  // What a step found: timing, validity, and each master's answer as
-  // answer(reply) reads it, or its failure.
+  // What a step found: timing, validity, each master's answer as
+  // answer(reply) reads it, or its failure, and whether a quorum said yes
+  // with validity left (a release, with no lease, needs only the quorum).
   template <class Answer>
   RedlockAttempt record(const Fan& fan, RedlockStep step, clock::time_point start,
                         std::chrono::milliseconds lease, Answer answer) const {
@@ -188,6 +186,8 @@ class RedlockCore {
           break;
       }
     }
+    result.succeeded =
+        result.ok() >= quorum_ && (lease.count() == 0 || result.validity > clock::duration::zero());
     return result;
   }
 
@@ -201,7 +201,6 @@ class RedlockCore {
     const std::string_view args[] = {token, lease_text};
     RedlockAttempt result =
         run_script(fan, RedlockStep::extend, scripts::extend, Args(keys, 1), Args(args, 2), lease);
-    result.succeeded = result.ok() >= quorum_ && result.validity > clock::duration::zero();
     if (!result.succeeded && !refused(result)) throw no_quorum(std::move(result));
     if (result.succeeded) restore(fan, result, token, lease_text, clock::now() + node_timeout_);
     return result;
@@ -289,7 +288,6 @@ class RedlockCore {
                                        }
                                        return NodeStatus::ok;
                                      });
-      result.succeeded = result.ok() >= quorum_ && result.validity > clock::duration::zero();
       if (!result.succeeded && !refused(result)) {
         static_cast<void>(cores[i]->no_quorum(std::move(result)));  // remembered; unknown
         continue;
