@@ -79,7 +79,7 @@ struct ScriptedLease {
   }
 
   // Renewal: renew_batch, one call per Watchdog::batch_size leases.
-  using Renewer = ScriptRenewer<KeyTokenLeases<scripts::renew_batch>>;
+  using Renewer = ScriptRenewer<scripts::renew_batch>;
 };
 
 }  // namespace detail

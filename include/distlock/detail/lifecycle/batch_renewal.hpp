@@ -33,90 +33,6 @@
 
 namespace distlock::detail {
 
-/// Renews `leases` with `script`; `add(lease, keys, args)` appends one
-/// lease's KEYS and ARGV to its call's. Until `loaded` says the server has
-/// the script, the pipeline starts with a SCRIPT LOAD, so that a first
-/// round is not a round of NOSCRIPT answers and EVALs.
-template <class AddLease>
-void renew_by_script(Site& site, const Script& script, std::atomic<bool>& loaded,
-                     const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
-                     SteadyClock::time_point deadline, AddLease&& add,
-                     ReplicaCheck* replicas = nullptr) noexcept {
-  constexpr std::size_t batch = Watchdog::batch_size;
-  bool replicated = true;  // no WAIT asked for, or enough replicas acknowledged
-  try {
-    Borrowed connection = site.borrow(deadline);
-    const std::chrono::milliseconds command_timeout = site.options().command_timeout;
-    connection->set_timeout(reply_timeout(command_timeout, deadline));
-    const int needed =
-        replicas != nullptr && !leases.empty() ? replicas->needed(*connection, leases[0]->key) : 0;
-    const bool load = !loaded.load(std::memory_order_relaxed);
-    if (load) connection->append("SCRIPT", "LOAD", script.source);
-    std::vector<std::vector<std::string_view>> calls;  // keys, args, keys, args, ...
-    calls.reserve(2 * ((leases.size() + batch - 1) / batch));
-    for (std::size_t first = 0; first < leases.size(); first += batch) {
-      // Sized once: a lease adds at most two keys and two args.
-      const std::size_t count = std::min(batch, leases.size() - first);
-      std::vector<std::string_view> keys;
-      std::vector<std::string_view> args;
-      keys.reserve(2 * count);
-      args.reserve(2 * count);
-      for (std::size_t i = first; i < first + count; ++i) {
-        add(*leases[i], keys, args);
-      }
-      connection->append_evalsha(script, keys, args);
-      calls.push_back(std::move(keys));
-      calls.push_back(std::move(args));
-    }
-    if (needed > 0) replicas->append_wait(*connection, needed, deadline, command_timeout);
-    connection->flush();
-    if (load) loaded = !connection->read_reply().is_error();
-    const auto settle = [&](std::size_t call, const ReplyView& gone) {
-      // The script answers an array, empty when every lease is there;
-      // anything else renewed nothing we can count on: unknown.
-      if (!gone.is_array()) return;
-      const std::size_t first = call * batch;
-      const std::size_t count = std::min(batch, leases.size() - first);
-      for (std::size_t i = 0; i < count; ++i) outcomes[first + i] = Renewed::yes;
-      for (std::size_t g = 0; g < gone.size(); ++g) {
-        const auto position = static_cast<std::size_t>(gone[g].integer());
-        if (position >= 1 && position <= count) outcomes[first + position - 1] = Renewed::gone;
-      }
-    };
-    std::vector<std::size_t> unloaded;  // calls that met NOSCRIPT
-    for (std::size_t call = 0; call < calls.size() / 2; ++call) {
-      const Reply& reply = connection->read_reply();
-      if (reply.is_error()) {
-        if (classify_server_error(reply.str()) == ServerErrorKind::noscript) {
-          unloaded.push_back(call);
-          loaded = false;  // flushed, or a restarted server: load it next round
-        } else {
-          site.saw_error(reply.str());  // a MOVED: the next round goes to the new owner
-        }
-        continue;  // other errors: unknown, tried again soon
-      }
-      settle(call, reply.view());
-    }
-    if (needed > 0) replicated = ReplicaCheck::read_wait(*connection) >= needed;
-    for (const std::size_t call : unloaded) {
-      const Reply reply = connection->eval(script, calls[2 * call], calls[2 * call + 1]);
-      settle(call, reply.view());
-    }
-    if (needed > 0 && !unloaded.empty() && replicated) {
-      bool cut = false;
-      replicated = replicas->wait(*connection, needed, deadline, command_timeout, cut) >= needed;
-    }
-  } catch (...) {
-    replicated = replicas == nullptr;  // Whatever was not settled stays unknown.
-  }
-  if (replicated) return;
-  if (replicas != nullptr) replicas->reread();
-  // Renewed on the master only: not counted, so the lease's validity runs on.
-  for (Renewed& outcome : outcomes) {
-    if (outcome == Renewed::yes) outcome = Renewed::unknown;
-  }
-}
-
 /// A batch key for leases of `kind` on the backend whose options are
 /// `options`, renewed with WAIT for `wanted` replicas within `timeout`: one
 /// stable address per distinct combination, so that such leases of many
@@ -129,54 +45,103 @@ inline const void* replicated_batch_key(const void* kind, const void* options, i
   return &*keys.emplace(kind, options, wanted, timeout.count()).first;
 }
 
-/// The usual batch call: the leases' keys as KEYS, each one's token (or
-/// hash field) and TTL as ARGV.
-template <const Script& BatchScript>
-struct KeyTokenLeases {
-  static constexpr const Script& script = BatchScript;
-  static void add(const LeaseState& lease, std::vector<std::string_view>& keys,
-                  std::vector<std::string_view>& args) {
-    keys.push_back(lease.key);
-    args.push_back(lease.token);
-    args.push_back(lease.ttl_text);
-  }
-};
-
-/// The same with a second key per lease, its aux (a SharedMutex reader's
-/// timeout-key stem, a Semaphore's count key), after its own.
-template <const Script& BatchScript>
-struct KeyAuxTokenLeases {
-  static constexpr const Script& script = BatchScript;
-  static void add(const LeaseState& lease, std::vector<std::string_view>& keys,
-                  std::vector<std::string_view>& args) {
-    keys.push_back(lease.key);
-    keys.push_back(lease.aux);
-    args.push_back(lease.token);
-    args.push_back(lease.ttl_text);
-  }
-};
-
-/// Renews leases of one kind by one script per batch (renew_by_script).
-/// `Kind` names the script and how a lease goes into a call:
-///   static constexpr const Script& script;
-///   static void add(const LeaseState&, keys, args);
-template <class Kind>
+/// Renews leases of one kind by script `S`, in batches (see the top of
+/// file). Each lease adds its key to its call's KEYS (then, `WithAux`, its
+/// aux: a SharedMutex reader's timeout-key stem, a Semaphore's count key),
+/// and its token (or hash field) and TTL to its ARGV. Until the server is
+/// known to have the script, the pipeline starts with a SCRIPT LOAD, so
+/// that a first round is not a round of NOSCRIPT answers and EVALs.
+template <const Script& S, bool WithAux = false>
 class ScriptRenewer final : public Renewer {
  public:
   /// With `replicas`, every round is confirmed by WAIT (see the top of file).
   explicit ScriptRenewer(SitePtr site, std::shared_ptr<ReplicaCheck> replicas = nullptr)
       : site_(std::move(site)),
         replicas_(std::move(replicas)),
-        batch_key_(&Kind::script,
-                   replicas_ ? replicated_batch_key(&Kind::script, site_->identity(),
-                                                    replicas_->wanted(), replicas_->timeout())
-                             : site_->identity()) {}
+        batch_key_(&S, replicas_ ? replicated_batch_key(&S, site_->identity(), replicas_->wanted(),
+                                                        replicas_->timeout())
+                                 : site_->identity()) {}
   BatchKey batch_key() const noexcept override { return batch_key_; }
   const void* endpoint() const noexcept override { return site_->identity(); }
   void renew(const std::vector<LeaseState*>& leases, std::vector<Renewed>& outcomes,
              SteadyClock::time_point deadline) noexcept override {
-    renew_by_script(*site_, Kind::script, loaded_, leases, outcomes, deadline, &Kind::add,
-                    replicas_.get());
+    constexpr std::size_t batch = Watchdog::batch_size;
+    bool replicated = true;  // no WAIT asked for, or enough replicas acknowledged
+    try {
+      Borrowed connection = site_->borrow(deadline);
+      const std::chrono::milliseconds command_timeout = site_->options().command_timeout;
+      connection->set_timeout(reply_timeout(command_timeout, deadline));
+      const int needed =
+          replicas_ && !leases.empty() ? replicas_->needed(*connection, leases[0]->key) : 0;
+      const bool load = !loaded_.load(std::memory_order_relaxed);
+      if (load) connection->append("SCRIPT", "LOAD", S.source);
+      std::vector<std::vector<std::string_view>> calls;  // keys, args, keys, args, ...
+      calls.reserve(2 * ((leases.size() + batch - 1) / batch));
+      for (std::size_t first = 0; first < leases.size(); first += batch) {
+        // Sized once: a lease adds at most two keys and two args.
+        const std::size_t count = std::min(batch, leases.size() - first);
+        std::vector<std::string_view> keys;
+        std::vector<std::string_view> args;
+        keys.reserve(2 * count);
+        args.reserve(2 * count);
+        for (std::size_t i = first; i < first + count; ++i) {
+          const LeaseState& lease = *leases[i];
+          keys.push_back(lease.key);
+          if constexpr (WithAux) keys.push_back(lease.aux);
+          args.push_back(lease.token);
+          args.push_back(lease.ttl_text);
+        }
+        connection->append_evalsha(S, keys, args);
+        calls.push_back(std::move(keys));
+        calls.push_back(std::move(args));
+      }
+      if (needed > 0) replicas_->append_wait(*connection, needed, deadline, command_timeout);
+      connection->flush();
+      if (load) loaded_ = !connection->read_reply().is_error();
+      const auto settle = [&](std::size_t call, const ReplyView& gone) {
+        // The script answers an array, empty when every lease is there;
+        // anything else renewed nothing we can count on: unknown.
+        if (!gone.is_array()) return;
+        const std::size_t first = call * batch;
+        const std::size_t count = std::min(batch, leases.size() - first);
+        for (std::size_t i = 0; i < count; ++i) outcomes[first + i] = Renewed::yes;
+        for (std::size_t g = 0; g < gone.size(); ++g) {
+          const auto position = static_cast<std::size_t>(gone[g].integer());
+          if (position >= 1 && position <= count) outcomes[first + position - 1] = Renewed::gone;
+        }
+      };
+      std::vector<std::size_t> unloaded;  // calls that met NOSCRIPT
+      for (std::size_t call = 0; call < calls.size() / 2; ++call) {
+        const Reply& reply = connection->read_reply();
+        if (reply.is_error()) {
+          if (classify_server_error(reply.str()) == ServerErrorKind::noscript) {
+            unloaded.push_back(call);
+            loaded_ = false;  // flushed, or a restarted server: load it next round
+          } else {
+            site_->saw_error(reply.str());  // a MOVED: the next round goes to the new owner
+          }
+          continue;  // other errors: unknown, tried again soon
+        }
+        settle(call, reply.view());
+      }
+      if (needed > 0) replicated = ReplicaCheck::read_wait(*connection) >= needed;
+      for (const std::size_t call : unloaded) {
+        const Reply reply = connection->eval(S, calls[2 * call], calls[2 * call + 1]);
+        settle(call, reply.view());
+      }
+      if (needed > 0 && !unloaded.empty() && replicated) {
+        bool cut = false;
+        replicated = replicas_->wait(*connection, needed, deadline, command_timeout, cut) >= needed;
+      }
+    } catch (...) {
+      replicated = !replicas_;  // Whatever was not settled stays unknown.
+    }
+    if (replicated) return;
+    if (replicas_) replicas_->reread();
+    // Renewed on the master only: not counted, so the lease's validity runs on.
+    for (Renewed& outcome : outcomes) {
+      if (outcome == Renewed::yes) outcome = Renewed::unknown;
+    }
   }
 
  private:

@@ -236,10 +236,10 @@ class HashFieldCore : public SingleServer {
 
 /// Renewal of hash-field holds (a ReentrantMutex hold, a SharedMutex write
 /// hold: the field is the lease's token), one hash_field_renew per batch.
-using FieldRenewer = ScriptRenewer<KeyTokenLeases<scripts::hash_field_renew>>;
+using FieldRenewer = ScriptRenewer<scripts::hash_field_renew>;
 
 /// Renewal of SharedMutex read holds (the lease's aux is the owner's
 /// timeout-key stem), one read_renew per batch.
-using ReadRenewer = ScriptRenewer<KeyAuxTokenLeases<scripts::read_renew>>;
+using ReadRenewer = ScriptRenewer<scripts::read_renew, /*WithAux=*/true>;
 
 }  // namespace distlock::detail

@@ -46,7 +46,7 @@ inline constexpr std::size_t max_permits = 1'000'000'000;
 
 /// Renewal of permits, semaphore_renew per batch of Watchdog::batch_size
 /// (the lease's aux is the name's count key, kept alive with the set).
-using PermitRenewer = ScriptRenewer<KeyAuxTokenLeases<scripts::semaphore_renew>>;
+using PermitRenewer = ScriptRenewer<scripts::semaphore_renew, /*WithAux=*/true>;
 
 /// How a semaphore script answers a release or extend: 1 done, 0 the
 /// permit had expired or was gone (a permit id is never another's).
