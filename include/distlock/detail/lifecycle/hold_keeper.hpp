@@ -88,8 +88,8 @@ class HoldKeeper {
     MutexLock guard(mutex_);
     const Hold* hold = holds_.mine(kind);
     if (hold == nullptr || hold->lost() || protocol_.forked()) return std::chrono::milliseconds(0);
-    const clock::time_point end = hold->lease ? hold->lease->expires() : hold->expires;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(hold->lease->expires() -
+                                                                            clock::now());
     return std::max(left, std::chrono::milliseconds(0));
   }
   /// The hold's id (a token, or a hash field); empty when not held.
@@ -122,12 +122,6 @@ class HoldKeeper {
   using Hold = typename Holds::Hold;
   using Ended = typename Holds::Ended;
 
-  // When a lease of `ttl` sent at `sent` runs out, as the holder counts it
-  // (less the protocol's margin: a Redlock's drift allowance).
-  clock::time_point expiry(clock::time_point sent, std::chrono::milliseconds ttl) const {
-    return sent + ttl - std::chrono::ceil<clock::duration>(protocol_.margin(ttl));
-  }
-
   // Releases a grant not to be held; best effort: if Redis cannot be reached, the lease expires.
   void give_back(Kind kind, const std::string& id) noexcept {
     try {
@@ -148,7 +142,7 @@ class HoldKeeper {
     }
     protocol_.held(kind, -1);
     cancellation_.nudge();
-    if (lease) protocol_.watchdog().remove(*lease);
+    protocol_.watchdog().remove(*lease);
   }
 
   // release() and unlock() in one pass under our mutex: gives back the
@@ -176,7 +170,7 @@ class HoldKeeper {
     protocol_.held(kind, -1);
     cancellation_.nudge();
     Release outcome = Release::lost;
-    if (last.lease) protocol_.watchdog().remove(*last.lease);  // no renewal of it after this
+    protocol_.watchdog().remove(*last.lease);  // no renewal of it after this
     if (!last.lost()) {
       outcome = naming_acl_refusal([&] { return protocol_.describe(kind) + " " + protocol_.key(); },
                                    [&] { return given_back(last); });
@@ -247,10 +241,8 @@ class HoldKeeper {
         protocol_.held_elsewhere(hold.kind, hold.id);  // the owner thread's counts are its own
       }
       reporting_unlock_failure(protocol_.events(), protocol_.key(), [&] {
-        if (hold.lease) {
-          protocol_.watchdog().remove(*hold.lease);
-          if (hold.lease->lost) return;
-        }
+        protocol_.watchdog().remove(*hold.lease);
+        if (hold.lease->lost) return;
         told_released(hold.acquired, given_back(hold));
       });
     }

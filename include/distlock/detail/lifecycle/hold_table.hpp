@@ -36,12 +36,11 @@ class HoldTable {
     unsigned depth = 1;
     std::string id;
     long long fence = 0;
-    clock::time_point acquired{};  // when the grant's attempt was sent
-    clock::time_point granted{};   // when its reply was in: the minimum hold counts from here
-    int replicas = -1;             // that acknowledged the grant; -1 when not asked
-    clock::time_point expires{};
-    std::shared_ptr<LeaseState> lease;  // the record the Watchdog has
-    bool lost() const noexcept { return lease && lease->lost; }
+    clock::time_point acquired{};       // when the grant's attempt was sent
+    clock::time_point granted{};        // when its reply was in: the minimum hold counts from here
+    int replicas = -1;                  // that acknowledged the grant; -1 when not asked
+    std::shared_ptr<LeaseState> lease;  // the record the Watchdog has; never null
+    bool lost() const noexcept { return lease->lost; }
   };
 
   // A hold a failed extend() dropped, until its holder's next release()

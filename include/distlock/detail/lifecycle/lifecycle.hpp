@@ -27,8 +27,10 @@
 //   attempt(kind, id, deadline)        -> optional<Attempt>, undo included
 //   release(kind, id) / extend(kind, id, ttl)  -> TokenCheck
 //   read_holder(deadline), subscribe(deadline), wake()   for waiting
-//   watched(kind, id, sent, options)   -> the Watchdog's LeaseState
-//   watchdog(), margin(ttl), held(kind, +1/-1), key(), describe(kind)
+//   watched(kind, id, sent, options)   -> the Watchdog's LeaseState, never
+//                                      null: every hold has one, and its
+//                                      expiry_after() takes off any margin
+//   watchdog(), held(kind, +1/-1), key(), describe(kind)
 //   events()                           the Client's event hook (events.hpp)
 //
 // Holds: with per_thread false (Mutex, SimpleMutex, Redlock) the object
@@ -110,25 +112,21 @@ class Lifecycle : public HoldKeeper<Protocol> {
       lease = hold->lease;
     }
     protocol_.check_process();
-    if (lease && lease->lost) {
+    if (lease->lost) {
       forget(kind, id, Release::lost);
       return false;
     }
     // Renewals of this lease wait meanwhile, so none sent before this
     // extend can land after it and set the old lease back.
-    std::optional<Watchdog::HoldOff> quiet;
-    if (lease) quiet.emplace(protocol_.watchdog().hold_off(*lease));
+    std::optional<Watchdog::HoldOff> quiet = protocol_.watchdog().hold_off(*lease);
     const clock::time_point sent = clock::now();
-    const TokenCheck found =
-        lease && lease->lost ? TokenCheck::no_key : protocol_.extend(kind, id, ttl);
+    const TokenCheck found = lease->lost ? TokenCheck::no_key : protocol_.extend(kind, id, ttl);
     if (found != TokenCheck::done) {
       quiet.reset();
-      forget(kind, id, lease && lease->lost ? Release::lost : to_release(found));
+      forget(kind, id, lease->lost ? Release::lost : to_release(found));
       return false;
     }
-    if (quiet) quiet->extended(ttl, sent);
-    MutexLock guard(mutex_);
-    if (Hold* hold = holds_.with_id(kind, id)) hold->expires = expiry(sent, ttl);
+    quiet->extended(ttl, sent);
     return true;
   }
 
@@ -140,7 +138,6 @@ class Lifecycle : public HoldKeeper<Protocol> {
 
  private:
   using Keeper::cancellation_;
-  using Keeper::expiry;
   using Keeper::forget;
   using Keeper::give_back;
   using Keeper::holds_;
@@ -350,7 +347,6 @@ class Lifecycle : public HoldKeeper<Protocol> {
     hold.fence = fence;
     hold.acquired = sent;
     hold.granted = clock::now();
-    hold.expires = expiry(sent, options_.ttl());
     // Every lease goes to the Watchdog: one of fixed ttl too, not to be
     // renewed but to be revalidated when the backend finds a new master
     // (or a new server process), like the others, and never believed then.

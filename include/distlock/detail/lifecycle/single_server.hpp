@@ -60,9 +60,6 @@ class SingleServer {
   void wake() { site_->wake(channel_); }
   Watchdog& watchdog() { return site_->watchdog(); }
   const SharedEventHook& events() const noexcept { return site_->events(); }
-  static constexpr std::chrono::nanoseconds margin(std::chrono::milliseconds) noexcept {
-    return std::chrono::nanoseconds(0);
-  }
 
   /// This lock's Renewer of type R, given the replica acknowledgement when
   /// R can confirm renewals with it. One that cannot (SimpleMutex's) is

@@ -200,9 +200,6 @@ class RedlockProtocol {
   Watchdog& watchdog() { return core_->masters().front()->watchdog(); }
   // Its events go to the first master's Client's hook, too.
   const SharedEventHook& events() const noexcept { return core_->masters().front()->events(); }
-  static std::chrono::nanoseconds margin(std::chrono::milliseconds ttl) noexcept {
-    return redlock_drift(ttl);
-  }
 
   const std::string& key() const noexcept { return core_->key(); }
   static std::string describe(Kind) { return "lock"; }
