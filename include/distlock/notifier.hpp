@@ -73,25 +73,43 @@ class Notifier {
     Subscription(const Subscription&) = delete;
     Subscription& operator=(const Subscription&) = delete;
     ~Subscription() {
-      if (notifier_ != nullptr) notifier_->leave(*channel_);
+      if (notifier_ == nullptr) return;
+      detail::MutexLock lock(notifier_->mutex_);
+      --notifier_->waiters_;
+      // No wake-up for the thread: it unsubscribes lingering channels on its
+      // own timer, and a waiter's return is not delayed by it.
+      if (--channel_->waiters == 0) channel_->abandoned = clock::now();
     }
 
     /// Counts the wake-ups of this channel (messages, reconnects, wake()).
-    std::uint64_t generation() const { return notifier_->generation_of(*channel_); }
+    std::uint64_t generation() const {
+      detail::MutexLock lock(notifier_->mutex_);
+      return channel_->generation;
+    }
 
     /// Sleeps until generation() differs from `seen` or `until` passes.
     /// Returns true if woken by a wake-up.
     bool wait(std::uint64_t seen, clock::time_point until) {
-      return notifier_->wait_on(*channel_, seen, until);
+      detail::MutexLock lock(notifier_->mutex_);
+      return lock.wait_until(channel_->changed, until,
+                             [&] { return channel_->generation != seen; });
     }
 
     /// True while the server has confirmed this channel's subscription on a
-    /// live connection: only then can a release be relied on to wake us.
-    bool active() const { return notifier_->is_active(*channel_); }
+    /// live connection: only then can a release be relied on to wake us. A
+    /// lost connection unconfirms every channel, and a new one confirms
+    /// them again.
+    bool active() const {
+      detail::MutexLock lock(notifier_->mutex_);
+      return channel_->confirmed;
+    }
 
     /// Sharded only: the node dropped the subscription because the
     /// channel's slot is served elsewhere now; subscribe again there.
-    bool moved() const { return notifier_->is_moved(*channel_); }
+    bool moved() const {
+      detail::MutexLock lock(notifier_->mutex_);
+      return channel_->moved;
+    }
 
    private:
     friend class Notifier;
@@ -127,7 +145,6 @@ class Notifier {
 
  private:
   struct Channel {
-    std::string name;
     std::size_t waiters = 0;
     std::uint64_t generation = 0;
     bool confirmed = false;         // the server said "subscribe" on the current connection
@@ -143,7 +160,6 @@ class Notifier {
   void run();
   bool connect_once();
   // Replacing a connection past max_connection_age (notifier_thread.hpp).
-  bool due_for_replacement() const;
   void replace_if_due();
   bool replace_aged();
   bool subscribe_fresh(Connection& fresh, const std::vector<std::string>& names,
@@ -153,13 +169,7 @@ class Notifier {
   int sync_subscriptions();
   void handle(const Reply& reply);
   void drop_connection();
-  void leave(Channel& channel);
-  std::uint64_t generation_of(Channel& channel);
-  bool wait_on(Channel& channel, std::uint64_t seen, clock::time_point until);
-  bool is_active(Channel& channel);
-  bool is_moved(Channel& channel);
   void mark_moved(Channel& channel) DISTLOCK_REQUIRES(mutex_);
-  void poke() noexcept;
   static int poll_timeout(clock::time_point until);
 
   ConnectionOptions options_ DISTLOCK_GUARDED_BY(mutex_);
@@ -172,7 +182,6 @@ class Notifier {
   // Channel objects are guarded by mutex_ too.
   std::unordered_map<std::string, std::unique_ptr<Channel>> channels_ DISTLOCK_GUARDED_BY(mutex_);
   std::size_t waiters_ DISTLOCK_GUARDED_BY(mutex_) = 0;
-  bool up_ DISTLOCK_GUARDED_BY(mutex_) = false;
   bool stopping_ DISTLOCK_GUARDED_BY(mutex_) = false;
   bool retarget_ DISTLOCK_GUARDED_BY(mutex_) = false;  // retarget(): drop the connection
   std::uint64_t connects_ DISTLOCK_GUARDED_BY(mutex_) = 0;
@@ -203,7 +212,7 @@ inline Notifier::~Notifier() {
     detail::MutexLock lock(mutex_);
     stopping_ = true;
   }
-  poke();
+  detail::signal_eventfd(wake_fd_);
   thread_.join();
   ::close(wake_fd_);
 }
@@ -230,10 +239,8 @@ inline void Notifier::retarget(ConnectionOptions options) {
     options_ = std::move(options);
     retarget_ = true;
   }
-  poke();
+  detail::signal_eventfd(wake_fd_);
 }
-
-inline void Notifier::poke() noexcept { detail::signal_eventfd(wake_fd_); }
 
 }  // namespace distlock
 

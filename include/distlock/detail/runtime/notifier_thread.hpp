@@ -89,7 +89,6 @@ inline bool Notifier::connect_once() {
   bool again = false;
   {
     detail::MutexLock lock(mutex_);
-    up_ = true;
     again = ++connects_ > 1;
     // Releases may have gone unannounced while we were away: everyone looks again.
     for (auto& [name, channel] : channels_) {
@@ -116,12 +115,8 @@ inline int Notifier::poll_timeout(clock::time_point until) {
   return static_cast<int>(left.count());
 }
 
-inline bool Notifier::due_for_replacement() const {
-  return connection_ && connection_->aged() && clock::now() >= replace_after_;
-}
-
 inline void Notifier::replace_if_due() {
-  if (!due_for_replacement()) return;
+  if (!connection_ || !connection_->aged() || clock::now() < replace_after_) return;
   if (replace_aged()) {
     replace_pause_ = std::chrono::milliseconds(10);
     return;
@@ -322,7 +317,6 @@ inline void Notifier::handle(const Reply& reply) {
 inline void Notifier::drop_connection() {
   connection_.reset();
   detail::MutexLock lock(mutex_);
-  up_ = false;
   for (auto& [name, channel] : channels_) {
     channel->sent = false;
     channel->confirmed = false;

@@ -1,10 +1,9 @@
-// The waiters' side of Notifier (notifier.hpp): a waiter subscribes to a
-// channel (counted per channel, and confirmed by the server before it
-// returns, so a release after the waiter's next attempt cannot slip by),
-// reads the channel's generation, sleeps on it, and leaves.
-// Each takes the notifier's mutex for a few field updates; only subscribe()
-// may wait, for the confirmation, and never past the caller's deadline nor
-// the command timeout. Included at the end of notifier.hpp.
+// The waiters' side of Notifier (notifier.hpp): subscribe() counts a waiter
+// on its channel and returns once the server confirmed the subscription, so
+// a release after the waiter's next attempt cannot slip by. It alone may
+// wait, never past the caller's deadline nor the command timeout; the
+// Subscription's reads, sleep and leaving (notifier.hpp) take the
+// notifier's mutex for a few fields. Included at the end of notifier.hpp.
 #pragma once
 
 #include <algorithm>
@@ -26,10 +25,7 @@ inline Notifier::Subscription Notifier::subscribe(const std::string& channel,
                 "more than " + std::to_string(max_waiters_) + " waiters on " + options_.endpoint());
   }
   auto& slot = channels_[channel];
-  if (!slot) {
-    slot = std::make_unique<Channel>();
-    slot->name = channel;
-  }
+  if (!slot) slot = std::make_unique<Channel>();
   Channel& entry = *slot;
   ++entry.waiters;
   ++waiters_;
@@ -37,7 +33,7 @@ inline Notifier::Subscription Notifier::subscribe(const std::string& channel,
   // A new channel: the thread subscribes it.
   if (!entry.sent) {
     lock.unlock();
-    poke();
+    detail::signal_eventfd(wake_fd_);
     lock.lock();
   }
   // Never wait on a subscriber connection that cannot be made: without a
@@ -47,34 +43,6 @@ inline Notifier::Subscription Notifier::subscribe(const std::string& channel,
     return entry.confirmed || entry.moved || stopping_;
   });
   return subscription;
-}
-
-inline void Notifier::leave(Channel& channel) {
-  detail::MutexLock lock(mutex_);
-  --waiters_;
-  // No wake-up for the thread: it unsubscribes lingering channels on its own
-  // timer, and a waiter's return is not delayed by it.
-  if (--channel.waiters == 0) channel.abandoned = clock::now();
-}
-
-inline std::uint64_t Notifier::generation_of(Channel& channel) {
-  detail::MutexLock lock(mutex_);
-  return channel.generation;
-}
-
-inline bool Notifier::wait_on(Channel& channel, std::uint64_t seen, clock::time_point until) {
-  detail::MutexLock lock(mutex_);
-  return lock.wait_until(channel.changed, until, [&] { return channel.generation != seen; });
-}
-
-inline bool Notifier::is_active(Channel& channel) {
-  detail::MutexLock lock(mutex_);
-  return up_ && channel.confirmed;
-}
-
-inline bool Notifier::is_moved(Channel& channel) {
-  detail::MutexLock lock(mutex_);
-  return channel.moved;
 }
 
 }  // namespace distlock
