@@ -75,6 +75,20 @@ struct Attempt {
   bool unheard = false;
 };
 
+/// What a Protocol (lifecycle.hpp) with one kind of hold, taken once per
+/// thread and object and counted nowhere else, answers the Lifecycle's
+/// questions about kinds: every lock type but ReentrantMutex and SharedMutex.
+struct OneKindProtocol {
+  enum class Kind { exclusive };
+  static constexpr Kind exclusive = Kind::exclusive;
+  static constexpr bool per_thread = false;
+  static constexpr bool given_back_first(Kind) noexcept { return false; }
+  void keeping(Kind, const std::string&) const noexcept {}
+  template <class DepthOf>
+  void before_first(Kind, DepthOf&&) const noexcept {}
+  void held(Kind, int) noexcept {}
+};
+
 /// The attempt a script answered with nil when it granted and, when it
 /// refused, with the holder's PTTL (an integer: nothing else). `what` names
 /// the step in the error any other reply gets.

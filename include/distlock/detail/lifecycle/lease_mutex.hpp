@@ -61,16 +61,11 @@ inline Attempt set_if_absent(Connection& connection, const LeaseKeys& keys,
 
 /// The Lifecycle's Protocol for a single-key lease over `Wire`.
 template <class Wire>
-class LeaseProtocol : public SingleServer {
+class LeaseProtocol : public SingleServer, public OneKindProtocol {
  public:
-  enum class Kind { exclusive };
-  static constexpr Kind exclusive = Kind::exclusive;
-  static constexpr bool per_thread = false;
-  static constexpr bool given_back_first(Kind) noexcept { return false; }
   // A minimum hold keeps the lease: every acquisition has a token of its
   // own, so nothing else of this process can take it meanwhile.
   static constexpr bool holds_at_least(Kind) noexcept { return true; }
-  void keeping(Kind, const std::string&) const noexcept {}
 
   LeaseProtocol(const Backend& backend, std::string key, const LockOptions& options)
       : SingleServer(backend, key, companion_key(key, "released"), options),
@@ -79,9 +74,6 @@ class LeaseProtocol : public SingleServer {
         renewer_(make_renewer<typename Wire::Renewer>()) {}
 
   std::string id_for(Kind) const { return make_token(); }
-  template <class DepthOf>
-  void before_first(Kind, DepthOf&&) const noexcept {}
-  void held(Kind, int) noexcept {}
 
   std::optional<Attempt> attempt(Kind, const std::string& token, SteadyClock::time_point deadline) {
     return attempt_or_undo(

@@ -16,7 +16,8 @@
 // How a call that ends at its deadline without the lock tells a busy lock
 // from a silent Redis: detail/lifecycle/heard.hpp.
 //
-// A Protocol supplies the server steps:
+// A Protocol supplies the server steps (OneKindProtocol, in acquire.hpp,
+// answers the questions about kinds for a protocol with one):
 //
 //   using Kind;                        the kinds of hold (read/write, or one)
 //   static constexpr bool per_thread;  holds belong to threads (re-entrant)

@@ -55,15 +55,10 @@ inline TokenCheck permit_check(const Reply& reply) {
                                                                : TokenCheck::no_key;
 }
 
-class SemaphoreProtocol : public SingleServer {
+class SemaphoreProtocol : public SingleServer, public OneKindProtocol {
  public:
-  enum class Kind { exclusive };
-  static constexpr Kind exclusive = Kind::exclusive;
-  static constexpr bool per_thread = false;
-  static constexpr bool given_back_first(Kind) noexcept { return false; }
   // A Semaphore refuses a minimum hold (semaphore.hpp).
   static constexpr bool holds_at_least(Kind) noexcept { return false; }
-  void keeping(Kind, const std::string&) const noexcept {}
 
   SemaphoreProtocol(SitePtr site, const std::string& key, std::size_t permits,
                     const LockOptions& options, std::shared_ptr<Renewer> renewer)
@@ -73,9 +68,6 @@ class SemaphoreProtocol : public SingleServer {
         renewer_(std::move(renewer)) {}
 
   std::string id_for(Kind) const { return make_token(); }
-  template <class DepthOf>
-  void before_first(Kind, DepthOf&&) const noexcept {}
-  void held(Kind, int) noexcept {}
 
   std::optional<Attempt> attempt(Kind, const std::string& id, SteadyClock::time_point deadline) {
     return attempt_or_undo(

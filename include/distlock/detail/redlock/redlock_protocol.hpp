@@ -90,17 +90,12 @@ class RedlockRenewer final : public Renewer {
 };
 
 /// The Lifecycle's Protocol for a Redlock.
-class RedlockProtocol {
+class RedlockProtocol : public OneKindProtocol {
  public:
   using clock = std::chrono::steady_clock;
-  enum class Kind { exclusive };
-  static constexpr Kind exclusive = Kind::exclusive;
-  static constexpr bool per_thread = false;
-  static constexpr bool given_back_first(Kind) noexcept { return false; }
   // A minimum hold keeps the lease on every master that still has the
   // token (extend), as for a single-key lease.
   static constexpr bool holds_at_least(Kind) noexcept { return true; }
-  void keeping(Kind, const std::string&) const noexcept {}
 
   /// Validates (InvalidArgument, see redlock.hpp) and contacts no server.
   RedlockProtocol(const std::vector<const Backend*>& masters, std::string_view name,
@@ -115,9 +110,6 @@ class RedlockProtocol {
   bool forked() const noexcept { return core_->masters().front()->forked(); }
 
   std::string id_for(Kind) const { return std::string(); }  // see attempt()
-  template <class DepthOf>
-  void before_first(Kind, DepthOf&&) const noexcept {}
-  void held(Kind, int) noexcept {}
 
   // One attempt on every master. No master is waited for past the caller's
   // deadline; a call without one gives each the full node timeout.
