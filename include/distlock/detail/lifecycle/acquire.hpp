@@ -238,19 +238,17 @@ void undo_apart(const Connection& blocked, Undo& undo) noexcept {
   }
 }
 
-/// Settles a granted attempt sent with ReplicaCheck::trail_wait(): too few
-/// replicas acknowledged makes it not_replicated (for the Lifecycle to give
-/// back), and the next attempt counts the replicas again.
-inline void confirm(ReplicaCheck& replicas, Connection& connection, int needed,
-                    SteadyClock::time_point deadline, std::chrono::milliseconds command_timeout,
-                    bool cut, Attempt& attempt) {
-  attempt.replicas = replicas.acknowledged(connection, needed, deadline, command_timeout, cut);
-  attempt.replicas_wanted = needed;
-  if (attempt.replicas >= needed) return;
-  attempt.acquired = false;
-  attempt.not_replicated = true;
-  attempt.deadline_cut = cut;
-  replicas.reread();  // a replica may have gone: count them again next time
+/// `send(connection)` by on_site(); nullopt when a TimeoutError was the
+/// caller's own deadline cutting the step short.
+template <class Send>
+auto on_site_by(Site& site, SteadyClock::time_point deadline, Send&& send)
+    -> std::optional<decltype(send(std::declval<Connection&>()))> {
+  try {
+    return on_site(site, deadline, std::forward<Send>(send));
+  } catch (const TimeoutError&) {
+    if (deadline_reached(deadline)) return std::nullopt;
+    throw;
+  }
 }
 
 /// One attempt on a single server: `send(connection)` on a connection
@@ -265,70 +263,70 @@ template <class Send, class Undo>
 std::optional<Attempt> attempt_or_undo(Site& site, SteadyClock::time_point deadline, Send&& send,
                                        Undo&& undo, ReplicaCheck* replicas = nullptr,
                                        std::string_view key = {}) {
-  try {
-    return on_site(site, deadline, [&](Connection& connection) {
-      const std::chrono::milliseconds command_timeout = site.options().command_timeout;
-      const int needed = replicas != nullptr ? replicas->needed(connection, key) : 0;
-      const TrailGuard guard(connection);
-      Attempt attempt;
-      try {
-        const bool cut =
-            needed > 0 && replicas->trail_wait(connection, needed, deadline, command_timeout);
-        attempt = send(connection);
-        if (needed > 0 && attempt.acquired) {
-          confirm(*replicas, connection, needed, deadline, command_timeout, cut, attempt);
-        } else if (needed > 0) {
-          ReplicaCheck::skip(connection);
-        }
-        return attempt;
-      } catch (const Error& error) {
-        const std::error_code code = error.code();
-        if (attempt.acquired) {
-          undo_apart(connection, undo);
-          if (code == Errc::timed_out && needed > 0 && deadline_reached(deadline)) {
-            // The grant was answered, its WAIT not by the deadline: too few
-            // replicas in time, as when WAIT answers short at the deadline.
-            attempt.acquired = false;
-            attempt.not_replicated = true;
-            attempt.deadline_cut = true;
-            attempt.undone = true;
-            attempt.replicas = 0;
-            attempt.replicas_wanted = needed;
-            return attempt;
-          }
-        } else if (code == Errc::timed_out || code == Errc::io_error ||
-                   code == Errc::protocol_error) {
-          undo(connection);
-          // With its WAIT sent behind it, an unanswered attempt's undo may
-          // queue behind a WAIT that blocks, and be dropped with the
-          // connection: undo it apart too (a grant that landed is found
-          // there; one still on the wire then lives out its lease). So too
-          // where the connection broke (the server closed it mid-reply):
-          // nothing written behind on it arrives, and the grant may have
-          // been applied.
-          if (connection.trailed() || code == Errc::io_error) undo_apart(connection, undo);
-        }
-        throw;
+  return on_site_by(site, deadline, [&](Connection& connection) {
+    const std::chrono::milliseconds command_timeout = site.options().command_timeout;
+    const int needed = replicas != nullptr ? replicas->needed(connection, key) : 0;
+    const TrailGuard guard(connection);
+    Attempt attempt;
+    // A grant `count` replicas acknowledged; too few makes it not_replicated
+    // (for the Lifecycle to give back).
+    const auto acknowledged = [&](int count, bool cut) {
+      attempt.replicas = count;
+      attempt.replicas_wanted = needed;
+      if (count >= needed) return;
+      attempt.acquired = false;
+      attempt.not_replicated = true;
+      attempt.deadline_cut = cut;
+    };
+    try {
+      // Whether the caller's deadline cut WAIT short; acknowledged() may find so too.
+      bool cut = needed > 0 && replicas->trail_wait(connection, needed, deadline, command_timeout);
+      attempt = send(connection);
+      if (needed > 0 && attempt.acquired) {
+        const int count =
+            replicas->acknowledged(connection, needed, deadline, command_timeout, cut);
+        acknowledged(count, cut);
+        // A replica may have gone: the next attempt counts them again.
+        if (count < needed) replicas->reread();
+      } else if (needed > 0) {
+        ReplicaCheck::skip(connection);
       }
-    });
-  } catch (const TimeoutError&) {
-    if (deadline_reached(deadline)) return std::nullopt;
-    throw;
-  }
+      return attempt;
+    } catch (const Error& error) {
+      const std::error_code code = error.code();
+      if (attempt.acquired) {
+        undo_apart(connection, undo);
+        if (code == Errc::timed_out && needed > 0 && deadline_reached(deadline)) {
+          // The grant was answered, its WAIT not by the deadline: too few
+          // replicas in time, as when WAIT answers short at the deadline.
+          acknowledged(0, /*cut=*/true);
+          attempt.undone = true;
+          return attempt;
+        }
+      } else if (code == Errc::timed_out || code == Errc::io_error ||
+                 code == Errc::protocol_error) {
+        undo(connection);
+        // With its WAIT sent behind it, an unanswered attempt's undo may
+        // queue behind a WAIT that blocks, and be dropped with the
+        // connection: undo it apart too (a grant that landed is found
+        // there; one still on the wire then lives out its lease). So too
+        // where the connection broke (the server closed it mid-reply):
+        // nothing written behind on it arrives, and the grant may have
+        // been applied.
+        if (connection.trailed() || code == Errc::io_error) undo_apart(connection, undo);
+      }
+      throw;
+    }
+  });
 }
 
 /// The holder's lease (its PTTL), read by the deadline rules; nullopt when
 /// the caller's deadline cut the read short.
 inline std::optional<HolderLease> read_holder(Site& site, const std::string& key,
                                               SteadyClock::time_point deadline) {
-  try {
-    return on_site(site, deadline, [&](Connection& connection) {
-      return HolderLease::from_pttl(connection.command("PTTL", key).integer());
-    });
-  } catch (const TimeoutError&) {
-    if (deadline_reached(deadline)) return std::nullopt;
-    throw;
-  }
+  return on_site_by(site, deadline, [&](Connection& connection) {
+    return HolderLease::from_pttl(connection.command("PTTL", key).integer());
+  });
 }
 
 /// send(); a refusal by the server's ACL (NOPERM: e.g. a user with SET but

@@ -61,28 +61,23 @@ inline void check_expires(std::string_view key, std::string_view found, HolderLe
 inline std::optional<HolderLease> read_holder_of_type(Site& site, const std::string& key,
                                                       std::string_view expected,
                                                       SteadyClock::time_point deadline) {
-  try {
-    // Through the site: on a cluster, a slot that moved since the
-    // attempt answers MOVED here, which is followed, not thrown.
-    // After an ASK, the ASKING sent before PTTL lets only PTTL in: TYPE
-    // needs its own, or the importing node sends it back with MOVED.
-    return on_site(site, deadline, [&](Connection& connection) {
-      const bool asking = connection.asking();
-      connection.append("PTTL", key);
-      if (asking) connection.append("ASKING");
-      connection.append("TYPE", key);
-      const HolderLease holder =
-          HolderLease::from_pttl(connection.read_reply().throw_if_error().integer());
-      if (asking) connection.read_reply().throw_if_error();
-      const std::string_view found = connection.read_reply().throw_if_error().str();
-      check_key_type(key, found, expected);
-      if (found == expected) check_expires(key, found, holder);
-      return holder;
-    });
-  } catch (const TimeoutError&) {
-    if (deadline_reached(deadline)) return std::nullopt;
-    throw;
-  }
+  // Through the site: on a cluster, a slot that moved since the
+  // attempt answers MOVED here, which is followed, not thrown.
+  // After an ASK, the ASKING sent before PTTL lets only PTTL in: TYPE
+  // needs its own, or the importing node sends it back with MOVED.
+  return on_site_by(site, deadline, [&](Connection& connection) {
+    const bool asking = connection.asking();
+    connection.append("PTTL", key);
+    if (asking) connection.append("ASKING");
+    connection.append("TYPE", key);
+    const HolderLease holder =
+        HolderLease::from_pttl(connection.read_reply().throw_if_error().integer());
+    if (asking) connection.read_reply().throw_if_error();
+    const std::string_view found = connection.read_reply().throw_if_error().str();
+    check_key_type(key, found, expected);
+    if (found == expected) check_expires(key, found, holder);
+    return holder;
+  });
 }
 
 /// send(), with a WRONGTYPE reply about `key` thrown as WrongTypeError
