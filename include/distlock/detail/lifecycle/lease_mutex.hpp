@@ -47,16 +47,13 @@ struct LeaseKeys {
 /// SET NX's answer: OK granted, nil refused. Anything else is no answer a
 /// Redis server gives (ConnectionError): the SET may have been applied, and
 /// the caller undoes it as it does an attempt whose reply never came.
-inline Attempt set_reply(const Reply& reply) {
+inline Attempt set_if_absent(Connection& connection, const LeaseKeys& keys,
+                             const std::string& token, const Decimal& ttl) {
+  const Reply reply = connection.command("SET", keys.key, token, "NX", "PX", ttl);
   Attempt attempt;
   attempt.acquired = reply.is_ok();
   if (!attempt.acquired && !reply.is_nil()) unexpected_reply("SET NX", "OK or nil", reply.type());
   return attempt;
-}
-
-inline Attempt set_if_absent(Connection& connection, const LeaseKeys& keys,
-                             const std::string& token, const Decimal& ttl) {
-  return set_reply(connection.command("SET", keys.key, token, "NX", "PX", ttl));
 }
 
 /// The Lifecycle's Protocol for a single-key lease over `Wire`.
@@ -130,11 +127,6 @@ class LeaseMutex : public ExclusiveLock<LeaseProtocol<Wire>> {
   /// backend object it was made from.
   LeaseMutex(const Backend& backend, std::string_view name, LockOptions options = {},
              AcquirePolicy policy = {});
-
-  /// Releases the lease if this object still holds it.
-  ~LeaseMutex() = default;
-  LeaseMutex(LeaseMutex&&) noexcept = default;
-  LeaseMutex& operator=(LeaseMutex&&) noexcept = default;
 
   /// The token of the current lease; empty when not held.
   std::string token() const;
