@@ -68,7 +68,6 @@ class Runtime {
     std::call_once(notifier_started_, [this] {
       std::lock_guard<std::mutex> guard(where_mutex_);
       notifier_ = std::make_unique<Notifier>(options_, max_waiters_, events_);
-      notifier_made_.store(true, std::memory_order_release);
     });
     return *notifier_;
   }
@@ -99,7 +98,7 @@ class Runtime {
     std::lock_guard<std::mutex> guard(where_mutex_);
     options_ = options;
     if (server_watch_) server_watch_->retarget(options);
-    if (notifier_made_.load(std::memory_order_acquire)) notifier_->retarget(std::move(options));
+    if (notifier_) notifier_->retarget(std::move(options));  // made under where_mutex_ too
   }
 
   /// The backend now talks to a server other than the one its leases were
@@ -117,8 +116,7 @@ class Runtime {
   const SharedEventHook events_;
   const unsigned generation_;
   std::once_flag notifier_started_;
-  std::unique_ptr<Notifier> notifier_;
-  std::atomic<bool> notifier_made_{false};
+  std::unique_ptr<Notifier> notifier_;  // made under where_mutex_
   const WatchServer watch_;
   std::once_flag watchdog_started_;
   std::unique_ptr<Watchdog> watchdog_;

@@ -58,7 +58,6 @@ class Watchdog {
   Watchdog() : state_(std::make_shared<State>()) {
     thread_ = std::thread([state = state_] { run(*state); });
     detail::MutexLock lock(state_->mutex);
-    state_->thread_id = thread_.get_id();
     state_->spare.reserve(State::max_spare);  // remove() is noexcept: it never grows it
   }
 
@@ -148,7 +147,9 @@ class Watchdog {
   /// revalidate(), do not count).
   std::size_t size() const {
     detail::MutexLock lock(state_->mutex);
-    return detail::renewing(state_->entries);
+    return static_cast<std::size_t>(
+        std::count_if(state_->entries.begin(), state_->entries.end(),
+                      [](const auto& entry) { return !entry.second.fixed; }));
   }
 
  private:
@@ -174,7 +175,6 @@ class Watchdog {
     std::uint64_t forced_rounds DISTLOCK_GUARDED_BY(mutex) = 0;  // rounds run for renew_all_now()
     bool force_round DISTLOCK_GUARDED_BY(mutex) = false;
     bool stopping DISTLOCK_GUARDED_BY(mutex) = false;
-    std::thread::id thread_id DISTLOCK_GUARDED_BY(mutex);
 
     // Waits until `lease` has no renewal in flight; false if it is not registered.
     bool settle(detail::MutexLock& lock, const detail::LeaseState* lease) DISTLOCK_REQUIRES(mutex) {
@@ -279,7 +279,7 @@ inline void Watchdog::renew_all_now() {
   state_->force_round = true;
   const std::uint64_t target = state_->forced_rounds + 1;
   state_->changed.notify_all();
-  if (std::this_thread::get_id() == state_->thread_id) return;  // would wait for itself
+  if (std::this_thread::get_id() == thread_.get_id()) return;  // would wait for itself
   lock.wait(state_->round_done, [&]() DISTLOCK_REQUIRES(state_->mutex) {
     return state_->forced_rounds >= target || state_->stopping;
   });

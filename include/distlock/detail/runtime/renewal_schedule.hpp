@@ -39,13 +39,6 @@ inline std::chrono::steady_clock::time_point renewal_after(
   return sent + ttl / 3;
 }
 
-/// Leases on the renewal schedule: those of fixed ttl, kept only for
-/// revalidation, are not.
-inline std::size_t renewing(const RenewalEntries& entries) {
-  return static_cast<std::size_t>(std::count_if(
-      entries.begin(), entries.end(), [](const auto& entry) { return !entry.second.fixed; }));
-}
-
 /// The entry of a lease just acquired, until `hold_until`; one of fixed ttl
 /// (not `renew`) is off the schedule, kept only for revalidation. Its lease
 /// record is the caller's to move in.
@@ -107,12 +100,6 @@ inline void take_due(RenewalEntries& entries, std::chrono::steady_clock::time_po
   }
 }
 
-/// How often an unconfirmed renewal is tried again: a tenth of the lease,
-/// at most 100 ms, counted from when the last try was sent.
-inline std::chrono::steady_clock::duration retry_interval(std::chrono::milliseconds ttl) {
-  return std::min<std::chrono::steady_clock::duration>(ttl / 10, std::chrono::milliseconds(100));
-}
-
 /// Schedules `entry` again after its renewal, sent at `sent`, answered by
 /// `after`: confirmed (`renewed`), its validity counts from `sent`; not
 /// confirmed, it is tried again soon. A lease found gone is the caller's.
@@ -121,17 +108,17 @@ inline void reschedule(RenewalEntry& entry, bool renewed,
                        std::chrono::steady_clock::time_point after) {
   LeaseState& lease = *entry.lease;
   if (!renewed) {
-    // Unconfirmed: try again soon, well before the lease runs out. The wait
-    // counts from the try's sending, not its end: a try that waited out a
-    // timeout as long as the interval (a Redlock's node timeout is a tenth
-    // of its lease by default) is followed at once by the next. Counted from
-    // its end, every other interval went idle, so a round could only start
-    // every two node timeouts, and a fault that lets replies through for
-    // only a short while between long slow spells (latency spikes) could
-    // leave no whole round inside that while: the lease ran out unrenewed.
-    // A try that failed at once still waits the interval, so a server that
-    // refuses at once is not asked in a busy loop.
-    entry.next_renewal = std::max(after, sent + retry_interval(lease.ttl));
+    // Unconfirmed: try again after a tenth of the lease (at most 100 ms),
+    // well before it runs out. Counted from the try's sending, not its end:
+    // a try that waited out a timeout as long as the interval (a Redlock's
+    // node timeout is a tenth of its lease by default) is followed at once,
+    // so rounds stay one timeout apart, not two, and a short spell of
+    // replies between slow ones still holds a whole round. A try that
+    // failed at once still waits the interval: a server that refuses at
+    // once is not asked in a busy loop.
+    const auto retry = std::min<std::chrono::steady_clock::duration>(
+        lease.ttl / 10, std::chrono::milliseconds(100));
+    entry.next_renewal = std::max(after, sent + retry);
   } else if (entry.fixed) {
     // Revalidated: its expiry stands.
     entry.next_renewal = std::chrono::steady_clock::time_point::max();
