@@ -1,13 +1,13 @@
 // Lifecycle: everything a lock object does between its wire protocol and
 // its user, written once for every lock type.
 //
-// It keeps the object's holds (detail/lifecycle/hold_keeper.hpp: the lease record,
-// the depth of re-entry, and giving them back), runs the acquire loop
-// under the deadline rules of detail/lifecycle/acquire.hpp (attempt; subscribe to the
-// release channel; sleep until a release, the policy's pause, the holder's
-// lease or the deadline; try again), decides re-entry and "held
-// by this object", registers leases with the Watchdog (renewed, or of fixed
-// ttl and kept for revalidation only), and extends them.
+// It keeps the object's holds (detail/lifecycle/hold_keeper.hpp), runs the
+// acquire loop under the deadline rules of detail/lifecycle/acquire.hpp
+// (attempt; subscribe to the release channel; sleep until a release, the
+// policy's pause, the holder's lease or the deadline; try again), decides
+// re-entry and "held by this object", registers leases with the Watchdog
+// (renewed, or of fixed ttl and kept for revalidation only), and extends
+// them.
 //
 // The acquire loop runs in named steps over one Waiter, the state of one
 // acquire: attempt, settle (a grant kept or given back), give_up, subscribe,
@@ -84,9 +84,7 @@ class Lifecycle : public HoldKeeper<Protocol> {
       : Keeper(std::move(protocol), std::move(options), std::move(cancellation)),
         policy_(std::move(policy)) {}
 
-  /// Acquires a hold of `kind` for the calling thread (see the top of file),
-  /// in named steps over one Waiter: each step is the decision of the loop
-  /// it names, around at most one server call of the protocol.
+  /// Acquires a hold of `kind` for the calling thread (see the top of file).
   Outcome acquire(Kind kind, clock::time_point deadline, bool wait) {
     Waiter waiter(kind, deadline, wait, cancellation_.generation());
     if (reenter(kind, waiter.local_holder)) return Outcome::acquired;
