@@ -6,7 +6,7 @@
 #include <iostream>
 #include <stdexcept>
 
-#include "distlock/connection.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "support/redis_server.hpp"
 #include "support/replicated_server.hpp"
 

@@ -15,10 +15,10 @@
 #include "bench_support.hpp"
 #include "distlock/cluster_client.hpp"
 #include "distlock/detail/backend/cluster_slots.hpp"
+#include "distlock/detail/wire/scripts.hpp"
 #include "distlock/detail/wire/sharded_scripts.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/mutex.hpp"
-#include "distlock/scripts.hpp"
 #include "paired.hpp"
 #include "support/redis_cluster.hpp"
 

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "bench_support.hpp"
+#include "distlock/detail/wire/scripts.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/mutex.hpp"
-#include "distlock/scripts.hpp"
 #include "paired.hpp"
 
 namespace distlock::bench {

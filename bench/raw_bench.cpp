@@ -4,7 +4,7 @@
 
 #include "bench_support.hpp"
 #include "counters.hpp"
-#include "distlock/scripts.hpp"
+#include "distlock/detail/wire/scripts.hpp"
 
 namespace distlock::bench {
 namespace {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "bench_support.hpp"
-#include "distlock/connection.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/redlock.hpp"
 #include "support/redis_server.hpp"
 

@@ -21,8 +21,8 @@
 
 #include "bench_support.hpp"
 #include "counters.hpp"
-#include "distlock/connection.hpp"
 #include "distlock/detail/wire/command_format.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_certs.hpp"
 

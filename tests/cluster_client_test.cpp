@@ -20,14 +20,14 @@
 #include <vector>
 
 #include "distlock/acquire_policy.hpp"
-#include "distlock/counting_scripts.hpp"
 #include "distlock/detail/backend/cluster_slots.hpp"
 #include "distlock/detail/runtime/notifier_probe.hpp"
+#include "distlock/detail/wire/counting_scripts.hpp"
+#include "distlock/detail/wire/scripts.hpp"
 #include "distlock/detail/wire/sharded_scripts.hpp"
 #include "distlock/inspect.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/reentrant_mutex.hpp"
-#include "distlock/scripts.hpp"
 #include "distlock/shared_mutex.hpp"
 #include "distlock/simple_mutex.hpp"
 #include "support/cluster_suite.hpp"

@@ -1,5 +1,5 @@
-// Tests for connection.hpp and reply.hpp against real redis-servers.
-#include "distlock/connection.hpp"
+// Tests for detail/wire/connection.hpp and reply.hpp against real redis-servers.
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/detail/wire/command_format.hpp"
 
 #include <gtest/gtest.h>

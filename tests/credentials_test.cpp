@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "distlock/client.hpp"
-#include "distlock/connection.hpp"
 #include "distlock/detail/base/thread_annotations.hpp"
 #include "distlock/detail/runtime/notifier_probe.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/mutex.hpp"
 #include "support/faults.hpp"
 #include "support/fixture.hpp"

@@ -54,10 +54,10 @@
 #include <utility>
 #include <vector>
 
+#include "distlock/detail/wire/scripts.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/redlock.hpp"
 #include "distlock/reentrant_mutex.hpp"
-#include "distlock/scripts.hpp"
 #include "distlock/shared_mutex.hpp"
 #include "distlock/simple_mutex.hpp"
 #include "support/fault_proxy.hpp"

@@ -1,8 +1,8 @@
-// Tests for notifier.hpp: waiters woken by release announcements, against
+// Tests for detail/runtime/notifier.hpp: waiters woken by release announcements, against
 // real redis-servers. Waiters here use a policy that would sleep for an hour
 // between attempts, so only a notification (or the holder's lease running
 // out) can let them in within the test's bounds.
-#include "distlock/notifier.hpp"
+#include "distlock/detail/runtime/notifier.hpp"
 
 #include <gtest/gtest.h>
 

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "distlock/counting_scripts.hpp"
+#include "distlock/detail/wire/counting_scripts.hpp"
 #include "support/eventually.hpp"
 #include "support/fixture.hpp"
 #include "support/lock_helpers.hpp"

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "distlock/client.hpp"
-#include "distlock/connection.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/mutex.hpp"

@@ -1,6 +1,6 @@
-// Tests for scripts.hpp: every stored SHA-1 is the one the server computes,
+// Tests for detail/wire/scripts.hpp: every stored SHA-1 is the one the server computes,
 // and the batched renewal scripts renew exactly the leases still held.
-#include "distlock/scripts.hpp"
+#include "distlock/detail/wire/scripts.hpp"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "distlock/client.hpp"
-#include "distlock/counting_scripts.hpp"
+#include "distlock/detail/wire/counting_scripts.hpp"
 #include "support/fixture.hpp"
 #include "support/options.hpp"
 #include "support/redis_server.hpp"

@@ -1,6 +1,6 @@
-// Tests for watchdog.hpp: renewal while held, batched rounds, the lost-lease
+// Tests for detail/runtime/watchdog.hpp: renewal while held, batched rounds, the lost-lease
 // signal, and silence after unlock, against real redis-servers.
-#include "distlock/watchdog.hpp"
+#include "distlock/detail/runtime/watchdog.hpp"
 
 #include <gtest/gtest.h>
 #include <signal.h>

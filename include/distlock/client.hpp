@@ -3,7 +3,7 @@
 //
 // A Client is a handle. Copies share one Endpoint: a bounded pool of
 // Connections and, beside it, the Runtime (release Notifier and lease
-// Watchdog, runtime.hpp). Lock objects keep a copy, so a lock that outlives
+// Watchdog, detail/runtime/runtime.hpp). Lock objects keep a copy, so a lock that outlives
 // the Client it was made from still releases its lease. A borrower gets one
 // connection to itself and gives it back when its Borrowed handle goes away;
 // a connection that broke is dropped then and a fresh one is opened by the
@@ -33,15 +33,15 @@
 
 #include "distlock/backend.hpp"
 #include "distlock/client_options.hpp"
-#include "distlock/connection.hpp"
 #include "distlock/detail/backend/endpoint.hpp"
 #include "distlock/detail/backend/site.hpp"
 #include "distlock/detail/base/config.hpp"
 #include "distlock/detail/base/time.hpp"
+#include "distlock/detail/runtime/notifier.hpp"
+#include "distlock/detail/runtime/watchdog.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/events.hpp"
-#include "distlock/notifier.hpp"
 #include "distlock/reply.hpp"
-#include "distlock/watchdog.hpp"
 
 namespace distlock {
 

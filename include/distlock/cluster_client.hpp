@@ -25,7 +25,6 @@
 #include "distlock/backend.hpp"
 #include "distlock/client.hpp"
 #include "distlock/cluster_options.hpp"
-#include "distlock/connection.hpp"
 #include "distlock/detail/backend/cluster_route.hpp"
 #include "distlock/detail/backend/cluster_routing.hpp"
 #include "distlock/detail/backend/cluster_slots.hpp"
@@ -33,10 +32,11 @@
 #include "distlock/detail/base/args.hpp"
 #include "distlock/detail/base/config.hpp"
 #include "distlock/detail/base/function_ref.hpp"
+#include "distlock/detail/runtime/notifier.hpp"
+#include "distlock/detail/runtime/watchdog.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
-#include "distlock/notifier.hpp"
 #include "distlock/reply.hpp"
-#include "distlock/watchdog.hpp"
 
 namespace distlock {
 

@@ -1,6 +1,6 @@
 // ConnectionOptions: where a Redis server is and how to talk to it, parsed
 // from a URI or set field by field, and Script, a Lua script with its SHA-1.
-// Connection (connection.hpp) takes them. The URI parser lives here too
+// Connection (detail/wire/connection.hpp) takes them. The URI parser lives here too
 // (detail::parse_uri); ClientOptions::from_uri (client.hpp) uses it and
 // takes the pool's own options from what it leaves over.
 #pragma once

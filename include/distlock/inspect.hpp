@@ -32,11 +32,11 @@
 #include "distlock/detail/base/config.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/field_hold.hpp"
+#include "distlock/detail/wire/scripts.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_layout.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/reply.hpp"
-#include "distlock/scripts.hpp"
 
 namespace distlock {
 

@@ -22,13 +22,13 @@
 
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
-#include "distlock/connection.hpp"
 #include "distlock/detail/base/args.hpp"
 #include "distlock/detail/base/config.hpp"
 #include "distlock/detail/lifecycle/batch_renewal.hpp"
 #include "distlock/detail/lifecycle/key_type.hpp"
 #include "distlock/detail/lifecycle/lease_mutex.hpp"
-#include "distlock/scripts.hpp"
+#include "distlock/detail/wire/connection.hpp"
+#include "distlock/detail/wire/scripts.hpp"
 
 namespace distlock {
 
@@ -62,20 +62,13 @@ struct ScriptedLease {
 
   static TokenCheck release(Connection& connection, const LeaseKeys& keys,
                             const std::string& token) {
-    return to_token_check(connection.eval(scripts::release, {keys.key, keys.channel}, {token}));
+    return token_check(connection.eval(scripts::release, {keys.key, keys.channel}, {token}),
+                       "lease release");
   }
 
   static TokenCheck extend(Connection& connection, const LeaseKeys& keys, const std::string& token,
                            const Decimal& ttl) {
-    return to_token_check(connection.eval(scripts::extend, {keys.key}, {token, ttl}));
-  }
-
-  static TokenCheck to_token_check(const Reply& reply) {
-    switch (reply.expect_integer("lease release or extend")) {
-      case 1: return TokenCheck::done;
-      case 0: return TokenCheck::no_key;
-      default: return TokenCheck::other_token;
-    }
+    return token_check(connection.eval(scripts::extend, {keys.key}, {token, ttl}), "lease extend");
   }
 
   // Renewal: renew_batch, one call per Watchdog::batch_size leases.

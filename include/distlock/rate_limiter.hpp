@@ -37,12 +37,12 @@
 #include <utility>
 
 #include "distlock/client.hpp"
-#include "distlock/connection.hpp"
-#include "distlock/counting_scripts.hpp"
 #include "distlock/detail/base/args.hpp"
 #include "distlock/detail/base/config.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
+#include "distlock/detail/wire/connection.hpp"
+#include "distlock/detail/wire/counting_scripts.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
 

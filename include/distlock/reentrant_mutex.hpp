@@ -34,15 +34,15 @@
 
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
-#include "distlock/connection.hpp"
 #include "distlock/detail/base/config.hpp"
+#include "distlock/detail/base/lease_state.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/exclusive_lock.hpp"
 #include "distlock/detail/lifecycle/field_hold.hpp"
+#include "distlock/detail/wire/connection.hpp"
+#include "distlock/detail/wire/scripts.hpp"
 #include "distlock/error.hpp"
-#include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
-#include "distlock/scripts.hpp"
 
 namespace distlock {
 

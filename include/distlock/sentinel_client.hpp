@@ -22,17 +22,17 @@
 
 #include "distlock/backend.hpp"
 #include "distlock/client.hpp"
-#include "distlock/connection.hpp"
 #include "distlock/detail/backend/sentinel_master.hpp"
 #include "distlock/detail/backend/site.hpp"
 #include "distlock/detail/base/args.hpp"
 #include "distlock/detail/base/config.hpp"
 #include "distlock/detail/base/function_ref.hpp"
+#include "distlock/detail/runtime/notifier.hpp"
+#include "distlock/detail/runtime/watchdog.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
-#include "distlock/notifier.hpp"
 #include "distlock/reply.hpp"
 #include "distlock/sentinel_options.hpp"
-#include "distlock/watchdog.hpp"
 
 namespace distlock {
 

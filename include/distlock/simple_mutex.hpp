@@ -36,10 +36,10 @@
 
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
-#include "distlock/connection.hpp"
 #include "distlock/detail/base/args.hpp"
 #include "distlock/detail/base/config.hpp"
 #include "distlock/detail/lifecycle/lease_mutex.hpp"
+#include "distlock/detail/wire/connection.hpp"
 
 namespace distlock {
 
@@ -73,7 +73,7 @@ struct TransactionalLease {
   // See the top of this file: read, then delete, on a connection of its own.
   // The whole undo (connect, read, delete) has one budget, and each wait
   // is what is left of it, kept by poll() to the millisecond as a step cut
-  // to a caller's deadline is (connection.hpp): a step given undo_budget
+  // to a caller's deadline is (detail/wire/connection.hpp): a step given undo_budget
   // each, on the socket's timeout rounded up to the kernel's tick, would
   // keep the caller several times that past its deadline.
   static void undo(Connection& broken, const LeaseKeys& keys, const std::string& token) noexcept {

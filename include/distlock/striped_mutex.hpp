@@ -46,10 +46,10 @@
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/single_server.hpp"
+#include "distlock/detail/runtime/notifier.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/mutex.hpp"
-#include "distlock/notifier.hpp"
 
 namespace distlock {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "distlock/client.hpp"
-#include "distlock/connection.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/token.hpp"
 #include "support/lock_helpers.hpp"
 

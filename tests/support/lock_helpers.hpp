@@ -20,7 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "distlock/client.hpp"
-#include "distlock/connection.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
 

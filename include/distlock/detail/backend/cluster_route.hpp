@@ -27,10 +27,10 @@
 
 #include "distlock/client.hpp"
 #include "distlock/cluster_options.hpp"
-#include "distlock/connection.hpp"
 #include "distlock/detail/backend/cluster_routing.hpp"
 #include "distlock/detail/backend/cluster_slots.hpp"
 #include "distlock/detail/base/time.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
 
 namespace distlock::detail {

@@ -38,13 +38,13 @@
 
 #include "distlock/client.hpp"
 #include "distlock/cluster_options.hpp"
-#include "distlock/connection.hpp"
 #include "distlock/detail/backend/cluster_slots.hpp"
 #include "distlock/detail/backend/cluster_topology.hpp"
 #include "distlock/detail/base/thread_annotations.hpp"
 #include "distlock/detail/base/time.hpp"
+#include "distlock/detail/runtime/runtime.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
-#include "distlock/runtime.hpp"
 #include "distlock/token.hpp"
 
 namespace distlock::detail {

@@ -19,13 +19,13 @@
 #include <vector>
 
 #include "distlock/client_options.hpp"
-#include "distlock/connection.hpp"
 #include "distlock/detail/base/thread_annotations.hpp"
 #include "distlock/detail/base/time.hpp"
+#include "distlock/detail/runtime/runtime.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
 #include "distlock/events.hpp"
 #include "distlock/reply.hpp"
-#include "distlock/runtime.hpp"
 #include "distlock/token.hpp"
 
 namespace distlock::detail {

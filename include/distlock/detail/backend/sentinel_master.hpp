@@ -44,14 +44,14 @@
 #include <vector>
 
 #include "distlock/client.hpp"
-#include "distlock/connection.hpp"
 #include "distlock/detail/backend/sentinel_reply.hpp"
 #include "distlock/detail/backend/sentinel_watch.hpp"
 #include "distlock/detail/base/thread_annotations.hpp"
 #include "distlock/detail/base/time.hpp"
+#include "distlock/detail/runtime/notifier.hpp"
+#include "distlock/detail/runtime/runtime.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
-#include "distlock/notifier.hpp"
-#include "distlock/runtime.hpp"
 #include "distlock/sentinel_options.hpp"
 #include "distlock/token.hpp"
 
@@ -67,7 +67,7 @@ class SentinelMaster : public std::enable_shared_from_this<SentinelMaster> {
 
   ~SentinelMaster() {
     if (forked()) {
-      // The watch thread is the parent's: leave it be (runtime.hpp).
+      // The watch thread is the parent's: leave it be (detail/runtime/runtime.hpp).
       if (watch_) left_behind_in_child().push_back(watch_.release());
       if (runtime_) left_behind_in_child().push_back(runtime_.release());
       return;

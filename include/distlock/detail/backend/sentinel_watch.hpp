@@ -23,8 +23,8 @@
 #include <utility>
 
 #include "distlock/detail/base/time.hpp"
+#include "distlock/detail/runtime/notifier.hpp"
 #include "distlock/error.hpp"
-#include "distlock/notifier.hpp"
 #include "distlock/sentinel_options.hpp"
 
 namespace distlock::detail {

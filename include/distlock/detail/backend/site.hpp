@@ -22,14 +22,14 @@
 #include <utility>
 
 #include "distlock/client_options.hpp"
-#include "distlock/connection.hpp"
 #include "distlock/detail/backend/endpoint.hpp"
 #include "distlock/detail/base/function_ref.hpp"
 #include "distlock/detail/base/time.hpp"
+#include "distlock/detail/runtime/notifier.hpp"
+#include "distlock/detail/runtime/watchdog.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
 #include "distlock/events.hpp"
-#include "distlock/notifier.hpp"
-#include "distlock/watchdog.hpp"
 
 namespace distlock::detail {
 

@@ -36,13 +36,13 @@
 #include <utility>
 
 #include "distlock/acquire_policy.hpp"
-#include "distlock/connection.hpp"
 #include "distlock/detail/backend/site.hpp"
 #include "distlock/detail/base/args.hpp"
 #include "distlock/detail/base/thread_annotations.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/holder_lease.hpp"
 #include "distlock/detail/lifecycle/replica_check.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/reply.hpp"
@@ -97,6 +97,15 @@ inline Attempt granted_on_nil(const Reply& reply, const char* what) {
   attempt.acquired = reply.is_nil();
   if (!attempt.acquired) attempt.holder = HolderLease::from_pttl(reply.expect_integer(what));
   return attempt;
+}
+
+/// How a token-checked release or extend script answers: 1 (or 2: a
+/// Redisson-layout hold that stays) done, 0 no key (or the hold's own lease
+/// had run out), -1 another owner.
+inline TokenCheck token_check(const Reply& reply, const char* what) {
+  const long long answer = reply.expect_integer(what);
+  if (answer >= 1) return TokenCheck::done;
+  return answer == 0 ? TokenCheck::no_key : TokenCheck::other_token;
 }
 
 /// The attempt a fenced acquire script answered in its first two elements:

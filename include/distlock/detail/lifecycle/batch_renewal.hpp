@@ -23,13 +23,13 @@
 #include <utility>
 #include <vector>
 
-#include "distlock/connection.hpp"
 #include "distlock/detail/backend/site.hpp"
+#include "distlock/detail/base/lease_state.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
+#include "distlock/detail/runtime/watchdog.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
-#include "distlock/lease.hpp"
 #include "distlock/reply.hpp"
-#include "distlock/watchdog.hpp"
 
 namespace distlock::detail {
 

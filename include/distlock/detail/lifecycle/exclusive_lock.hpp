@@ -18,11 +18,11 @@
 #include <utility>
 
 #include "distlock/detail/base/config.hpp"
+#include "distlock/detail/base/lease_state.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/lifecycle.hpp"
 #include "distlock/error.hpp"
-#include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
 
 namespace distlock::detail {

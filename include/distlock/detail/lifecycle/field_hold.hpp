@@ -17,21 +17,21 @@
 #include <utility>
 #include <vector>
 
-#include "distlock/connection.hpp"
 #include "distlock/detail/base/args.hpp"
+#include "distlock/detail/base/lease_state.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/batch_renewal.hpp"
 #include "distlock/detail/lifecycle/key_type.hpp"
 #include "distlock/detail/lifecycle/single_server.hpp"
 #include "distlock/detail/lifecycle/thread_owners.hpp"
+#include "distlock/detail/runtime/notifier.hpp"
+#include "distlock/detail/runtime/watchdog.hpp"
+#include "distlock/detail/wire/connection.hpp"
+#include "distlock/detail/wire/scripts.hpp"
 #include "distlock/error.hpp"
-#include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
-#include "distlock/notifier.hpp"
 #include "distlock/reply.hpp"
-#include "distlock/scripts.hpp"
-#include "distlock/watchdog.hpp"
 
 namespace distlock::detail {
 
@@ -57,12 +57,9 @@ inline std::string redisson_prefixed(std::string_view prefix, std::string_view n
   return out;
 }
 
-/// How the Redisson-layout scripts answer a release or extend: 1 (or 2)
-/// done, 0 no hash (or the hold's own lease had run out), -1 another owner.
+/// How the Redisson-layout scripts answer a release or extend.
 inline TokenCheck field_check(const Reply& reply) {
-  const long long answer = reply.expect_integer("hold release or extend");
-  if (answer >= 1) return TokenCheck::done;
-  return answer == 0 ? TokenCheck::no_key : TokenCheck::other_token;
+  return token_check(reply, "hold release or extend");
 }
 
 /// What every hash-field lock's Protocol has beyond SingleServer: the owner

@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "distlock/lease.hpp"
+#include "distlock/detail/base/lease_state.hpp"
 #include "distlock/lock_options.hpp"
 
 namespace distlock::detail {

@@ -19,10 +19,10 @@
 #include <string_view>
 #include <utility>
 
-#include "distlock/connection.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/holder_lease.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_layout.hpp"
 

@@ -18,20 +18,20 @@
 
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
-#include "distlock/connection.hpp"
 #include "distlock/detail/base/args.hpp"
 #include "distlock/detail/base/config.hpp"
+#include "distlock/detail/base/lease_state.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/exclusive_lock.hpp"
 #include "distlock/detail/lifecycle/key_type.hpp"
 #include "distlock/detail/lifecycle/single_server.hpp"
+#include "distlock/detail/runtime/notifier.hpp"
+#include "distlock/detail/runtime/watchdog.hpp"
 #include "distlock/detail/wire/command_format.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
-#include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
-#include "distlock/notifier.hpp"
 #include "distlock/token.hpp"
-#include "distlock/watchdog.hpp"
 
 namespace distlock::detail {
 

@@ -56,18 +56,18 @@
 #include <utility>
 #include <vector>
 
-#include "distlock/connection.hpp"
+#include "distlock/detail/base/lease_state.hpp"
 #include "distlock/detail/base/thread_annotations.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/heard.hpp"
 #include "distlock/detail/lifecycle/hold_keeper.hpp"
+#include "distlock/detail/runtime/notifier.hpp"
+#include "distlock/detail/runtime/watchdog.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
 #include "distlock/events.hpp"
-#include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
-#include "distlock/notifier.hpp"
-#include "distlock/watchdog.hpp"
 
 namespace distlock::detail {
 

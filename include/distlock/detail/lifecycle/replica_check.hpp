@@ -16,9 +16,9 @@
 #include <string_view>
 #include <utility>
 
-#include "distlock/connection.hpp"
 #include "distlock/detail/base/args.hpp"
 #include "distlock/detail/base/time.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/reply.hpp"

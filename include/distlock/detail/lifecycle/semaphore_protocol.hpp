@@ -4,7 +4,7 @@
 // The permits of a name are a sorted set at its key: member the permit id
 // (128 random bits), score its expiry in the server's milliseconds. Acquire
 // prunes the expired ones and adds ours if fewer than the count are live,
-// in one script (counting_scripts.hpp); release removes ours and announces
+// in one script (detail/wire/counting_scripts.hpp); release removes ours and announces
 // it on "{key}:released"; extend and the watchdog's batched renewal move
 // our score on. A permit is a lease like any lock's: the Lifecycle keeps
 // it, waits for it, renews it and reports it lost.
@@ -28,14 +28,14 @@
 #include <utility>
 #include <vector>
 
-#include "distlock/connection.hpp"
-#include "distlock/counting_scripts.hpp"
 #include "distlock/detail/base/args.hpp"
+#include "distlock/detail/base/lease_state.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/batch_renewal.hpp"
 #include "distlock/detail/lifecycle/single_server.hpp"
+#include "distlock/detail/wire/connection.hpp"
+#include "distlock/detail/wire/counting_scripts.hpp"
 #include "distlock/error.hpp"
-#include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/token.hpp"
 

@@ -16,16 +16,16 @@
 #include <utility>
 
 #include "distlock/backend.hpp"
-#include "distlock/connection.hpp"
 #include "distlock/detail/backend/site.hpp"
 #include "distlock/detail/base/args.hpp"
+#include "distlock/detail/base/lease_state.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
+#include "distlock/detail/runtime/notifier.hpp"
+#include "distlock/detail/runtime/watchdog.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
 #include "distlock/events.hpp"
-#include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
-#include "distlock/notifier.hpp"
-#include "distlock/watchdog.hpp"
 
 namespace distlock::detail {
 

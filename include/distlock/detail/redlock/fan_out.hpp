@@ -45,11 +45,11 @@
 #include <utility>
 #include <vector>
 
-#include "distlock/connection.hpp"
 #include "distlock/detail/backend/cluster_slots.hpp"
 #include "distlock/detail/backend/site.hpp"
 #include "distlock/detail/base/args.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
 #include "distlock/reply.hpp"
 
@@ -76,10 +76,8 @@ class FanOut {
     without_waiting,  ///< queue behind whatever its connection still owes; do not wait
   };
 
-  struct Node {
-    explicit Node(Site* where) noexcept : site(where) {}
-    Site* site;
-    std::optional<Borrowed> connection;
+  /// What one round learns of a server; each round starts from a fresh one.
+  struct Round {
     State state = State::idle;
     Reply reply{nullptr};
     std::error_code error;     ///< for unreachable, timed_out and broken
@@ -89,6 +87,12 @@ class FanOut {
     bool redirected = false;   ///< answered MOVED or ASK in this round and was sent again
     bool asked = false;        ///< `connection` is to an importing node, reached by ASK
     unsigned asking_owed = 0;  ///< replies to ASKING still to be read before the step's
+  };
+
+  struct Node : Round {
+    explicit Node(Site* where) noexcept : site(where) {}
+    Site* site;
+    std::optional<Borrowed> connection;
   };
 
   explicit FanOut(const std::vector<Site*>& sites) {
@@ -126,7 +130,7 @@ class FanOut {
     args_ = args;
     round(how, [&](Connection& connection, Send send) {
       if (send == Send::without_waiting) {
-        append_eval(connection);
+        connection.append_eval(script, keys, args);
       } else {
         connection.append_evalsha(script, keys, args);
       }
@@ -151,9 +155,15 @@ class FanOut {
   std::size_t size() const noexcept { return nodes_.size(); }
   const Node& operator[](std::size_t i) const noexcept { return nodes_[i]; }
 
-  /// Names server `i` in messages: its endpoint; for a cluster, the
-  /// cluster (its seeds) and the node this round reached there.
-  std::string where(std::size_t i) const { return where(nodes_[i]); }
+  /// Names a server in messages: its endpoint; for a cluster, the cluster
+  /// (its seeds) and the node this round reached there.
+  std::string where(const Node& node) const {
+    std::string text = node.site->describe();
+    if (node.site->redirects() && node.connection) {
+      text += " node " + (*node.connection)->options().endpoint();
+    }
+    return text;
+  }
 
  private:
   template <class How, class Append>
@@ -161,15 +171,7 @@ class FanOut {
     for (Node& node : nodes_) {
       const Send send = how(static_cast<const Node&>(node));
       const bool was_asked = node.asked;
-      node.state = State::idle;
-      node.reply = Reply(nullptr);
-      node.error.clear();
-      node.message.clear();
-      node.queued = false;
-      node.sent_eval = false;
-      node.redirected = false;
-      node.asked = false;
-      node.asking_owed = 0;
+      static_cast<Round&>(node) = Round{};
       if (send == Send::skip) continue;
       try {
         // A reply still owed on this connection would be read as this
@@ -279,7 +281,7 @@ class FanOut {
         // FLUSH): EVAL runs the script and caches it for next time.
         node.sent_eval = true;
         if (node.asked) ask_first(node);
-        append_eval(connection);
+        connection.append_eval(*script_, keys_, args_);
         connection.flush();
         return;
       }
@@ -340,18 +342,6 @@ class FanOut {
     }
     connection.flush();
   }
-
-  std::string where(const Node& node) const {
-    std::string text = node.site->describe();
-    if (node.site->redirects() && node.connection) {
-      text += " node " + (*node.connection)->options().endpoint();
-    }
-    return text;
-  }
-
-  // EVAL of the variant the connection runs (SPUBLISH on a cluster), so that
-  // the next EVALSHA finds it cached.
-  void append_eval(Connection& connection) const { connection.append_eval(*script_, keys_, args_); }
 
   static void fail(Node& node, State state, const Error& error) {
     node.state = state;

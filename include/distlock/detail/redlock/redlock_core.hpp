@@ -17,22 +17,22 @@
 #include <utility>
 #include <vector>
 
-#include "distlock/connection.hpp"
 #include "distlock/detail/backend/site.hpp"
 #include "distlock/detail/base/args.hpp"
+#include "distlock/detail/base/lease_state.hpp"
 #include "distlock/detail/base/thread_annotations.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/key_type.hpp"
 #include "distlock/detail/redlock/fan_out.hpp"
+#include "distlock/detail/runtime/notifier.hpp"
+#include "distlock/detail/runtime/watchdog.hpp"
+#include "distlock/detail/wire/connection.hpp"
+#include "distlock/detail/wire/scripts.hpp"
 #include "distlock/error.hpp"
-#include "distlock/lease.hpp"
 #include "distlock/lock_options.hpp"
-#include "distlock/notifier.hpp"
 #include "distlock/redlock_options.hpp"
-#include "distlock/scripts.hpp"
 #include "distlock/token.hpp"
-#include "distlock/watchdog.hpp"
 
 namespace distlock::detail {
 
@@ -168,10 +168,10 @@ class RedlockCore {
             node.status = *status;
           } else if (fan[i].reply.is_error()) {
             node.error = Errc::server_error;
-            node.message = fan.where(i) + ": " + std::string(fan[i].reply.str());
+            node.message = fan.where(fan[i]) + ": " + std::string(fan[i].reply.str());
           } else {
             node.error = Errc::protocol_error;
-            node.message = fan.where(i) + ": unexpected reply to " + to_string(step);
+            node.message = fan.where(fan[i]) + ": unexpected reply to " + to_string(step);
           }
           break;
         case FanState::timed_out: node.status = NodeStatus::timed_out; [[fallthrough]];

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "distlock/notifier.hpp"
+#include "distlock/detail/runtime/notifier.hpp"
 
 namespace distlock::detail {
 

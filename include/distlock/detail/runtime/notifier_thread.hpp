@@ -1,8 +1,8 @@
-// The notifier thread's side of Notifier (notifier.hpp): its loop, the
+// The notifier thread's side of Notifier (detail/runtime/notifier.hpp): its loop, the
 // subscriber connection (made, lost, moved, replaced past its
 // max_connection_age), the SUBSCRIBE and UNSUBSCRIBE
 // it sends, and the replies and messages it reads: a release message wakes
-// its channel's waiters. Included at the end of notifier.hpp.
+// its channel's waiters. Included at the end of detail/runtime/notifier.hpp.
 #pragma once
 
 #include <poll.h>
@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "distlock/notifier.hpp"
+#include "distlock/detail/runtime/notifier.hpp"
 
 namespace distlock {
 namespace detail {

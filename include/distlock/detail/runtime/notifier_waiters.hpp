@@ -1,9 +1,9 @@
-// The waiters' side of Notifier (notifier.hpp): subscribe() counts a waiter
+// The waiters' side of Notifier (detail/runtime/notifier.hpp): subscribe() counts a waiter
 // on its channel and returns once the server confirmed the subscription, so
 // a release after the waiter's next attempt cannot slip by. It alone may
 // wait, never past the caller's deadline nor the command timeout; the
-// Subscription's reads, sleep and leaving (notifier.hpp) take the
-// notifier's mutex for a few fields. Included at the end of notifier.hpp.
+// Subscription's reads, sleep and leaving (detail/runtime/notifier.hpp) take the
+// notifier's mutex for a few fields. Included at the end of detail/runtime/notifier.hpp.
 #pragma once
 
 #include <algorithm>
@@ -12,8 +12,8 @@
 #include <string>
 
 #include "distlock/detail/base/thread_annotations.hpp"
+#include "distlock/detail/runtime/notifier.hpp"
 #include "distlock/error.hpp"
-#include "distlock/notifier.hpp"
 
 namespace distlock {
 

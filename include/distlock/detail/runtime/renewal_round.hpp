@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "distlock/lease.hpp"
+#include "distlock/detail/base/lease_state.hpp"
 
 namespace distlock::detail {
 

@@ -1,4 +1,4 @@
-// The Watchdog's schedule (watchdog.hpp): when each lease falls due for
+// The Watchdog's schedule (detail/runtime/watchdog.hpp): when each lease falls due for
 // renewal, when the thread has to wake, which leases a round takes, and when
 // a lease falls due again once its renewal has answered.
 //
@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "distlock/lease.hpp"
+#include "distlock/detail/base/lease_state.hpp"
 
 namespace distlock::detail {
 

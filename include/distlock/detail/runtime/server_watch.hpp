@@ -33,10 +33,10 @@
 #include <thread>
 #include <utility>
 
-#include "distlock/connection.hpp"
 #include "distlock/connection_options.hpp"
 #include "distlock/detail/base/thread_annotations.hpp"
 #include "distlock/detail/runtime/event_fd.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
 
 namespace distlock::detail {

@@ -1,4 +1,4 @@
-// Commands as Connection (connection.hpp) hands them on: formatted here
+// Commands as Connection (detail/wire/connection.hpp) hands them on: formatted here
 // into one buffer the connection keeps, and one formatted and written at
 // once on a connection that broke.
 //

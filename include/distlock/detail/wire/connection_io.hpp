@@ -1,8 +1,8 @@
-// The members of Connection (connection.hpp) that do its I/O: connecting,
+// The members of Connection (detail/wire/connection.hpp) that do its I/O: connecting,
 // writing what is appended, reading and parsing replies, running scripts
 // (EVALSHA, and EVAL on NOSCRIPT), timeouts cut to a deadline, and turning
 // every failure into the error that names the endpoint, the command and
-// the timeout. connection.hpp includes it; nothing else should.
+// the timeout. detail/wire/connection.hpp includes it; nothing else should.
 #pragma once
 
 #include <hiredis/hiredis.h>
@@ -20,8 +20,8 @@
 #include <utility>
 #include <vector>
 
-#include "distlock/connection.hpp"
 #include "distlock/detail/base/config.hpp"
+#include "distlock/detail/wire/connection.hpp"
 
 namespace distlock {
 

@@ -3,11 +3,11 @@
 // key whose fields are owner ids "<client>:<thread>" with hold counts.
 // Scripts that only read or release return 0 when the hash is gone
 // (expired) and -1 when it exists without our field (another owner has it
-// now). scripts.hpp includes this header and lists these scripts with the
+// now). detail/wire/scripts.hpp includes this header and lists these scripts with the
 // others in scripts::all; the rules at its top hold here too.
 #pragma once
 
-#include "distlock/connection.hpp"
+#include "distlock/detail/wire/connection.hpp"
 
 namespace distlock::scripts {
 

@@ -43,9 +43,9 @@
 #include <utility>
 #include <vector>
 
-#include "distlock/connection.hpp"
 #include "distlock/detail/base/thread_annotations.hpp"
 #include "distlock/detail/runtime/event_fd.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
 #include "distlock/events.hpp"
 

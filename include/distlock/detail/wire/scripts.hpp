@@ -1,13 +1,13 @@
 // Every Lua script distlock runs, and nothing else (the hash-layout ones
-// of ReentrantMutex and SharedMutex through hash_scripts.hpp).
+// of ReentrantMutex and SharedMutex through detail/wire/hash_scripts.hpp).
 //
 // Keys and tokens always arrive as KEYS/ARGV, never spliced into the source,
 // so the text (and with it the SHA-1 that EVALSHA names) never changes. The
 // sha1 fields are checked against the server's SCRIPT LOAD in the tests.
 #pragma once
 
-#include "distlock/connection.hpp"
-#include "distlock/hash_scripts.hpp"
+#include "distlock/detail/wire/connection.hpp"
+#include "distlock/detail/wire/hash_scripts.hpp"
 
 namespace distlock::scripts {
 

@@ -36,11 +36,11 @@
 #include <utility>
 #include <vector>
 
+#include "distlock/detail/base/lease_state.hpp"
 #include "distlock/detail/base/thread_annotations.hpp"
 #include "distlock/detail/runtime/renewal_round.hpp"
 #include "distlock/detail/runtime/renewal_schedule.hpp"
 #include "distlock/events.hpp"
-#include "distlock/lease.hpp"
 
 namespace distlock {
 

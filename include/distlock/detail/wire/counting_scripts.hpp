@@ -1,5 +1,5 @@
 // The Lua scripts of the counting primitives, RateLimiter and Semaphore
-// (scripts.hpp holds the locks').
+// (detail/wire/scripts.hpp holds the locks').
 //
 // As there, keys and arguments arrive as KEYS/ARGV only, and each sha1 is
 // checked against the server's SCRIPT LOAD in the tests. Every time these
@@ -12,7 +12,7 @@
 // Redis may pass a Lua number on in exponent notation.
 #pragma once
 
-#include "distlock/connection.hpp"
+#include "distlock/detail/wire/connection.hpp"
 
 namespace distlock::scripts {
 

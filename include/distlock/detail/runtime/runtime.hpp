@@ -20,12 +20,12 @@
 #include <utility>
 #include <vector>
 
-#include "distlock/connection.hpp"
+#include "distlock/detail/runtime/notifier.hpp"
 #include "distlock/detail/runtime/server_watch.hpp"
+#include "distlock/detail/runtime/watchdog.hpp"
+#include "distlock/detail/wire/connection.hpp"
 #include "distlock/events.hpp"
-#include "distlock/notifier.hpp"
 #include "distlock/token.hpp"
-#include "distlock/watchdog.hpp"
 
 namespace distlock::detail {
 
