@@ -18,7 +18,6 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <stdexcept>
 #include <type_traits>
 #include <utility>
 

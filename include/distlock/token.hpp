@@ -22,7 +22,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
-#include <cstdint>
 #include <string>
 
 #include "distlock/error.hpp"

@@ -14,7 +14,6 @@
 
 #include <exception>
 #include <string>
-#include <utility>
 
 #include "distlock/connection_options.hpp"
 #include "distlock/credentials.hpp"

@@ -8,17 +8,13 @@
 #include <hiredis/hiredis.h>
 #include <poll.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstddef>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
-#include <vector>
 
 #include "distlock/detail/base/config.hpp"
 #include "distlock/detail/wire/connection.hpp"

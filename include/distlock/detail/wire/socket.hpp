@@ -28,6 +28,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -35,7 +36,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
 
 #include "distlock/connection_options.hpp"
 #include "distlock/detail/wire/tls.hpp"
