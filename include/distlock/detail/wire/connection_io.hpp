@@ -8,7 +8,6 @@
 #include <hiredis/hiredis.h>
 #include <poll.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <optional>
@@ -18,6 +17,7 @@
 
 #include "distlock/detail/base/config.hpp"
 #include "distlock/detail/wire/connection.hpp"
+#include "distlock/detail/wire/tls.hpp"
 
 namespace distlock {
 
@@ -69,12 +69,8 @@ DISTLOCK_DECL const Reply& Connection::read_reply() {
     // A timeout cut short (by a caller's deadline) is kept by poll(), to the
     // millisecond: the socket's own timeout is rounded up to the kernel's
     // tick, and returns 4 to 10 ms late.
-    if (exact_) {
-      pollfd p{socket_.fd(), POLLIN, 0};
-      int ready = 0;
-      while ((ready = ::poll(&p, 1, static_cast<int>(timeout_.count()))) < 0 && errno == EINTR) {
-      }
-      if (ready == 0) fail("read", {detail::IoStatus::timed_out, {}});
+    if (exact_ && detail::poll_one(socket_.fd(), POLLIN, static_cast<int>(timeout_.count())) == 0) {
+      fail("read", {detail::IoStatus::timed_out, {}});
     }
     do {
       fill(/*wait=*/true);

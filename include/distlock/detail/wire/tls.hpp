@@ -187,14 +187,14 @@ inline int remaining_ms(std::chrono::steady_clock::time_point deadline) {
   return left.count() <= 0 ? 0 : static_cast<int>(std::min<long long>(left.count(), 1 << 30));
 }
 
-/// Waits for what OpenSSL asked (`ssl_error`: readable, or writable) up to
-/// `timeout_ms` (-1 for ever); false if it did not come.
-inline bool wait_for_ssl(int fd, int ssl_error, int timeout_ms) noexcept {
-  pollfd p{fd, static_cast<short>(ssl_error == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN), 0};
+/// poll() of one descriptor for `events` up to `timeout_ms`, again (with the
+/// same timeout) on EINTR: >0 ready, 0 timed out, <0 failed.
+inline int poll_one(int fd, int events, int timeout_ms) noexcept {
+  pollfd p{fd, static_cast<short>(events), 0};
   int ready = 0;
   while ((ready = ::poll(&p, 1, timeout_ms)) < 0 && errno == EINTR) {
   }
-  return ready > 0;
+  return ready;
 }
 
 /// The TLS handshake on the connected, non-blocking socket `fd`, by
@@ -215,7 +215,8 @@ inline SslPtr start_tls(int fd, const ConnectionOptions& options,
     const int saved_errno = errno;
     const int error = SSL_get_error(ssl.get(), result);
     if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
-      if (wait_for_ssl(fd, error, remaining_ms(deadline))) continue;
+      const int events = error == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN;  // what it asked
+      if (poll_one(fd, events, remaining_ms(deadline)) > 0) continue;
       // A plaintext Redis reads a ClientHello as an inline command, and
       // waits for the rest of it: nothing at all came back.
       const bool unanswered = SSL_get_state(ssl.get()) == TLS_ST_CW_CLNT_HELLO;
