@@ -107,7 +107,8 @@ TEST(CommandFormat, MatchesHiredisFormattingByteForByte) {
     ASSERT_GT(size, 0);
     const std::string expected(raw, static_cast<std::size_t>(size));
     redisFreeCommand(raw);
-    std::string formatted = detail::format_command(detail::Args(argv));
+    std::string formatted;
+    detail::append_command(detail::Args(argv), formatted);
     EXPECT_EQ(formatted, expected) << argv.size() << " arguments";
     // Appended: a pipeline is its commands one after another.
     detail::append_command(detail::Args(argv), formatted);

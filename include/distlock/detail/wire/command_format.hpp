@@ -54,13 +54,6 @@ inline void append_command(Args argv, std::string& out) {
   }
 }
 
-/// append_command() into a string of its own.
-inline std::string format_command(Args argv) {
-  std::string formatted;
-  append_command(argv, formatted);
-  return formatted;
-}
-
 /// Formats argv and writes it to `socket` without blocking, reading no reply
 /// (Connection::send_behind). False if nothing was tried: formatting found
 /// no memory. Best effort otherwise: a full socket buffer drops the rest.
