@@ -148,12 +148,6 @@ inline std::chrono::milliseconds parse_uri_duration(std::string_view text, const
 /// Percent-decodes a user name or password. The text is never shown: it may
 /// be the password.
 inline std::string percent_decode(std::string_view text, const char* what) {
-  const auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
   std::string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size(); ++i) {
@@ -161,13 +155,13 @@ inline std::string percent_decode(std::string_view text, const char* what) {
       out += text[i];
       continue;
     }
-    const int high = i + 1 < text.size() ? hex(text[i + 1]) : -1;
-    const int low = i + 2 < text.size() ? hex(text[i + 2]) : -1;
-    if (high < 0 || low < 0) {
+    const char* const digits = text.data() + i + 1;
+    unsigned char byte = 0;
+    if (i + 2 >= text.size() || std::from_chars(digits, digits + 2, byte, 16).ptr != digits + 2) {
       throw uri_error(std::string("bad %-escape in the ") + what +
                       " (a % must be followed by two hex digits; write a literal % as %25)");
     }
-    out += static_cast<char>(high * 16 + low);
+    out += static_cast<char>(byte);
     i += 2;
   }
   return out;
@@ -262,7 +256,7 @@ inline void parse_authority(std::string_view authority, ConnectionOptions& conne
           "alone");
     }
   }
-  std::string_view port;
+  std::optional<std::string_view> port;  // after a ':', when there is one
   if (!authority.empty() && authority.front() == '[') {
     const auto close = authority.find(']');
     if (close == std::string_view::npos) throw uri_error("'[' without ']' around the IPv6 address");
@@ -272,8 +266,6 @@ inline void parse_authority(std::string_view authority, ConnectionOptions& conne
       throw uri_error("unexpected '" + std::string(after) + "' after the IPv6 address");
     }
     if (!after.empty()) port = after.substr(1);
-    if (connection.host.empty()) throw uri_error("no host");
-    if (after == ":") throw uri_error("empty port");
   } else {
     const auto colon = authority.find(':');
     if (colon != std::string_view::npos &&
@@ -281,13 +273,11 @@ inline void parse_authority(std::string_view authority, ConnectionOptions& conne
       throw uri_error("an IPv6 address needs brackets, e.g. redis://[::1]:6379");
     }
     connection.host = std::string(authority.substr(0, colon));
-    if (connection.host.empty()) throw uri_error("no host");
-    if (colon != std::string_view::npos) {
-      port = authority.substr(colon + 1);
-      if (port.empty()) throw uri_error("empty port");
-    }
+    if (colon != std::string_view::npos) port = authority.substr(colon + 1);
   }
-  if (!port.empty()) connection.port = parse_uri_number(port, "port", 1, 65535);
+  if (connection.host.empty()) throw uri_error("no host");
+  if (port && port->empty()) throw uri_error("empty port");
+  if (port) connection.port = parse_uri_number(*port, "port", 1, 65535);
 }
 
 /// Parses a redis:// or unix:// URI (see ConnectionOptions::from_uri); the
