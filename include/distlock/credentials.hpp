@@ -3,14 +3,10 @@
 // tokens, a password a secrets manager rotates).
 //
 // A fixed password in the options cannot follow a rotation, and a pooled
-// connection outlives the token that opened it. A provider set on
-// ConnectionOptions::credentials is asked instead on every new connection
-// (pooled, the Notifier's, a Redlock master's); a connection already open
+// connection outlives the token that opened it. A connection already open
 // stays authenticated as it was, so set max_connection_age too where the
-// server ends sessions whose token expired. detail/wire/authenticate.hpp sends
-// the AUTH: a WRONGPASS there is retried once with a fresh answer, and a
-// provider that throws fails the connection with an error naming the
-// endpoint. The answer itself is shown in no message.
+// server ends sessions whose token expired. A WRONGPASS is retried once with
+// a fresh answer (detail/wire/authenticate.hpp); no message shows an answer.
 #pragma once
 
 #include <cstddef>
@@ -31,7 +27,8 @@ struct Credentials {
   std::string password;
 };
 
-/// A callable asked for Credentials on every new connection: any callable
+/// Set on ConnectionOptions::credentials, asked for Credentials on every new
+/// connection (pooled, the Notifier's, a Redlock master's): any callable
 /// returning Credentials, or a std::string (a password or token, for the
 /// options' username). Copies share one callable, so a provider that keeps
 /// state (a cached token) keeps it across every copy of the options.

@@ -1,15 +1,12 @@
-// The AUTH of a new connection (Connection's constructor): with the fixed
-// username and password of its options, or with what their credentials
-// provider answers (credentials.hpp).
+// The AUTH of a new connection (Connection's constructor), with the options'
+// password or what their credentials provider answers (credentials.hpp).
 //
 // A provider's answer may be stale the moment it is used: a token it cached
 // just expired, or a rotation removed the password between the answer and
 // the AUTH. A WRONGPASS to an answer is therefore asked again and sent
 // again once, on the same connection (the server keeps it open after a
-// failed AUTH); a second WRONGPASS is the caller's. A provider that throws
-// (or answers no password) fails the connection with a ConnectionError
-// naming the endpoint, never with its own exception loose in a notifier
-// thread. No message shows an answer.
+// failed AUTH); a second WRONGPASS is the caller's. A provider's exception
+// becomes a ConnectionError, never loose in a notifier thread.
 #pragma once
 
 #include <exception>

@@ -1,17 +1,8 @@
-// Commands as Connection (detail/wire/connection.hpp) hands them on: formatted here
-// into one buffer the connection keeps, and one formatted and written at
-// once on a connection that broke.
-//
-// hiredis's printf-like formatter grew a fresh buffer per command, and its
-// writer copied that into a second one; one buffer the connection keeps
-// does for both (append_command). hiredis's reader still parses replies.
-//
-// The last is for a connection that broke (a reply not in time): nothing
-// more is written on it the usual way (Connection::append_argv() refuses),
-// yet an undo written behind the late command must still reach the
-// server. It runs in noexcept paths, so send_unread() and
-// send_eval_unread() throw nothing and allocate nothing beyond the one
-// buffer the command is formatted into.
+// Commands as Connection (detail/wire/connection.hpp) hands them on: formatted into one
+// buffer the connection keeps, or, on a connection that broke (a reply not
+// in time), written at once by send_unread(): nothing more is written on it
+// the usual way (Connection::append_argv() refuses), yet an undo written
+// behind the late command must still reach the server.
 #pragma once
 
 #include <algorithm>
