@@ -1,0 +1,248 @@
+// Tests for the acquire steps (detail/lifecycle/acquire_steps.hpp) alone:
+// what each step names next, and with which deadline, for the answers a
+// driver hands back. The steps decide and send nothing, so a scripted
+// Protocol stands in for the server here: pure logic, and the contract an
+// event-loop driver relies on. The same steps against real servers are
+// every lock type's tests.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "distlock/detail/lifecycle/acquire_steps.hpp"
+
+namespace distlock::detail {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = SteadyClock;
+
+// A Protocol whose server steps the tests never reach: a driver would send
+// them, and here the test is the driver. What a given-back grant sends is
+// counted.
+class ScriptedProtocol : public OneKindProtocol {
+ public:
+  static constexpr bool holds_at_least(Kind) noexcept { return true; }
+
+  std::string key() const { return "scripted"; }
+  void check_process() const {}
+  bool forked() const noexcept { return false; }
+  std::string id_for(Kind) const { return "token"; }
+  static std::string describe(Kind) { return "lock"; }
+  const SharedEventHook& events() const noexcept { return events_; }
+  Watchdog& watchdog() { return *watchdog_; }
+  std::shared_ptr<LeaseState> watched(Kind, const std::string& id, Clock::time_point sent,
+                                      const LockOptions& options) const {
+    return std::make_shared<LeaseState>(key(), id, options.ttl(), sent, options.on_lost(), nullptr);
+  }
+  TokenCheck release(Kind, const std::string&) {
+    ++*released_;
+    return TokenCheck::done;
+  }
+  TokenCheck extend(Kind, const std::string&, std::chrono::milliseconds) {
+    return TokenCheck::done;
+  }
+  void wake() {}
+
+  int released() const { return *released_; }
+
+ private:
+  SharedEventHook events_;
+  std::shared_ptr<Watchdog> watchdog_ = std::make_shared<Watchdog>();
+  std::shared_ptr<int> released_ = std::make_shared<int>(0);
+};
+
+using Base = AcquireSteps<ScriptedProtocol>;
+
+// The steps, opened to the test, which drives them as Lifecycle::acquire
+// does.
+class Steps : public Base {
+ public:
+  explicit Steps(LockOptions options = LockOptions().auto_renew(false))
+      : Base(ScriptedProtocol(), std::move(options), AcquirePolicy(), Cancellation()) {}
+
+  using Base::attempted;
+  using Base::holder_read;
+  using Base::Next;
+  using Base::Step;
+  using Base::subscribed;
+  using Base::Waiter;
+  using Base::woken;
+
+  // The first step of an acquire, as the driver's prologue takes it.
+  Next start(Waiter& waiter) {
+    if (reenter(waiter.kind, waiter.local_holder)) return Next{Step::done, {}, Outcome::acquired};
+    waiter.id = protocol_.id_for(waiter.kind);
+    return before_attempt(waiter);
+  }
+  Waiter waiter(Clock::time_point deadline, bool wait = true) {
+    return Waiter(ScriptedProtocol::exclusive, deadline, wait, cancellation_.generation());
+  }
+  void cancel() { cancellation_.cancel(); }
+  bool owns() const { return Base::owns(ScriptedProtocol::exclusive); }
+  int released() const { return protocol_.released(); }
+};
+
+Attempt granted() {
+  Attempt attempt;
+  attempt.acquired = true;
+  return attempt;
+}
+
+Attempt refused(HolderLease holder = {}) {
+  Attempt attempt;
+  attempt.holder = holder;
+  return attempt;
+}
+
+// The sleep's end: never past the deadline, nor past the holder's lease.
+void expect_sleep_within(const Steps::Next& next, Clock::time_point latest) {
+  EXPECT_EQ(next.step, Steps::Step::sleep);
+  EXPECT_LE(next.by, latest);
+}
+
+TEST(AcquireStepsTest, AFreeLockIsOneAttemptByTheDeadlineThenHeld) {
+  Steps steps;
+  const Clock::time_point deadline = Clock::now() + 10s;
+  Steps::Waiter waiter = steps.waiter(deadline);
+  Steps::Next next = steps.start(waiter);
+  ASSERT_EQ(next.step, Steps::Step::attempt);
+  EXPECT_EQ(next.by, deadline);
+  next = steps.attempted(waiter, granted());
+  ASSERT_EQ(next.step, Steps::Step::done);
+  EXPECT_EQ(next.outcome, Outcome::acquired);
+  EXPECT_TRUE(steps.owns());
+}
+
+TEST(AcquireStepsTest, ATryLockRefusedWithoutAReasonLooksAtTheKeyOnceThenIsBusy) {
+  Steps steps;
+  Steps::Waiter waiter = steps.waiter(Clock::now(), /*wait=*/false);
+  Steps::Next next = steps.start(waiter);
+  ASSERT_EQ(next.step, Steps::Step::attempt);
+  EXPECT_EQ(next.by, no_deadline);  // a try_lock() waits one command timeout
+  next = steps.attempted(waiter, refused());
+  ASSERT_EQ(next.step, Steps::Step::read_holder);  // the key's type is checked
+  EXPECT_EQ(next.by, no_deadline);
+  next = steps.holder_read(waiter, HolderLease::from_pttl(5000));
+  ASSERT_EQ(next.step, Steps::Step::done);
+  EXPECT_EQ(next.outcome, Outcome::timed_out);  // busy: Redis answered
+  EXPECT_FALSE(steps.owns());
+}
+
+TEST(AcquireStepsTest, AFirstStepTheDeadlineCutShortEndsTheCallUnanswered) {
+  Steps steps;
+  Steps::Waiter waiter = steps.waiter(Clock::now() + 10s);
+  ASSERT_EQ(steps.start(waiter).step, Steps::Step::attempt);
+  const Steps::Next next = steps.attempted(waiter, std::nullopt);
+  ASSERT_EQ(next.step, Steps::Step::done);
+  EXPECT_EQ(next.outcome, Outcome::unanswered);  // nothing heard: an outage
+}
+
+TEST(AcquireStepsTest, ARefusalWithAKnownHolderSubscribesThenSleepsNoLongerThanItsLease) {
+  Steps steps;
+  const Clock::time_point deadline = Clock::now() + 10s;
+  Steps::Waiter waiter = steps.waiter(deadline);
+  ASSERT_EQ(steps.start(waiter).step, Steps::Step::attempt);
+  Steps::Next next = steps.attempted(waiter, refused(HolderLease::from_pttl(300)));
+  ASSERT_EQ(next.step, Steps::Step::subscribe);
+  EXPECT_EQ(next.by, deadline);
+  // No subscription to be had: the waiter polls, and the lease it learned
+  // bounds the sleep without another read.
+  next = steps.subscribed(waiter, std::nullopt);
+  expect_sleep_within(next, Clock::now() + 300ms);
+  next = steps.woken(waiter);
+  ASSERT_EQ(next.step, Steps::Step::attempt);
+  EXPECT_EQ(next.by, deadline);
+  // Once asked, the subscription is not asked for again.
+  next = steps.attempted(waiter, refused(HolderLease::from_pttl(300)));
+  expect_sleep_within(next, Clock::now() + 300ms);
+}
+
+TEST(AcquireStepsTest, AnUnknownHolderIsReadBeforeTheSleepAndAReadCutShortEndsTheCall) {
+  Steps steps(LockOptions().auto_renew(false).wake_on_release(false));
+  const Clock::time_point deadline = Clock::now() + 10s;
+  Steps::Waiter waiter = steps.waiter(deadline);
+  ASSERT_EQ(steps.start(waiter).step, Steps::Step::attempt);
+  Steps::Next next = steps.attempted(waiter, refused());
+  ASSERT_EQ(next.step, Steps::Step::read_holder);
+  EXPECT_EQ(next.by, deadline);
+  next = steps.holder_read(waiter, HolderLease::from_pttl(200));
+  expect_sleep_within(next, Clock::now() + 200ms);
+
+  ASSERT_EQ(steps.woken(waiter).step, Steps::Step::attempt);
+  ASSERT_EQ(steps.attempted(waiter, refused()).step, Steps::Step::read_holder);
+  // The deadline cut the read short: Redis last answered long before the
+  // deadline (the attempt, 10 s ahead of it), so this is an outage.
+  next = steps.holder_read(waiter, std::nullopt);
+  ASSERT_EQ(next.step, Steps::Step::done);
+  EXPECT_EQ(next.outcome, Outcome::unanswered);
+}
+
+TEST(AcquireStepsTest, ALastAttemptAfterWaitingMayRunALastStepPastTheDeadline) {
+  Steps steps(LockOptions().auto_renew(false).wake_on_release(false));
+  const Clock::time_point deadline = Clock::now() + 20ms;
+  Steps::Waiter waiter = steps.waiter(deadline);
+  ASSERT_EQ(steps.start(waiter).step, Steps::Step::attempt);
+  const Steps::Next sleep = steps.attempted(waiter, refused(HolderLease::from_pttl(60000)));
+  expect_sleep_within(sleep, deadline);
+  while (Clock::now() < deadline) std::this_thread::yield();  // the driver's sleep
+  Steps::Next next = steps.woken(waiter);
+  ASSERT_EQ(next.step, Steps::Step::attempt);
+  EXPECT_GT(next.by, deadline);
+  EXPECT_LE(next.by, Clock::now() + last_step);
+  next = steps.attempted(waiter, refused(HolderLease::from_pttl(60000)));
+  ASSERT_EQ(next.step, Steps::Step::done);
+  EXPECT_EQ(next.outcome, Outcome::timed_out);
+}
+
+TEST(AcquireStepsTest, CancelWaitsEndsASleepingWaiterWithoutAnotherAttempt) {
+  Steps steps;
+  Steps::Waiter waiter = steps.waiter(Clock::now() + 10s);
+  ASSERT_EQ(steps.start(waiter).step, Steps::Step::attempt);
+  ASSERT_EQ(steps.attempted(waiter, refused(HolderLease::from_pttl(5000))).step,
+            Steps::Step::subscribe);
+  ASSERT_EQ(steps.subscribed(waiter, std::nullopt).step, Steps::Step::sleep);
+  steps.cancel();
+  const Steps::Next next = steps.woken(waiter);
+  ASSERT_EQ(next.step, Steps::Step::done);
+  EXPECT_EQ(next.outcome, Outcome::cancelled);
+}
+
+TEST(AcquireStepsTest, AWaiterBehindAHolderOfThisObjectAsksRedisNothing) {
+  Steps steps;
+  Steps::Waiter holder = steps.waiter(Clock::now() + 10s);
+  ASSERT_EQ(steps.start(holder).step, Steps::Step::attempt);
+  ASSERT_EQ(steps.attempted(holder, granted()).outcome, Outcome::acquired);
+  // Another thread's try_lock() of the same object: no attempt, busy.
+  std::optional<Steps::Next> other;
+  std::thread([&] {
+    Steps::Waiter waiter = steps.waiter(Clock::now(), /*wait=*/false);
+    other = steps.start(waiter);
+  }).join();
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->step, Steps::Step::done);
+  EXPECT_EQ(other->outcome, Outcome::timed_out);
+}
+
+TEST(AcquireStepsTest, AGrantTooFewReplicasAcknowledgedIsGivenBackAndNeverHeld) {
+  Steps steps;
+  Steps::Waiter waiter = steps.waiter(Clock::now() + 10s);
+  ASSERT_EQ(steps.start(waiter).step, Steps::Step::attempt);
+  Attempt short_of_replicas;
+  short_of_replicas.not_replicated = true;
+  short_of_replicas.deadline_cut = true;
+  short_of_replicas.replicas = 0;
+  short_of_replicas.replicas_wanted = 1;
+  const Steps::Next next = steps.attempted(waiter, short_of_replicas);
+  ASSERT_EQ(next.step, Steps::Step::done);
+  EXPECT_EQ(next.outcome, Outcome::timed_out);
+  EXPECT_EQ(steps.released(), 1);
+  EXPECT_FALSE(steps.owns());
+}
+
+}  // namespace
+}  // namespace distlock::detail
