@@ -99,6 +99,12 @@ Attempt refused(HolderLease holder = {}) {
   return attempt;
 }
 
+// The end of the call, with `outcome`.
+void expect_done(const Steps::Next& next, Outcome outcome) {
+  EXPECT_EQ(next.step, Steps::Step::done);
+  EXPECT_EQ(next.outcome, outcome);
+}
+
 // The sleep's end: never past the deadline, nor past the holder's lease.
 void expect_sleep_within(const Steps::Next& next, Clock::time_point latest) {
   EXPECT_EQ(next.step, Steps::Step::sleep);
@@ -113,8 +119,7 @@ TEST(AcquireStepsTest, AFreeLockIsOneAttemptByTheDeadlineThenHeld) {
   ASSERT_EQ(next.step, Steps::Step::attempt);
   EXPECT_EQ(next.by, deadline);
   next = steps.attempted(waiter, granted());
-  ASSERT_EQ(next.step, Steps::Step::done);
-  EXPECT_EQ(next.outcome, Outcome::acquired);
+  expect_done(next, Outcome::acquired);
   EXPECT_TRUE(steps.owns());
 }
 
@@ -128,8 +133,7 @@ TEST(AcquireStepsTest, ATryLockRefusedWithoutAReasonLooksAtTheKeyOnceThenIsBusy)
   ASSERT_EQ(next.step, Steps::Step::read_holder);  // the key's type is checked
   EXPECT_EQ(next.by, no_deadline);
   next = steps.holder_read(waiter, HolderLease::from_pttl(5000));
-  ASSERT_EQ(next.step, Steps::Step::done);
-  EXPECT_EQ(next.outcome, Outcome::timed_out);  // busy: Redis answered
+  expect_done(next, Outcome::timed_out);  // busy: Redis answered
   EXPECT_FALSE(steps.owns());
 }
 
@@ -138,8 +142,7 @@ TEST(AcquireStepsTest, AFirstStepTheDeadlineCutShortEndsTheCallUnanswered) {
   Steps::Waiter waiter = steps.waiter(Clock::now() + 10s);
   ASSERT_EQ(steps.start(waiter).step, Steps::Step::attempt);
   const Steps::Next next = steps.attempted(waiter, std::nullopt);
-  ASSERT_EQ(next.step, Steps::Step::done);
-  EXPECT_EQ(next.outcome, Outcome::unanswered);  // nothing heard: an outage
+  expect_done(next, Outcome::unanswered);  // nothing heard: an outage
 }
 
 TEST(AcquireStepsTest, ARefusalWithAKnownHolderSubscribesThenSleepsNoLongerThanItsLease) {
@@ -178,8 +181,7 @@ TEST(AcquireStepsTest, AnUnknownHolderIsReadBeforeTheSleepAndAReadCutShortEndsTh
   // The deadline cut the read short: Redis last answered long before the
   // deadline (the attempt, 10 s ahead of it), so this is an outage.
   next = steps.holder_read(waiter, std::nullopt);
-  ASSERT_EQ(next.step, Steps::Step::done);
-  EXPECT_EQ(next.outcome, Outcome::unanswered);
+  expect_done(next, Outcome::unanswered);
 }
 
 TEST(AcquireStepsTest, ALastAttemptAfterWaitingMayRunALastStepPastTheDeadline) {
@@ -195,8 +197,7 @@ TEST(AcquireStepsTest, ALastAttemptAfterWaitingMayRunALastStepPastTheDeadline) {
   EXPECT_GT(next.by, deadline);
   EXPECT_LE(next.by, Clock::now() + last_step);
   next = steps.attempted(waiter, refused(HolderLease::from_pttl(60000)));
-  ASSERT_EQ(next.step, Steps::Step::done);
-  EXPECT_EQ(next.outcome, Outcome::timed_out);
+  expect_done(next, Outcome::timed_out);
 }
 
 TEST(AcquireStepsTest, CancelWaitsEndsASleepingWaiterWithoutAnotherAttempt) {
@@ -208,8 +209,7 @@ TEST(AcquireStepsTest, CancelWaitsEndsASleepingWaiterWithoutAnotherAttempt) {
   ASSERT_EQ(steps.subscribed(waiter, std::nullopt).step, Steps::Step::sleep);
   steps.cancel();
   const Steps::Next next = steps.woken(waiter);
-  ASSERT_EQ(next.step, Steps::Step::done);
-  EXPECT_EQ(next.outcome, Outcome::cancelled);
+  expect_done(next, Outcome::cancelled);
 }
 
 TEST(AcquireStepsTest, AWaiterBehindAHolderOfThisObjectAsksRedisNothing) {
@@ -224,8 +224,7 @@ TEST(AcquireStepsTest, AWaiterBehindAHolderOfThisObjectAsksRedisNothing) {
     other = steps.start(waiter);
   }).join();
   ASSERT_TRUE(other);
-  EXPECT_EQ(other->step, Steps::Step::done);
-  EXPECT_EQ(other->outcome, Outcome::timed_out);
+  expect_done(*other, Outcome::timed_out);
 }
 
 TEST(AcquireStepsTest, AGrantTooFewReplicasAcknowledgedIsGivenBackAndNeverHeld) {
@@ -238,8 +237,7 @@ TEST(AcquireStepsTest, AGrantTooFewReplicasAcknowledgedIsGivenBackAndNeverHeld) 
   short_of_replicas.replicas = 0;
   short_of_replicas.replicas_wanted = 1;
   const Steps::Next next = steps.attempted(waiter, short_of_replicas);
-  ASSERT_EQ(next.step, Steps::Step::done);
-  EXPECT_EQ(next.outcome, Outcome::timed_out);
+  expect_done(next, Outcome::timed_out);
   EXPECT_EQ(steps.released(), 1);
   EXPECT_FALSE(steps.owns());
 }
