@@ -68,17 +68,12 @@ class Steps : public Base {
   using Base::attempted;
   using Base::holder_read;
   using Base::Next;
+  using Base::start;
   using Base::Step;
   using Base::subscribed;
   using Base::Waiter;
   using Base::woken;
 
-  // The first step of an acquire, as the driver's prologue takes it.
-  Next start(Waiter& waiter) {
-    if (reenter(waiter.kind, waiter.local_holder)) return Next{Step::done, {}, Outcome::acquired};
-    waiter.id = protocol_.id_for(waiter.kind);
-    return before_attempt(waiter);
-  }
   Waiter waiter(Clock::time_point deadline, bool wait = true) {
     return Waiter(ScriptedProtocol::exclusive, deadline, wait, cancellation_.generation());
   }

@@ -5,7 +5,8 @@
 # #line directives so that a compile error names the README's line. The
 # build compiles that file with every warning as an error, so a snippet that
 # no longer compiles fails CI. tests/readme_snippets_prelude.hpp declares
-# what the snippets call into (`redis`, `log_warning`, `steps`).
+# what the snippets call into (`redis`, `log_warning`, `steps`). The Async
+# locks section's blocks are compiled where Asio is (DISTLOCK_README_ASIO).
 #   cmake -DREADME=README.md -DOUTPUT=readme_snippets.cpp -P readme_snippets.cmake
 file(STRINGS "${README}" lines)
 set(out "// Generated from ${README} by readme_snippets.cmake: do not edit.\n")
@@ -21,7 +22,11 @@ foreach(line IN LISTS lines)
     if(line MATCHES "^```")
       set(in_block FALSE)
       if(keep)
-        string(APPEND out "}\n\n")
+        string(APPEND out "}\n")
+        if(section STREQUAL "## Async locks (Asio)")
+          string(APPEND out "#endif\n")
+        endif()
+        string(APPEND out "\n")
       endif()
     elseif(keep)
       string(APPEND out "${line}\n")
@@ -39,6 +44,9 @@ foreach(line IN LISTS lines)
     else()
       math(EXPR number "${number} + 1")
       math(EXPR first "${line_number} + 1")
+      if(section STREQUAL "## Async locks (Asio)")
+        string(APPEND out "#if DISTLOCK_README_ASIO\n")
+      endif()
       string(APPEND out "void snippet_${number}(distlock::Client& redis) {\n")
       string(APPEND out "  static_cast<void>(redis);\n#line ${first} \"README.md\"\n")
     endif()

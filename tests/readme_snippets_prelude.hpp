@@ -5,6 +5,11 @@
 #pragma once
 
 #include <distlock/distlock.hpp>
+#if DISTLOCK_README_ASIO
+#include <asio/bind_executor.hpp>
+#include <asio/io_context.hpp>
+#include <distlock/asio.hpp>
+#endif
 
 #include <iostream>
 #include <vector>

@@ -126,6 +126,9 @@ class EndpointSite final : public Site {
   }
   Notifier& notifier() override { return endpoint_->runtime().notifier(); }
   Watchdog& watchdog() override { return endpoint_->runtime().watchdog(); }
+  Connector& connector() override { return endpoint_->runtime().connector(); }
+  bool one_endpoint() const noexcept override { return true; }
+  std::weak_ptr<const void> lifetime() const noexcept override { return endpoint_; }
   const SharedEventHook& events() const noexcept override { return endpoint_->events(); }
 
   const ClientOptions& options() const noexcept override { return endpoint_->options(); }

@@ -184,6 +184,8 @@ class ClusterSite final : public Site {
   // Every node: a waiter may still sleep at a node its lock's slot has left.
   void wake(const std::string& channel) override { nodes_->wake_everywhere(channel); }
   Watchdog& watchdog() override { return nodes_->runtime().watchdog(); }
+  Connector& connector() override { return nodes_->runtime().connector(); }
+  std::weak_ptr<const void> lifetime() const noexcept override { return nodes_; }
   const SharedEventHook& events() const noexcept override { return nodes_->events(); }
 
   const ClientOptions& options() const noexcept override { return nodes_->options(); }

@@ -38,26 +38,38 @@ namespace detail {
 struct ScriptedLease {
   static Attempt acquire(Connection& connection, const LeaseKeys& keys, const std::string& token,
                          const Decimal& ttl, bool fencing) {
-    if (fencing) {
-      const Reply reply =
-          connection.eval(scripts::acquire_fenced, {keys.key, keys.fence}, {token, ttl});
-      if (reply.size() < 2) {
-        throw ConnectionError(Errc::protocol_error, "bad fenced acquire reply");
-      }
-      // Refused, the key's type follows the holder's PTTL.
-      Attempt attempt = fenced_attempt(reply);
-      if (!attempt.acquired && reply.size() > 2) {
-        check_key_type(keys.key, reply[2].str(), "string");
-        if (reply[2].str() == "string") check_expires(keys.key, "string", attempt.holder);
-      }
-      return attempt;
+    if (!fencing) return set_if_absent(connection, keys, token, ttl);
+    return acquire_answer(
+        connection.eval(scripts::acquire_fenced, {keys.key, keys.fence}, {token, ttl}), keys,
+        fencing);
+  }
+
+  // The same on a link (an event loop's): sent, then its answer decoded.
+  static Link::Ticket send_acquire(Link& link, const LeaseKeys& keys, const std::string& token,
+                                   const Decimal& ttl, bool fencing, Link::Sink sink) {
+    if (!fencing) return send_set_if_absent(link, keys, token, ttl, std::move(sink));
+    return link.send_script(scripts::acquire_fenced, {keys.key, keys.fence}, {token, ttl},
+                            std::move(sink));
+  }
+  static Attempt acquire_answer(const Reply& reply, const LeaseKeys& keys, bool fencing) {
+    if (!fencing) return set_answer(reply);
+    reply.throw_if_error();
+    if (reply.size() < 2) throw ConnectionError(Errc::protocol_error, "bad fenced acquire reply");
+    // Refused, the key's type follows the holder's PTTL.
+    Attempt attempt = fenced_attempt(reply);
+    if (!attempt.acquired && reply.size() > 2) {
+      check_key_type(keys.key, reply[2].str(), "string");
+      if (reply[2].str() == "string") check_expires(keys.key, "string", attempt.holder);
     }
-    return set_if_absent(connection, keys, token, ttl);
+    return attempt;
   }
 
   // Behind an attempt that got no reply: the release script.
   static void undo(Connection& connection, const LeaseKeys& keys, const std::string& token) {
     connection.send_eval_behind(scripts::release, {keys.key, keys.channel}, {token});
+  }
+  static void send_undo(Link& link, const LeaseKeys& keys, const std::string& token) {
+    link.undo_eval(scripts::release, {keys.key, keys.channel}, {token});
   }
 
   static TokenCheck release(Connection& connection, const LeaseKeys& keys,

@@ -139,6 +139,8 @@ class SentinelSite final : public Site {
   }
   Notifier& notifier() override { return sentinel_.notifier(); }
   Watchdog& watchdog() override { return sentinel_.watchdog(); }
+  Connector& connector() override { return sentinel_.master_->runtime().connector(); }
+  std::weak_ptr<const void> lifetime() const noexcept override { return sentinel_.master_; }
   const SharedEventHook& events() const noexcept override { return sentinel_.events(); }
 
   const ClientOptions& options() const noexcept override { return sentinel_.options(); }

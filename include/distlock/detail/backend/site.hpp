@@ -25,6 +25,7 @@
 #include "distlock/detail/backend/endpoint.hpp"
 #include "distlock/detail/base/function_ref.hpp"
 #include "distlock/detail/base/time.hpp"
+#include "distlock/detail/runtime/connector.hpp"
 #include "distlock/detail/runtime/notifier.hpp"
 #include "distlock/detail/runtime/watchdog.hpp"
 #include "distlock/detail/wire/connection.hpp"
@@ -65,6 +66,14 @@ class Site {
   /// Wakes every waiter of `channel`, wherever it sleeps.
   virtual void wake(const std::string& channel) { notifier().wake(channel); }
   virtual Watchdog& watchdog() = 0;
+  /// The thread for the blocking work of async locks (connect, release).
+  virtual Connector& connector() = 0;
+  /// Whether every key lives at the one endpoint options() names (a
+  /// Client): where async locks link to for now.
+  virtual bool one_endpoint() const noexcept { return false; }
+  /// Alive while the backend is (any copy of it): what outlives it, such
+  /// as an async link to its server, lets go when this expires.
+  virtual std::weak_ptr<const void> lifetime() const noexcept = 0;
   virtual const SharedEventHook& events() const noexcept = 0;
 
   virtual const ClientOptions& options() const noexcept = 0;

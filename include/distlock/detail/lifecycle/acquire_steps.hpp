@@ -65,7 +65,8 @@ class AcquireSteps : public HoldKeeper<Protocol> {
     const bool wait;                  // false for try_lock()
     const std::uint64_t cancel_seen;  // a cancel_waits() after this ends the call
     bool local_holder = false;        // a holder of this object: its unlock is waited for
-    std::string id;                   // moved into the hold once adopted
+    bool async = false;  // an event loop's: no thread owns the hold (single-holder protocols)
+    std::string id;      // moved into the hold once adopted
     unsigned attempts = 0;
     clock::time_point first_sent{};
     clock::time_point sent{};  // the latest attempt's
@@ -92,13 +93,65 @@ class AcquireSteps : public HoldKeeper<Protocol> {
   };
   static Next done(Outcome outcome) { return {Step::done, {}, outcome}; }
 
-  // Counts one more hold if the calling thread has one of `kind` (re-
-  // entrant protocols), or refuses the lock (the others; or a protocol rule).
-  // Sets `busy` as busy_here() would, so that a first attempt takes our
-  // mutex once less.
-  bool reenter(Kind kind, bool& busy) {
+  // The first step of an acquire: done at once on re-entry, else the first
+  // attempt (or, behind a holder of this object, a wait for its unlock).
+  Next start(Waiter& waiter) {
+    if (reenter(waiter)) return done(Outcome::acquired);
+    waiter.id = protocol_.id_for(waiter.kind);
+    return before_attempt(waiter);
+  }
+
+  // The attempt's answer; nullopt when the deadline cut the step short.
+  Next attempted(Waiter& waiter, std::optional<Attempt> answered) {
+    if (!answered) return done(waiter.heard.outcome_at(waiter.deadline));
+    if (!answered->unheard) waiter.heard.answered(waiter.sent);
+    if (std::optional<Outcome> end = settle(waiter, *answered)) return done(*end);
+    return refused(waiter, *answered);
+  }
+
+  // The holder's lease; nullopt when the deadline cut the read short.
+  Next holder_read(Waiter& waiter, std::optional<HolderLease> read) {
+    if (std::exchange(waiter.probing, false)) return give_up_or_wait(waiter);
+    if (!read) return done(waiter.heard.outcome_at(waiter.deadline));
+    waiter.heard.answer();
+    if (clock::now() >= waiter.deadline) return done(Outcome::timed_out);
+    waiter.holder = *read;
+    return sleep_until(waiter);
+  }
+
+  // The subscription asked for; nullopt when none is to be had (the waiter
+  // polls). Made, the next attempt follows at once: a release from then on
+  // cannot go unannounced to us.
+  Next subscribed(Waiter& waiter, std::optional<Notifier::Subscription> made) {
+    if (!made) return before_sleep(waiter);
+    if (made->moved()) {
+      // Refused at once (a cluster whose map still names the slot's old
+      // owner): this round waits by the timer, the next subscribes again.
+      // Going round at once would spin while our own holder holds on.
+      waiter.subscribed = false;
+      return before_sleep(waiter);
+    }
+    waiter.subscription.emplace(std::move(*made));
+    return before_attempt(waiter);
+  }
+
+  // After the sleep: cancelled, or the next attempt.
+  Next woken(Waiter& waiter) {
+    if (cancellation_.since(waiter.cancel_seen)) return done(Outcome::cancelled);
+    return before_attempt(waiter);
+  }
+
+ private:
+  // Counts one more hold if the calling thread has one of the waiter's
+  // kind (re-entrant protocols), or refuses the lock (the others; or a
+  // protocol rule). Sets local_holder as busy_here() would, so that a first
+  // attempt takes our mutex once less. An async waiter is no thread's: it
+  // waits for any holder of this object, this thread's too.
+  bool reenter(Waiter& waiter) {
+    const Kind kind = waiter.kind;
     MutexLock guard(mutex_);
-    busy = !Protocol::per_thread && !holds_.empty();
+    waiter.local_holder = !Protocol::per_thread && !holds_.empty();
+    if (waiter.async) return false;
     const std::thread::id me = std::this_thread::get_id();
     if (!Protocol::per_thread && holds_.any_of(me)) {
       throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
@@ -143,47 +196,6 @@ class AcquireSteps : public HoldKeeper<Protocol> {
     return {Step::attempt, waiter.step_deadline};
   }
 
-  // The attempt's answer; nullopt when the deadline cut the step short.
-  Next attempted(Waiter& waiter, std::optional<Attempt> answered) {
-    if (!answered) return done(waiter.heard.outcome_at(waiter.deadline));
-    if (!answered->unheard) waiter.heard.answered(waiter.sent);
-    if (std::optional<Outcome> end = settle(waiter, *answered)) return done(*end);
-    return refused(waiter, *answered);
-  }
-
-  // The holder's lease; nullopt when the deadline cut the read short.
-  Next holder_read(Waiter& waiter, std::optional<HolderLease> read) {
-    if (std::exchange(waiter.probing, false)) return give_up_or_wait(waiter);
-    if (!read) return done(waiter.heard.outcome_at(waiter.deadline));
-    waiter.heard.answer();
-    if (clock::now() >= waiter.deadline) return done(Outcome::timed_out);
-    waiter.holder = *read;
-    return sleep_until(waiter);
-  }
-
-  // The subscription asked for; nullopt when none is to be had (the waiter
-  // polls). Made, the next attempt follows at once: a release from then on
-  // cannot go unannounced to us.
-  Next subscribed(Waiter& waiter, std::optional<Notifier::Subscription> made) {
-    if (!made) return before_sleep(waiter);
-    if (made->moved()) {
-      // Refused at once (a cluster whose map still names the slot's old
-      // owner): this round waits by the timer, the next subscribes again.
-      // Going round at once would spin while our own holder holds on.
-      waiter.subscribed = false;
-      return before_sleep(waiter);
-    }
-    waiter.subscription.emplace(std::move(*made));
-    return before_attempt(waiter);
-  }
-
-  // After the sleep: cancelled, or the next attempt.
-  Next woken(Waiter& waiter) {
-    if (cancellation_.since(waiter.cancel_seen)) return done(Outcome::cancelled);
-    return before_attempt(waiter);
-  }
-
- private:
   // A grant becomes this object's hold, or is given back: when too few
   // replicas have it, or when another thread of this object recorded a hold
   // first (whose unlock is then waited for).
@@ -196,7 +208,7 @@ class AcquireSteps : public HoldKeeper<Protocol> {
       throw not_replicated_error(protocol_.key(), "grant", result.replicas, result.replicas_wanted);
     }
     if (!result.acquired) return std::nullopt;
-    if (adopt(waiter.kind, id, result.fence, waiter.sent, result.replicas)) {
+    if (adopt(waiter, id, result.fence, result.replicas)) {
       if (const SharedEventHook& hook = protocol_.events()) {
         emit_acquired(hook, protocol_.key(), clock::now() - waiter.first_sent, waiter.attempts);
       }
@@ -283,11 +295,14 @@ class AcquireSteps : public HoldKeeper<Protocol> {
 
   // Records the hold just taken, moving `id` into it; false, after giving
   // it back (and with `id` left as it was), if another thread of a
-  // single-holder object recorded one meanwhile.
-  bool adopt(Kind kind, std::string& id, long long fence, clock::time_point sent, int replicas) {
+  // single-holder object recorded one meanwhile. An async hold is no
+  // thread's (a default thread id).
+  bool adopt(const Waiter& waiter, std::string& id, long long fence, int replicas) {
+    const Kind kind = waiter.kind;
+    const clock::time_point sent = waiter.sent;
     Hold hold;
     hold.replicas = replicas;
-    hold.thread = std::this_thread::get_id();
+    hold.thread = waiter.async ? std::thread::id() : std::this_thread::get_id();
     hold.kind = kind;
     hold.fence = fence;
     hold.acquired = sent;

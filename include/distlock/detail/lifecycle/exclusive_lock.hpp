@@ -167,7 +167,12 @@ class ExclusiveLock {
   void unlock_as(Kind as) noexcept;
   Release release_as(Kind as);
 
-  std::unique_ptr<Lifecycle<Protocol>> life_;
+  // Shared with async operations and guards (distlock/asio.hpp), which
+  // may outlive the object: a release posted by a guard still finds it.
+  std::shared_ptr<Lifecycle<Protocol>> life_;
+
+ private:
+  friend struct AsyncAccess;
 };
 
 // Defined out of the class, so that a program compiled separately
@@ -178,7 +183,7 @@ class ExclusiveLock {
 template <class Protocol>
 ExclusiveLock<Protocol>::ExclusiveLock(Protocol protocol, LockOptions options, AcquirePolicy policy,
                                        Cancellation cancellation)
-    : life_(std::make_unique<Lifecycle<Protocol>>(std::move(protocol), std::move(options),
+    : life_(std::make_shared<Lifecycle<Protocol>>(std::move(protocol), std::move(options),
                                                   std::move(policy), std::move(cancellation))) {}
 template <class Protocol>
 ExclusiveLock<Protocol>::~ExclusiveLock() = default;

@@ -68,6 +68,21 @@ class HoldKeeper {
                              [&] { static_cast<void>(give_back_one(kind, /*quietly=*/true)); });
   }
 
+  /// Gives back the hold `id` of `kind` only, from any thread (an async
+  /// guard's), as release() does: Release::lost if it is no longer this
+  /// object's (another thread's unlock gave it back, or its lease was lost).
+  Release release_hold(Kind kind, const std::string& id) {
+    protocol_.check_process();
+    return give_back_one(kind, /*quietly=*/false, &id);
+  }
+  /// release_hold(), never throwing, as unlock() is.
+  void unlock_hold(Kind kind, const std::string& id) noexcept {
+    if (protocol_.forked()) return;
+    reporting_unlock_failure(protocol_.events(), protocol_.key(), [&] {
+      static_cast<void>(give_back_one(kind, /*quietly=*/true, &id));
+    });
+  }
+
   bool owns(Kind kind) const noexcept {
     MutexLock guard(mutex_);
     return holds_.mine(kind) != nullptr;
@@ -146,12 +161,14 @@ class HoldKeeper {
   }
 
   // release() and unlock() in one pass under our mutex: gives back the
-  // calling thread's hold of `kind` (one level of it, if re-entered). With
-  // no hold, release() answers what a failed extend() found, or throws
-  // NotHeldError; unlock() (`quietly`) only forgets that finding.
-  Release give_back_one(Kind kind, bool quietly) {
+  // calling thread's hold of `kind` (one level of it, if re-entered), or
+  // the hold `id` when given. With no hold, release() answers what a failed
+  // extend() found, or throws NotHeldError; unlock() (`quietly`) only
+  // forgets that finding; a hold named by id that is gone was lost.
+  Release give_back_one(Kind kind, bool quietly, const std::string* id = nullptr) {
     MutexLock guard(mutex_);
-    Hold* hold = holds_.mine(kind);
+    Hold* hold = id != nullptr ? holds_.with_id(kind, *id) : holds_.mine(kind);
+    if (hold == nullptr && id != nullptr) return Release::lost;
     if (hold == nullptr) {
       // After a failed extend(): what it found, once, instead of NotHeldError.
       const std::optional<Ended> ended = holds_.take_ended(kind);

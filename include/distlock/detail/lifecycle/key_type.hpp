@@ -58,6 +58,17 @@ inline void check_expires(std::string_view key, std::string_view found, HolderLe
 /// deadline rules of read_holder(); throws WrongTypeError if the key holds
 /// something other than `expected`, NotALockError if it never expires.
 /// nullopt when the caller's deadline cut the read short.
+/// The holder's lease from the replies to PTTL and TYPE of `key`, checked
+/// as read_holder_of_type() checks them.
+inline HolderLease holder_of_type(const std::string& key, const Reply& pttl, const Reply& type,
+                                  std::string_view expected) {
+  const HolderLease holder = HolderLease::from_pttl(pttl.throw_if_error().integer());
+  const std::string_view found = type.throw_if_error().str();
+  check_key_type(key, found, expected);
+  if (found == expected) check_expires(key, found, holder);
+  return holder;
+}
+
 inline std::optional<HolderLease> read_holder_of_type(Site& site, const std::string& key,
                                                       std::string_view expected,
                                                       SteadyClock::time_point deadline) {
@@ -70,13 +81,10 @@ inline std::optional<HolderLease> read_holder_of_type(Site& site, const std::str
     connection.append("PTTL", key);
     if (asking) connection.append("ASKING");
     connection.append("TYPE", key);
-    const HolderLease holder =
-        HolderLease::from_pttl(connection.read_reply().throw_if_error().integer());
+    connection.read_reply();
+    const Reply pttl = connection.take_last();
     if (asking) connection.read_reply().throw_if_error();
-    const std::string_view found = connection.read_reply().throw_if_error().str();
-    check_key_type(key, found, expected);
-    if (found == expected) check_expires(key, found, holder);
-    return holder;
+    return holder_of_type(key, pttl, connection.read_reply(), expected);
   });
 }
 

@@ -29,6 +29,7 @@
 #include "distlock/detail/runtime/watchdog.hpp"
 #include "distlock/detail/wire/command_format.hpp"
 #include "distlock/detail/wire/connection.hpp"
+#include "distlock/detail/wire/link.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/token.hpp"
@@ -47,13 +48,21 @@ struct LeaseKeys {
 /// SET NX's answer: OK granted, nil refused. Anything else is no answer a
 /// Redis server gives (ConnectionError): the SET may have been applied, and
 /// the caller undoes it as it does an attempt whose reply never came.
-inline Attempt set_if_absent(Connection& connection, const LeaseKeys& keys,
-                             const std::string& token, const Decimal& ttl) {
-  const Reply reply = connection.command("SET", keys.key, token, "NX", "PX", ttl);
+inline Attempt set_answer(const Reply& reply) {
+  reply.throw_if_error();
   Attempt attempt;
   attempt.acquired = reply.is_ok();
   if (!attempt.acquired && !reply.is_nil()) unexpected_reply("SET NX", "OK or nil", reply.type());
   return attempt;
+}
+inline Attempt set_if_absent(Connection& connection, const LeaseKeys& keys,
+                             const std::string& token, const Decimal& ttl) {
+  return set_answer(connection.command("SET", keys.key, token, "NX", "PX", ttl));
+}
+/// The same, on a link (detail/wire/link.hpp).
+inline Link::Ticket send_set_if_absent(Link& link, const LeaseKeys& keys, const std::string& token,
+                                       const Decimal& ttl, Link::Sink sink) {
+  return link.send({"SET", keys.key, token, "NX", "PX", ttl}, std::move(sink));
 }
 
 /// The Lifecycle's Protocol for a single-key lease over `Wire`.
@@ -80,6 +89,32 @@ class LeaseProtocol : public SingleServer, public OneKindProtocol {
         },
         [&](Connection& connection) { Wire::undo(connection, keys(), token); }, replicas_.get(),
         key_);
+  }
+
+  // The attempt for an event loop (distlock/asio.hpp), where the Wire has
+  // one: written on a link, its answer decoded apart, undone behind it.
+  // Templates, so that an explicit instantiation over a Wire without them
+  // (SimpleMutex's, so far) leaves them out.
+  template <class W = Wire>
+  Link::Ticket send_attempt(Link& link, const std::string& token, Link::Sink sink) const {
+    return W::send_acquire(link, keys(), token, ttl_, fencing_, std::move(sink));
+  }
+  template <class W = Wire>
+  auto attempt_answer(const Reply& reply) const
+      -> decltype(W::acquire_answer(reply, LeaseKeys(), false)) {
+    return W::acquire_answer(reply, keys(), fencing_);
+  }
+  template <class W = Wire>
+  void send_undo(Link& link, const std::string& token) const {
+    W::send_undo(link, keys(), token);
+  }
+  // The undo on a connection of its own, answered (the connector's).
+  void undo_on(Connection& connection, const std::string& token) const {
+    static_cast<void>(Wire::release(connection, keys(), token));
+  }
+  // read_holder() on a link: the replies to PTTL and TYPE of key().
+  HolderLease holder_answer(const Reply& pttl, const Reply& type) const {
+    return holder_of_type(key_, pttl, type, "string");
   }
 
   /// The holder's lease, and (in the same round trip) a check that the key

@@ -2,12 +2,13 @@
 // its user, written once for every lock type.
 //
 // It keeps the object's holds (detail/lifecycle/hold_keeper.hpp), drives
-// the acquire steps (detail/lifecycle/acquire_steps.hpp: attempt; subscribe
-// to the release channel; sleep until a release, the policy's pause, the
-// holder's lease or the deadline; try again) by blocking the calling
-// thread, decides re-entry and "held by this object", registers leases with
-// the Watchdog (renewed, or of fixed ttl and kept for revalidation only),
-// and extends them.
+// the acquire steps (detail/lifecycle/acquire_steps.hpp: re-entry, a
+// holder of this object to wait behind; attempt; subscribe to the release
+// channel; sleep until a release, the policy's pause, the holder's lease or
+// the deadline; try again) by blocking the calling thread, and extends
+// leases. Holds are adopted (registered with the Watchdog: renewed, or of
+// fixed ttl and kept for revalidation only) by the steps, and released by
+// HoldKeeper.
 //
 // A Protocol supplies the server steps (OneKindProtocol, in acquire.hpp,
 // answers the questions about kinds for a protocol with one):
@@ -69,9 +70,7 @@ class Lifecycle : public AcquireSteps<Protocol> {
   /// Cancellation, which cancel_waits() and a local unlock wake).
   Outcome acquire(Kind kind, clock::time_point deadline, bool wait) {
     Waiter waiter(kind, deadline, wait, cancellation_.generation());
-    if (reenter(kind, waiter.local_holder)) return Outcome::acquired;
-    waiter.id = protocol_.id_for(kind);
-    for (Next next = before_attempt(waiter);;) {
+    for (Next next = start(waiter);;) {
       switch (next.step) {
         case Step::attempt:
           next = attempted(waiter, protocol_.attempt(kind, waiter.id, next.by));
@@ -127,25 +126,29 @@ class Lifecycle : public AcquireSteps<Protocol> {
     if (options_.wake_on_release()) protocol_.wake();
   }
 
- private:
+  // For an event-loop driver (distlock/asio.hpp): the steps acquire()
+  // runs, each called on one thread at a time per Waiter, and the give-back
+  // of a grant the driver could not hand over.
   using Steps = AcquireSteps<Protocol>;
   using Steps::attempted;
-  using Steps::before_attempt;
+  using Steps::give_back;
+  using Steps::holder_read;
+  using Steps::start;
+  using typename Steps::Next;
+  using typename Steps::Step;
+  using typename Steps::Waiter;
+
+ private:
   using Steps::cancellation_;
   using Steps::forget;
-  using Steps::holder_read;
   using Steps::holds_;
   using Steps::mutex_;
   using Steps::not_held_message;
   using Steps::options_;
   using Steps::protocol_;
-  using Steps::reenter;
   using Steps::subscribed;
   using Steps::woken;
   using typename Steps::Hold;
-  using typename Steps::Next;
-  using typename Steps::Step;
-  using typename Steps::Waiter;
 };
 
 }  // namespace distlock::detail

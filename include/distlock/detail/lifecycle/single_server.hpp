@@ -81,6 +81,9 @@ class SingleServer {
 
   const std::string& key() const noexcept { return key_; }
   const std::string& channel() const noexcept { return channel_; }
+  const SitePtr& site() const noexcept { return site_; }
+  /// With LockOptions::replicas: a grant is confirmed by WAIT.
+  bool waits_for_replicas() const noexcept { return replicas_ != nullptr; }
 
  protected:
   /// A token-checked step (release, extend) by the deadline rules of a call

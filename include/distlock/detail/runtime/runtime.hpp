@@ -1,6 +1,7 @@
 // Runtime: the background parts beside one endpoint's transport, each
 // started on first use: the release Notifier (a subscriber connection and
-// its thread) and the lease Watchdog (a thread that renews leases through
+// its thread), the Connector (a thread for the blocking work of async
+// locks) and the lease Watchdog (a thread that renews leases through
 // each lease's own backend), with, for a backend on one server at a time,
 // the ServerWatch beside it (detail/runtime/server_watch.hpp: a restarted server's
 // leases are revalidated within about a second of its return).
@@ -20,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "distlock/detail/runtime/connector.hpp"
 #include "distlock/detail/runtime/notifier.hpp"
 #include "distlock/detail/runtime/server_watch.hpp"
 #include "distlock/detail/runtime/watchdog.hpp"
@@ -57,6 +59,7 @@ class Runtime {
   ~Runtime() {
     if (fork_generation.load(std::memory_order_relaxed) == generation_) return;
     if (notifier_) left_behind_in_child().push_back(notifier_.release());
+    if (connector_) left_behind_in_child().push_back(connector_.release());
     if (server_watch_) left_behind_in_child().push_back(server_watch_.release());
     if (watchdog_) left_behind_in_child().push_back(watchdog_.release());
   }
@@ -85,6 +88,11 @@ class Runtime {
       watchdog_ready_.store(watchdog_.get(), std::memory_order_release);
     });
     return *watchdog_;
+  }
+
+  Connector& connector() {
+    std::call_once(connector_started_, [this] { connector_ = std::make_unique<Connector>(); });
+    return *connector_;
   }
 
   /// The Watchdog if it was started, else null (then no lease is renewed).
@@ -117,6 +125,8 @@ class Runtime {
   const unsigned generation_;
   std::once_flag notifier_started_;
   std::unique_ptr<Notifier> notifier_;  // made under where_mutex_
+  std::once_flag connector_started_;
+  std::unique_ptr<Connector> connector_;
   const WatchServer watch_;
   std::once_flag watchdog_started_;
   std::unique_ptr<Watchdog> watchdog_;

@@ -90,6 +90,12 @@ class Connection {
     append_argv(detail::Args(argv, sizeof...(Arg)));
   }
   void flush();
+  /// For an event loop: writes what the socket takes now without waiting;
+  /// true once nothing is left unsent (else wait until fd() is writable and
+  /// call it again). Throws as flush() does on a failure.
+  bool flush_now();
+  /// Bytes appended and not yet written.
+  std::size_t unsent() const noexcept { return unsent_.size(); }
 
   /// Reads the reply to the oldest queued command. Error replies are returned,
   /// not thrown, so a pipeline can look at each one.

@@ -61,6 +61,14 @@ DISTLOCK_DECL void Connection::flush() {
   if (status.kind != detail::IoStatus::ok) fail("write", status);
 }
 
+DISTLOCK_DECL bool Connection::flush_now() {
+  if (unsent_.empty()) return true;
+  detail::IoStatus status;
+  unsent_.erase(0, socket_.write_now(unsent_, status));
+  if (status.kind != detail::IoStatus::ok) fail("write", status);
+  return unsent_.empty();
+}
+
 DISTLOCK_DECL const Reply& Connection::read_reply() {
   void* raw = nullptr;
   if (redisReaderGetReply(reader_.get(), &raw) != REDIS_OK) fail_to_parse();

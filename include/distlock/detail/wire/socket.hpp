@@ -76,6 +76,11 @@ class Socket {
   /// Writes what fits now without waiting: the bytes written, or -1. For
   /// the noexcept paths (an undo behind a late command).
   long send_now(std::string_view data) noexcept;
+  /// For an event loop: writes what the socket takes now, without waiting,
+  /// and returns the bytes written; a failure is left in `status`. Over TLS
+  /// a record is written whole or not yet (then called again with the same
+  /// bytes in front, which may have moved and grown).
+  std::size_t write_now(std::string_view data, IoStatus& status);
   /// Reads and drops what is there without waiting (before a close that
   /// would otherwise reset the connection).
   void drain() noexcept;
@@ -316,6 +321,39 @@ inline IoStatus Socket::write_all(std::string_view data) {
     return {IoStatus::failed, "TLS: " + tls_failure("write failed")};
   }
   return {};
+}
+
+inline std::size_t Socket::write_now(std::string_view data, IoStatus& status) {
+  const NoWait no_wait(*this);
+  std::size_t written = 0;
+  while (written < data.size()) {
+    const std::string_view rest = data.substr(written);
+    if (ssl_) ERR_clear_error();
+    errno = 0;
+    const long n = ssl_ ? SSL_write(ssl_.get(), rest.data(),
+                                    static_cast<int>(std::min<std::size_t>(rest.size(), 1 << 30)))
+                        : ::send(fd_, rest.data(), rest.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      written += static_cast<std::size_t>(n);
+      continue;
+    }
+    const int saved_errno = errno;
+    if (!ssl_) {
+      if (saved_errno == EINTR) continue;
+      if (saved_errno != EAGAIN && saved_errno != EWOULDBLOCK) {
+        status = {IoStatus::failed, std::strerror(saved_errno)};
+      }
+      break;
+    }
+    const int error = SSL_get_error(ssl_.get(), static_cast<int>(n));
+    if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) break;
+    status = error == SSL_ERROR_SYSCALL && ERR_peek_error() == 0
+                 ? IoStatus{IoStatus::failed,
+                            tls_failure(std::strerror(saved_errno == 0 ? EPIPE : saved_errno))}
+                 : IoStatus{IoStatus::failed, "TLS: " + tls_failure("write failed")};
+    break;
+  }
+  return written;
 }
 
 inline std::string Socket::tls_failure(const char* otherwise) const {

@@ -1,0 +1,275 @@
+// AsioLink: a Link (detail/wire/link.hpp) run by an Asio execution
+// context, and LinkService, which keeps one per backend and context.
+//
+// Everything an AsioLink does happens on its strand: steps are written as
+// the socket takes them, replies are read when it is readable, and the
+// command timeout is kept by a timer. The socket is waited on only while
+// a step is in flight, so an idle link keeps no io_context::run() from
+// returning; before it is used again after a pause it is asked whether the
+// server closed it meanwhile, as the Client's pool asks.
+//
+// Connecting blocks (TCP, TLS, AUTH, a credentials callback), so it runs on
+// the backend's Connector thread; steps submitted meanwhile wait for it.
+// A connect that ends after its context shut down posts nothing there:
+// the Gate says so under its mutex. A link keeps nothing of its backend
+// alive: the service lets it go once the backend is gone.
+#pragma once
+
+#include <asio/any_io_executor.hpp>
+#include <asio/bind_executor.hpp>
+#include <asio/execution_context.hpp>
+#include <asio/posix/stream_descriptor.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
+
+#include <deque>
+#include <exception>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "distlock/connection_options.hpp"
+#include "distlock/detail/backend/site.hpp"
+#include "distlock/detail/runtime/connector.hpp"
+#include "distlock/detail/wire/link.hpp"
+
+namespace distlock::detail {
+
+// Whether a context is still there to post to.
+struct Gate {
+  std::mutex mutex;
+  bool open = true;
+};
+
+class AsioLink : public std::enable_shared_from_this<AsioLink> {
+ public:
+  using Strand = asio::strand<asio::any_io_executor>;
+  using Write = std::function<void(Link&)>;
+  using Failed = std::function<void(std::exception_ptr)>;
+
+  AsioLink(const asio::any_io_executor& executor, ConnectionOptions options,
+           std::shared_ptr<Gate> gate)
+      : strand_(asio::make_strand(executor)),
+        options_(std::move(options)),
+        gate_(std::move(gate)),
+        timer_(strand_) {}
+
+  ~AsioLink() { drop_link(); }
+
+  AsioLink(const AsioLink&) = delete;
+  AsioLink& operator=(const AsioLink&) = delete;
+
+  const Strand& strand() const noexcept { return strand_; }
+
+  /// Runs `write` on the strand with the link once it is connected (it
+  /// sends steps; their sinks run on the strand too), or `failed` with why
+  /// no link could be had. Neither runs inside submit(). `site` (the
+  /// caller's backend, kept until then) connects where needed.
+  void submit(std::shared_ptr<Site> site, Write write, Failed failed) {
+    asio::post(strand_, [self = shared_from_this(), site = std::move(site),
+                         write = std::move(write), failed = std::move(failed)]() mutable {
+      self->queued_.push_back({std::move(site), std::move(write), std::move(failed)});
+      self->serve();
+    });
+  }
+
+  /// The link the sink now running was called by (on the strand only).
+  Link* current() noexcept { return link_.get(); }
+
+  /// On the strand: writes what is queued, and waits for what the link
+  /// needs next: the socket writable while writes are left, readable while
+  /// replies are owed, and the command timeout. For a step queued on
+  /// current() outside a sink (a cancellation's undo).
+  void pump() {
+    if (!link_) return;
+    if (link_->broken()) {
+      drop_link();
+      if (!queued_.empty()) connect();
+      return;
+    }
+    if (!writing_ && !link_->flush()) {
+      writing_ = true;
+      socket_->async_wait(asio::posix::stream_descriptor::wait_write,
+                          asio::bind_executor(strand_, [self = shared_from_this()](auto) {
+                            self->writing_ = false;
+                            if (self->link_) self->link_->flush();
+                            self->pump();
+                          }));
+    }
+    if (link_ && !reading_ && link_->in_flight() > 0) {
+      reading_ = true;
+      socket_->async_wait(asio::posix::stream_descriptor::wait_read,
+                          asio::bind_executor(strand_, [self = shared_from_this()](auto) {
+                            self->reading_ = false;
+                            if (self->link_) self->link_->read();
+                            self->pump();
+                          }));
+    }
+    if (link_ && timing_ && link_->in_flight() == 0) {
+      timer_.cancel();  // nothing to time: let run() return
+    } else if (link_ && !timing_) {
+      if (const std::optional<Link::clock::time_point> due =
+              link_->check_timeout(Link::clock::now())) {
+        timing_ = true;
+        timer_.expires_at(*due);
+        timer_.async_wait(asio::bind_executor(strand_, [self = shared_from_this()](auto) {
+          self->timing_ = false;
+          self->pump();
+        }));
+      }
+    }
+  }
+
+  /// For the context's shutdown, when no thread runs it: drops the link
+  /// and what waits, without calling anyone (their handlers are destroyed
+  /// with the context's).
+  void abandon() noexcept {
+    queued_.clear();
+    drop_link();
+  }
+
+ private:
+  struct Job {
+    std::shared_ptr<Site> site;
+    Write write;
+    Failed failed;
+  };
+
+  // On the strand from here on.
+  void serve() {
+    if (link_ && (link_->broken() || (link_->in_flight() == 0 && link_->stale()))) drop_link();
+    if (!link_) {
+      connect();
+      return;
+    }
+    while (!queued_.empty()) {
+      Job job = std::move(queued_.front());
+      queued_.pop_front();
+      try {
+        job.write(*link_);
+      } catch (...) {
+        job.failed(std::current_exception());
+      }
+    }
+    pump();
+  }
+
+  void connect() {
+    if (connecting_ || queued_.empty()) return;
+    connecting_ = true;
+    // The job holds no reference: should the context be gone when it
+    // ends, nothing of it (strand, timer, socket) may be touched.
+    queued_.front().site->connector().post(
+        [weak = weak_from_this(), options = options_, gate = gate_] {
+          std::unique_ptr<Link> made;
+          std::exception_ptr failure;
+          try {
+            made = std::make_unique<Link>(options);
+          } catch (...) {
+            failure = std::current_exception();
+          }
+          std::lock_guard<std::mutex> guard(gate->mutex);
+          std::shared_ptr<AsioLink> self = weak.lock();
+          if (!gate->open || !self) return;
+          const Strand strand = self->strand_;
+          asio::post(strand, [self = std::move(self), made = std::move(made), failure]() mutable {
+            self->connected(std::move(made), failure);
+          });
+        });
+  }
+
+  void connected(std::unique_ptr<Link> made, const std::exception_ptr& failure) {
+    connecting_ = false;
+    if (failure) {
+      std::deque<Job> jobs;
+      jobs.swap(queued_);
+      for (Job& job : jobs) job.failed(failure);
+      return;
+    }
+    link_ = std::move(made);
+    socket_.emplace(strand_, link_->fd());
+    serve();
+  }
+
+  // The descriptor is the Link's: Asio lets go of it before the Link closes
+  // it. Its command timeout is not kept any longer (nor run() kept going).
+  void drop_link() noexcept {
+    if (socket_) {
+      socket_->release();
+      socket_.reset();
+    }
+    link_.reset();
+    try {
+      timer_.cancel();
+    } catch (...) {  // the timer is then let run out
+    }
+  }
+
+  Strand strand_;
+  const ConnectionOptions options_;
+  const std::shared_ptr<Gate> gate_;
+  asio::steady_timer timer_;
+  std::unique_ptr<Link> link_;
+  std::optional<asio::posix::stream_descriptor> socket_;
+  std::deque<Job> queued_;
+  bool connecting_ = false;
+  bool writing_ = false;
+  bool reading_ = false;
+  bool timing_ = false;
+};
+
+/// One AsioLink per backend (its id) on each execution context.
+class LinkService : public asio::execution_context::service {
+ public:
+  static inline asio::execution_context::id id;
+
+  explicit LinkService(asio::execution_context& context)
+      : asio::execution_context::service(context) {}
+
+  /// The link to the endpoint of `site` (a backend on one endpoint), made
+  /// on first use with `executor` (of this service's context). Links of
+  /// backends that are gone are let go here.
+  std::shared_ptr<AsioLink> link_for(const Site& site, const asio::any_io_executor& executor) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    for (auto it = links_.begin(); it != links_.end();) {
+      it = it->second.backend.expired() ? links_.erase(it) : std::next(it);
+    }
+    Entry& entry = links_[site.id()];
+    if (!entry.link) {
+      entry.link = std::make_shared<AsioLink>(executor, site.options(), gate_);
+      entry.backend = site.lifetime();
+    }
+    return entry.link;
+  }
+
+  /// Whether this context is still there to post to.
+  const std::shared_ptr<Gate>& gate() const noexcept { return gate_; }
+
+ private:
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> guard(gate_->mutex);
+      gate_->open = false;
+    }
+    std::lock_guard<std::mutex> guard(mutex_);
+    for (auto& [name, entry] : links_) entry.link->abandon();
+    links_.clear();
+  }
+
+  struct Entry {
+    std::shared_ptr<AsioLink> link;
+    std::weak_ptr<const void> backend;
+  };
+
+  std::mutex mutex_;
+  std::map<std::string, Entry> links_;  // by backend id
+  const std::shared_ptr<Gate> gate_ = std::make_shared<Gate>();
+};
+
+}  // namespace distlock::detail

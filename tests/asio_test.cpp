@@ -1,0 +1,388 @@
+// Tests for distlock/asio.hpp: async_try_lock and async_release over a real
+// asio::io_context (run by four threads) and real servers, with callbacks
+// and asio::use_future, and faults put between the client and the server
+// by the fault proxy (replies held, connections reset).
+#include "distlock/asio.hpp"
+
+#include <gtest/gtest.h>
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/bind_executor.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+#include <asio/use_future.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/eventually.hpp"
+#include "support/fault_proxy.hpp"
+#include "support/fixture.hpp"
+#include "support/options.hpp"
+
+namespace distlock {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::client_options;
+using testing::eventually;
+using testing::FaultProxy;
+using Direction = FaultProxy::Direction;
+using Hold = AsyncHold<Mutex>;
+
+struct Tried {
+  std::error_code ec;
+  Hold hold;
+};
+
+class AsioTest : public testing::RedisTest {
+ protected:
+  void SetUp() override {
+    RedisTest::SetUp();
+    if (HasFatalFailure()) return;
+    for (int i = 0; i < 4; ++i) runners_.emplace_back([this] { io_.run(); });
+  }
+  void TearDown() override {
+    stop_running();
+    RedisTest::TearDown();
+  }
+  // Lets run() return once nothing is left to do, and joins its threads.
+  void stop_running() {
+    work_.reset();
+    for (std::thread& runner : runners_) runner.join();
+    runners_.clear();
+  }
+
+  // async_try_lock(), its completion waited for here (10 s at most).
+  Tried try_lock(Mutex& mutex, asio::cancellation_slot slot = {}) {
+    return wait_for(start_try_lock(mutex, slot));
+  }
+  std::future<Tried> start_try_lock(Mutex& mutex, asio::cancellation_slot slot = {}) {
+    auto done = std::make_shared<std::promise<Tried>>();
+    std::future<Tried> result = done->get_future();
+    async_try_lock(mutex, asio::bind_cancellation_slot(
+                              slot, asio::bind_executor(io_, [done](std::error_code ec, Hold hold) {
+                                done->set_value(Tried{ec, std::move(hold)});
+                              })));
+    return result;
+  }
+  template <class T>
+  static T wait_for(std::future<T> future) {
+    if (future.wait_for(10s) != std::future_status::ready) {
+      ADD_FAILURE() << "no completion within 10 s";
+      return T{};
+    }
+    return future.get();
+  }
+
+  std::pair<std::error_code, Release> release(Hold& hold) {
+    auto done = std::make_shared<std::promise<std::pair<std::error_code, Release>>>();
+    std::future<std::pair<std::error_code, Release>> result = done->get_future();
+    async_release(hold, asio::bind_executor(io_, [done](std::error_code ec, Release outcome) {
+                    done->set_value({ec, outcome});
+                  }));
+    return wait_for(std::move(result));
+  }
+
+  bool key_exists(const std::string& key) { return server().command({"EXISTS", key}) == "1"; }
+
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(io_);
+  std::vector<std::thread> runners_;
+};
+
+TEST_F(AsioTest, TryLockTakesAFreeLockAndFindsABusyOneBusy) {
+  Client client(client_options(server()));
+  Mutex first(client, "async:free");
+  Mutex second(client, "async:free");
+
+  Tried taken = try_lock(first);
+  ASSERT_FALSE(taken.ec) << taken.ec.message();
+  ASSERT_TRUE(taken.hold);
+  EXPECT_EQ(server().command({"GET", first.key()}), taken.hold.id());
+  EXPECT_GT(taken.hold.validity(), 0ms);
+  EXPECT_TRUE(first.owns_lock());
+
+  const Tried busy = try_lock(second);
+  EXPECT_FALSE(busy.ec) << busy.ec.message();
+  EXPECT_FALSE(busy.hold);
+  EXPECT_FALSE(second.try_lock());
+
+  const auto [ec, outcome] = release(taken.hold);
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_EQ(outcome, Release::released);
+  EXPECT_FALSE(taken.hold);
+  EXPECT_FALSE(key_exists(first.key()));
+  EXPECT_FALSE(first.owns_lock());
+}
+
+TEST_F(AsioTest, UseFutureGivesTheHoldAndItsDestructorGivesItBack) {
+  Client client(client_options(server()));
+  Mutex mutex(client, "async:future");
+  std::future<Hold> taken = async_try_lock(mutex, asio::bind_executor(io_, asio::use_future));
+  ASSERT_EQ(taken.wait_for(10s), std::future_status::ready);
+  {
+    Hold hold = taken.get();
+    ASSERT_TRUE(hold);
+    EXPECT_TRUE(key_exists(mutex.key()));
+  }
+  // Sent without blocking by the connector thread: waited for here.
+  EXPECT_TRUE(eventually([&] { return !key_exists(mutex.key()); }));
+  EXPECT_TRUE(eventually([&] { return !mutex.owns_lock(); }));
+}
+
+// An async hold belongs to no thread: sync lockers of the same object wait
+// for it, and an async try of an object a thread holds finds it busy.
+TEST_F(AsioTest, SyncAndAsyncHoldersOfOneObjectExcludeEachOther) {
+  Client client(client_options(server()));
+  Mutex mutex(client, "async:mixed");
+
+  mutex.lock();
+  const Tried behind_sync = try_lock(mutex);
+  EXPECT_FALSE(behind_sync.ec) << behind_sync.ec.message();
+  EXPECT_FALSE(behind_sync.hold);
+  mutex.unlock();
+
+  Tried taken = try_lock(mutex);
+  ASSERT_TRUE(taken.hold) << taken.ec.message();
+  EXPECT_FALSE(mutex.try_lock());  // the object is held, if by no thread
+  EXPECT_FALSE(mutex.try_lock_for(50ms));
+  taken.hold.unlock();
+  EXPECT_TRUE(eventually([&] { return !key_exists(mutex.key()); }));
+  EXPECT_TRUE(mutex.try_lock_for(5s));
+  mutex.unlock();
+}
+
+TEST_F(AsioTest, AHoldGivenBackByAnotherThreadIsNoLongerOwned) {
+  Client client(client_options(server()));
+  Mutex mutex(client, "async:unlocked-elsewhere");
+  Tried taken = try_lock(mutex);
+  ASSERT_TRUE(taken.hold) << taken.ec.message();
+  mutex.unlock();  // any thread may unlock a single-holder object
+  EXPECT_FALSE(taken.hold.owns_lock());
+  ASSERT_TRUE(mutex.try_lock());
+  const std::string mine = server().command({"GET", mutex.key()});
+  // The old hold's release names its own token: the new hold stays.
+  const auto [ec, outcome] = release(taken.hold);
+  EXPECT_FALSE(ec);
+  EXPECT_EQ(outcome, Release::lost);
+  EXPECT_EQ(server().command({"GET", mutex.key()}), mine);
+  mutex.unlock();
+}
+
+// An idle link keeps no work: run() returns once the calls completed, as
+// for any Asio I/O object, and a context of one thread is enough.
+TEST_F(AsioTest, RunReturnsOnceNothingIsInFlight) {
+  Client client(client_options(server()));
+  Mutex mutex(client, "async:run-returns");
+  asio::io_context single;
+  std::error_code released{make_error_code(Errc::io_error)};
+  async_try_lock(mutex, asio::bind_executor(single, [&](std::error_code ec, Hold hold) {
+                   ASSERT_FALSE(ec) << ec.message();
+                   ASSERT_TRUE(hold);
+                   auto shared = std::make_shared<Hold>(std::move(hold));
+                   async_release(*shared, asio::bind_executor(
+                                              single, [&, shared](std::error_code rc, Release) {
+                                                released = rc;
+                                              }));
+                 }));
+  std::future<void> ran = std::async(std::launch::async, [&] { single.run(); });
+  if (ran.wait_for(10s) != std::future_status::ready) {
+    single.stop();
+    FAIL() << "run() did not return";
+  }
+  EXPECT_FALSE(released) << released.message();
+  EXPECT_FALSE(key_exists(mutex.key()));
+}
+
+TEST_F(AsioTest, AReleaseOfNothingIsNotHeld) {
+  Hold empty;
+  const auto [ec, outcome] = release(empty);
+  EXPECT_EQ(ec, Errc::not_held);
+  EXPECT_EQ(outcome, Release::lost);
+}
+
+TEST_F(AsioTest, ALockWithReplicasIsRefusedForNow) {
+  Client client(client_options(server()));
+  Mutex mutex(client, "async:replicas", LockOptions().replicas(1, 100ms).auto_renew(false));
+  const Tried tried = try_lock(mutex);
+  EXPECT_EQ(tried.ec, Errc::invalid_argument);
+  EXPECT_FALSE(tried.hold);
+  EXPECT_FALSE(key_exists(mutex.key()));
+}
+
+TEST_F(AsioTest, NoServerIsAnErrorCodeNotABusyLock) {
+  ClientOptions options = client_options(server());
+  server().kill();
+  Client client(options);
+  Mutex mutex(client, "async:nobody");
+  const Tried tried = try_lock(mutex);
+  EXPECT_EQ(tried.ec, Errc::connect_failed) << tried.ec.message();
+  EXPECT_FALSE(tried.hold);
+}
+
+TEST_F(AsioTest, AServerRestartedBetweenCallsIsReconnectedTo) {
+  Client client(client_options(server()));
+  Mutex mutex(client, "async:restart");
+  Tried first = try_lock(mutex);
+  ASSERT_TRUE(first.hold) << first.ec.message();
+  ASSERT_EQ(release(first.hold).second, Release::released);
+  server().restart();
+  // The idle link's server closed it: found stale, replaced.
+  Tried second = try_lock(mutex);
+  ASSERT_FALSE(second.ec) << second.ec.message();
+  EXPECT_TRUE(second.hold);
+  EXPECT_EQ(release(second.hold).second, Release::released);
+}
+
+// Through the fault proxy, which can hold replies back while commands
+// still reach the server.
+class AsioFaultTest : public AsioTest {
+ protected:
+  void SetUp() override {
+    AsioTest::SetUp();
+    if (HasFatalFailure()) return;
+    proxy_ = std::make_unique<FaultProxy>(server().host(), server().port());
+    options_ = client_options(server());
+    options_.port = proxy_->port();
+  }
+  void TearDown() override {
+    if (proxy_) proxy_->heal();
+    AsioTest::TearDown();
+    proxy_.reset();
+  }
+
+  // Starts async_try_lock() with its replies held back, and waits until
+  // its attempt reached the server (the link connected before).
+  std::future<Tried> attempt_unanswered(Mutex& warm, Mutex& mutex, asio::cancellation_slot slot) {
+    Tried warmed = try_lock(warm);
+    EXPECT_TRUE(warmed.hold) << warmed.ec.message();
+    EXPECT_EQ(release(warmed.hold).second, Release::released);
+    proxy_->stall(Direction::to_client);
+    proxy_->sync();
+    const std::uint64_t before = proxy_->bytes_to_server();
+    std::future<Tried> result = start_try_lock(mutex, slot);
+    EXPECT_TRUE(eventually([&] { return proxy_->bytes_to_server() > before; }));
+    EXPECT_TRUE(eventually([&] { return key_exists(mutex.key()); }));  // the SET was applied
+    return result;
+  }
+
+  std::unique_ptr<FaultProxy> proxy_;
+  ClientOptions options_;
+};
+
+TEST_F(AsioFaultTest, ACancelledAttemptIsUndoneBehindItself) {
+  options_.command_timeout = 30s;  // the undo must not wait for the link to time out
+  Client client(options_);
+  Mutex warm(client, "async:warm");
+  Mutex mutex(client, "async:cancelled", LockOptions().ttl(60s));
+  asio::cancellation_signal cancel;
+  std::future<Tried> pending = attempt_unanswered(warm, mutex, cancel.slot());
+
+  asio::post(io_, [&] { cancel.emit(asio::cancellation_type::terminal); });
+  const Tried tried = wait_for(std::move(pending));
+  EXPECT_EQ(tried.ec, asio::error::operation_aborted);
+  EXPECT_FALSE(tried.hold);
+  // Replies still held: the undo went out behind the attempt, and ran.
+  EXPECT_TRUE(eventually([&] { return !key_exists(mutex.key()); }));
+  EXPECT_FALSE(mutex.owns_lock());
+
+  // Once the replies flow, the forgotten one is dropped: the link is in step.
+  proxy_->release(Direction::to_client);
+  Tried again = try_lock(mutex);
+  ASSERT_FALSE(again.ec) << again.ec.message();
+  EXPECT_TRUE(again.hold);
+}
+
+TEST_F(AsioFaultTest, NoReplyWithinTheCommandTimeoutIsTimedOutAndUndone) {
+  options_.command_timeout = 300ms;
+  Client client(options_);
+  Mutex warm(client, "async:warm");
+  Mutex mutex(client, "async:silent", LockOptions().ttl(60s));
+  const auto sent = std::chrono::steady_clock::now();
+  const Tried tried = wait_for(attempt_unanswered(warm, mutex, {}));
+  EXPECT_EQ(tried.ec, Errc::timed_out) << tried.ec.message();
+  EXPECT_GE(std::chrono::steady_clock::now() - sent, options_.command_timeout);
+  EXPECT_FALSE(tried.hold);
+  EXPECT_TRUE(eventually([&] { return !key_exists(mutex.key()); }));
+
+  proxy_->release(Direction::to_client);
+  Tried again = try_lock(mutex);  // on a new link
+  ASSERT_FALSE(again.ec) << again.ec.message();
+  EXPECT_TRUE(again.hold);
+}
+
+TEST_F(AsioFaultTest, AConnectionResetUnderAnAttemptIsAnErrorAndUndoneApart) {
+  Client client(options_);
+  Mutex warm(client, "async:warm");
+  Mutex mutex(client, "async:reset", LockOptions().ttl(60s));
+  std::future<Tried> pending = attempt_unanswered(warm, mutex, {});
+  proxy_->reset_all();
+  proxy_->sync();
+  proxy_->release(Direction::to_client);  // for the connection the grant is given back on
+  const Tried tried = wait_for(std::move(pending));
+  EXPECT_EQ(tried.ec, Errc::io_error) << tried.ec.message();
+  EXPECT_FALSE(tried.hold);
+  // Nothing written behind on a reset connection arrives: the connector
+  // gave the grant back on a connection of its own.
+  EXPECT_TRUE(eventually([&] { return !key_exists(mutex.key()); }));
+}
+
+// Many operations on few names from four threads: at most one hold per name
+// at any time, and every one given back.
+TEST_F(AsioTest, ConcurrentTriesOnFourThreadsExcludeEachOther) {
+  Client client(client_options(server()));
+  constexpr int names = 5;
+  constexpr int per_name = 8;
+  constexpr int rounds = 25;
+  std::vector<std::unique_ptr<Mutex>> mutexes;
+  for (int i = 0; i < names * per_name; ++i) {
+    mutexes.push_back(std::make_unique<Mutex>(client, "async:many:" + std::to_string(i % names)));
+  }
+  std::vector<std::atomic<int>> holders(names);
+  std::atomic<int> overlaps{0};
+  std::atomic<int> acquired{0};
+  std::atomic<int> ended{0};
+  std::atomic<int> errors{0};
+  std::function<void(int, int)> round = [&](int index, int left) {
+    if (left == 0) {
+      ++ended;
+      return;
+    }
+    async_try_lock(*mutexes[static_cast<std::size_t>(index)],
+                   asio::bind_executor(io_, [&, index, left](std::error_code ec, Hold hold) {
+                     if (ec) ++errors;
+                     const int name = index % names;
+                     if (!hold) return round(index, left - 1);
+                     ++acquired;
+                     // Counted from the grant until its release is asked for;
+                     // meanwhile the key holds this hold's token.
+                     if (++holders[static_cast<std::size_t>(name)] > 1) ++overlaps;
+                     const std::string& key = mutexes[static_cast<std::size_t>(index)]->key();
+                     if (server().command({"GET", key}) != hold.id()) ++overlaps;
+                     --holders[static_cast<std::size_t>(name)];
+                     auto shared = std::make_shared<Hold>(std::move(hold));
+                     async_release(*shared, asio::bind_executor(io_, [&, index, left, shared](
+                                                                         std::error_code, Release) {
+                       round(index, left - 1);
+                     }));
+                   }));
+  };
+  for (int i = 0; i < names * per_name; ++i) round(i, rounds);
+  ASSERT_TRUE(eventually([&] { return ended.load() == names * per_name; }, 60s));
+  stop_running();  // no callback runs `round` once it is gone
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_GT(acquired.load(), 0);
+  for (int i = 0; i < names; ++i)
+    EXPECT_FALSE(key_exists(mutexes[static_cast<std::size_t>(i)]->key()));
+}
+
+}  // namespace
+}  // namespace distlock
