@@ -133,20 +133,24 @@ TEST_F(LinkTest, AnErrorReplyIsAnAnswerAndTheLinkStaysUsable) {
   EXPECT_FALSE(link.broken());
 }
 
-// The script's SHA-1 as the server computes it.
-std::string loaded(const ConnectionOptions& options, std::string_view source) {
-  Connection connection(options);
-  return std::string(connection.command("SCRIPT", "LOAD", source).str());
-}
+// A script loaded into the server's cache (its SHA-1 as the server
+// computes it), then flushed from it by the first step a test sends. A
+// link keeps a pointer to a script it may send again: it lives here.
+struct FlushedScript {
+  FlushedScript(const ConnectionOptions& options, std::string_view source)
+      : sha1(Connection(options).command("SCRIPT", "LOAD", source).str()), script{source, sha1} {}
+  void flush_first(Link& link, Told& told) const { link.send({"SCRIPT", "FLUSH"}, record(told)); }
+
+  const std::string sha1;
+  const Script script;
+};
 
 TEST_F(LinkTest, AScriptTheServerLostIsSentAgainByEvalForAWaitingSink) {
-  static constexpr std::string_view source = "return redis.call('INCRBY', KEYS[1], ARGV[1])";
-  const std::string sha1 = loaded(options(), source);
-  const Script script{source, sha1};
+  const FlushedScript incrby(options(), "return redis.call('INCRBY', KEYS[1], ARGV[1])");
   Link link(options());
   Told told;
-  link.send({"SCRIPT", "FLUSH"}, record(told));
-  link.send_script(script, {"n"}, {"5"}, record(told));
+  incrby.flush_first(link, told);
+  link.send_script(incrby.script, {"n"}, {"5"}, record(told));
   link.send({"INCR", "n"}, record(told));
   ASSERT_TRUE(drive(link, [&] { return told.count() == 3; }));
   ASSERT_TRUE(told.failures.empty()) << what(told.failures.front());
@@ -155,14 +159,12 @@ TEST_F(LinkTest, AScriptTheServerLostIsSentAgainByEvalForAWaitingSink) {
 }
 
 TEST_F(LinkTest, AForgottenScriptTheServerLostIsNotSentAgain) {
-  static constexpr std::string_view source = "return redis.call('SET', KEYS[1], ARGV[1])";
-  const std::string sha1 = loaded(options(), source);
-  const Script script{source, sha1};
+  const FlushedScript set(options(), "return redis.call('SET', KEYS[1], ARGV[1])");
   Link link(options());
   Told told;
   Told forgotten;
-  link.send({"SCRIPT", "FLUSH"}, record(told));
-  link.forget(link.send_script(script, {"k"}, {"taken"}, record(forgotten)));
+  set.flush_first(link, told);
+  link.forget(link.send_script(set.script, {"k"}, {"taken"}, record(forgotten)));
   // What a caller that gave up writes behind its step: an undo, here a DEL
   // that runs after it. Were the script sent again, it would run after
   // the undo and leave the key behind.

@@ -34,8 +34,8 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using testing::an_hour;
 using testing::command_calls;
-const FixedInterval an_hour{1h};
 
 class NotifierTest : public testing::RedisClientTest {
  protected:

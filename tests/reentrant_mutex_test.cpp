@@ -26,9 +26,9 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using testing::an_hour;
 using testing::client_options;
 using testing::command_calls;
-const FixedInterval an_hour{1h};
 
 // Redisson's RLock tryLock and unlock scripts, as a Java service sends them.
 // tryLock: KEYS[1] name; ARGV[1] lease ms, ARGV[2] owner.

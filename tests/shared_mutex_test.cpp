@@ -33,9 +33,9 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using testing::an_hour;
 using testing::client_options;
 using testing::command_calls;
-const FixedInterval an_hour{1h};
 
 class SharedMutexTest : public testing::RedisClientTest {
  protected:

@@ -86,7 +86,11 @@ class AsyncHold {
   /// connector thread (or a token-checked extend to the end of a minimum
   /// hold), its failure told to the Client's event hook. Empty afterwards.
   void unlock() noexcept {
-    if (!life_) return;
+    if (!owns_lock()) {  // given back already (by any thread): nothing to send
+      life_.reset();
+      id_.clear();
+      return;
+    }
     std::shared_ptr<Life> life = std::move(life_);
     std::string id = std::move(id_);
     try {

@@ -1,6 +1,7 @@
-// eventually(): waits for a condition to hold, looking every 10 ms, for the
-// tests that wait on a server's state (a failover, a subscription) rather
-// than on a sleep.
+// eventually(): waits for a condition to hold, looking every 2 ms, for the
+// tests that wait on a server's state (a failover, a subscription, a key
+// gone) rather than on a sleep. A bound, not a timing: the test goes on as
+// soon as the condition is met.
 #pragma once
 
 #include <chrono>
@@ -8,7 +9,7 @@
 
 namespace distlock::testing {
 
-/// True once `condition()` holds, looking every 10 ms for up to `limit`;
+/// True once `condition()` holds, looking every 2 ms for up to `limit`;
 /// its last answer otherwise.
 template <class Condition>
 bool eventually(Condition&& condition,
@@ -16,7 +17,7 @@ bool eventually(Condition&& condition,
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < deadline) {
     if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return condition();
 }

@@ -1,7 +1,6 @@
-// Helpers for tests that fault a server on purpose: a bounded wait for a
-// condition, a wait for the server to have run a command some number of
-// times, and a MONITOR recorder that lists the commands a server executed,
-// in its order.
+// Helpers for tests that fault a server on purpose: a wait for the server
+// to have run a command some number of times, and a MONITOR recorder that
+// lists the commands a server executed, in its order.
 #pragma once
 
 #include <chrono>
@@ -14,23 +13,10 @@
 #include "distlock/client.hpp"
 #include "distlock/detail/wire/connection.hpp"
 #include "distlock/token.hpp"
+#include "support/eventually.hpp"
 #include "support/lock_helpers.hpp"
 
 namespace distlock::testing {
-
-/// Polls `condition` every few milliseconds until it holds or `limit` has
-/// passed; returns whether it held. A bound, not a sleep: the test goes on as
-/// soon as the condition is met.
-template <class Condition>
-bool eventually(Condition condition,
-                std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  for (;;) {
-    if (condition()) return true;
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-}
 
 /// Waits (boundedly) until the server has executed `command` (as INFO
 /// commandstats names it: "set", "evalsha") at least `calls` times since

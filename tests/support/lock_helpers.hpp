@@ -2,7 +2,8 @@
 // working lock keeps exact, child processes for cross-process exclusion, the
 // server's per-command call counts, out-of-memory checks, and a raw
 // subscriber that sees what a lock publishes, and a driver that races
-// extend() against the watchdog's renewal rounds.
+// extend() against the watchdog's renewal rounds; and an_hour, a policy that
+// polls so rarely that only a release announcement wakes a waiter in time.
 #pragma once
 
 #include <sys/wait.h>
@@ -19,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
 #include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
@@ -191,5 +193,9 @@ int extend_against_renewal_rounds(Lock& lock, std::chrono::milliseconds long_lea
   }
   return i;
 }
+
+/// An acquire policy that polls once an hour: a waiter woken in time was
+/// woken by a release announcement.
+inline const FixedInterval an_hour{std::chrono::hours(1)};
 
 }  // namespace distlock::testing

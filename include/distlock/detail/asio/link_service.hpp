@@ -94,22 +94,10 @@ class AsioLink : public std::enable_shared_from_this<AsioLink> {
       return;
     }
     if (!writing_ && !link_->flush()) {
-      writing_ = true;
-      socket_->async_wait(asio::posix::stream_descriptor::wait_write,
-                          asio::bind_executor(strand_, [self = shared_from_this()](auto) {
-                            self->writing_ = false;
-                            if (self->link_) self->link_->flush();
-                            self->pump();
-                          }));
+      wait_then(asio::posix::stream_descriptor::wait_write, &AsioLink::writing_, &Link::flush);
     }
     if (link_ && !reading_ && link_->in_flight() > 0) {
-      reading_ = true;
-      socket_->async_wait(asio::posix::stream_descriptor::wait_read,
-                          asio::bind_executor(strand_, [self = shared_from_this()](auto) {
-                            self->reading_ = false;
-                            if (self->link_) self->link_->read();
-                            self->pump();
-                          }));
+      wait_then(asio::posix::stream_descriptor::wait_read, &AsioLink::reading_, &Link::read);
     }
     if (link_ && timing_ && link_->in_flight() == 0) {
       timer_.cancel();  // nothing to time: let run() return
@@ -195,6 +183,19 @@ class AsioLink : public std::enable_shared_from_this<AsioLink> {
     link_ = std::move(made);
     socket_.emplace(strand_, link_->fd());
     serve();
+  }
+
+  // Waits until the socket is ready for `what` (with `*waiting` set
+  // meanwhile), then has the link `step` (write or read) and pumps again.
+  void wait_then(asio::posix::stream_descriptor::wait_type what, bool AsioLink::*waiting,
+                 bool (Link::*step)()) {
+    this->*waiting = true;
+    socket_->async_wait(what, asio::bind_executor(strand_, [self = shared_from_this(), waiting,
+                                                            step](const std::error_code&) {
+                          self.get()->*waiting = false;
+                          if (self->link_) static_cast<void>((self->link_.get()->*step)());
+                          self->pump();
+                        }));
   }
 
   // The descriptor is the Link's: Asio lets go of it before the Link closes

@@ -152,17 +152,25 @@ class TryLockOp : public std::enable_shared_from_this<TryLockOp<Lock, Handler>> 
     finish(make_error_code(Errc::invalid_argument));
   }
 
-  void send_attempt() {
+  // Has `send(self, link)` run on the link, unless the operation finished
+  // meanwhile; no link to be had ends it.
+  template <class Send>
+  void on_link(Send send) {
     auto self = this->shared_from_this();
     link_->submit(
         life_->protocol().site(),
-        [self](Link& link) {
-          if (self->finished_) return;
-          self->in_flight_ = self->life_->protocol().send_attempt(
-              link, self->id_,
-              [self](LinkAnswer answer) { self->attempt_answered(std::move(answer)); });
+        [self, send](Link& link) {
+          if (!self->finished_) send(self, link);
         },
         [self](std::exception_ptr failure) { self->fail(failure); });
+  }
+
+  void send_attempt() {
+    on_link([](const std::shared_ptr<TryLockOp>& self, Link& link) {
+      self->in_flight_ = self->life_->protocol().send_attempt(
+          link, self->id_,
+          [self](LinkAnswer answer) { self->attempt_answered(std::move(answer)); });
+    });
   }
 
   void attempt_answered(LinkAnswer answer) {
@@ -191,20 +199,14 @@ class TryLockOp : public std::enable_shared_from_this<TryLockOp<Lock, Handler>> 
 
   // A try_lock refused without a reason looks once at the key (PTTL, TYPE).
   void send_holder_read() {
-    auto self = this->shared_from_this();
-    link_->submit(
-        life_->protocol().site(),
-        [self](Link& link) {
-          if (self->finished_) return;
-          const std::string& key = self->life_->protocol().key();
-          link.send({"PTTL", key}, [self](LinkAnswer answer) {
-            if (answer.reply) self->pttl_ = std::move(answer.reply);
-          });
-          self->in_flight_ = link.send({"TYPE", key}, [self](LinkAnswer answer) {
-            self->holder_answered(std::move(answer));
-          });
-        },
-        [self](std::exception_ptr failure) { self->fail(failure); });
+    on_link([](const std::shared_ptr<TryLockOp>& self, Link& link) {
+      const std::string& key = self->life_->protocol().key();
+      link.send({"PTTL", key}, [self](LinkAnswer answer) {
+        if (answer.reply) self->pttl_ = std::move(answer.reply);
+      });
+      self->in_flight_ = link.send(
+          {"TYPE", key}, [self](LinkAnswer answer) { self->holder_answered(std::move(answer)); });
+    });
   }
 
   void holder_answered(LinkAnswer answer) {

@@ -68,7 +68,8 @@ class Link {
     connection_.append_argv(argv);
     return queued(std::move(sink), nullptr, {}, {});
   }
-  /// Queues a script by EVALSHA (EVAL where the server answers NOSCRIPT).
+  /// Queues a script by EVALSHA (EVAL where the server answers NOSCRIPT,
+  /// so `script` must outlive the step: the library's are static).
   Ticket send_script(const Script& script, Args keys, Args args, Sink sink) {
     refuse_if_broken();
     connection_.append_evalsha(script, keys, args);
@@ -102,8 +103,9 @@ class Link {
 
   /// True if the server closed the idle link (restart, idle timeout) or
   /// sent something unasked: make another. Ask only when nothing is in
-  /// flight.
-  bool stale() noexcept { return connection_.stale(); }
+  /// flight. As the Client's pool does, it asks the kernel only once the
+  /// link has been idle for 10 ms (the question is a system call).
+  bool stale() noexcept { return connection_.stale_after_idle(std::chrono::milliseconds(10)); }
 
   /// The step's sink will not be called: its reply is read and dropped.
   /// Steps queued after it still run after it.
@@ -134,6 +136,7 @@ class Link {
     try {
       connection_.read_available();
       while (std::optional<Reply> reply = connection_.next_buffered_reply()) {
+        connection_.touch();
         if (!dispatch(std::move(*reply))) return true;
       }
     } catch (const Error&) {
