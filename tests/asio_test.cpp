@@ -122,6 +122,28 @@ TEST_F(AsioTest, TryLockTakesAFreeLockAndFindsABusyOneBusy) {
   EXPECT_FALSE(first.owns_lock());
 }
 
+// Fenced: the acquire is a script (EVALSHA, or EVAL once the server lost
+// its cache), refused with the holder's lease in its answer.
+TEST_F(AsioTest, AFencedHoldHasTheFenceOfItsGrant) {
+  Client client(client_options(server()));
+  Mutex mutex(client, "async:fenced", LockOptions().fencing(true));
+  Mutex other(client, "async:fenced", LockOptions().fencing(true));
+  Tried first = try_lock(mutex);
+  ASSERT_TRUE(first.hold) << first.ec.message();
+  const long long fence = first.hold.fence();
+  EXPECT_GT(fence, 0);
+  const Tried busy = try_lock(other);
+  EXPECT_FALSE(busy.ec) << busy.ec.message();
+  EXPECT_FALSE(busy.hold);
+  ASSERT_EQ(release(first.hold).second, Release::released);
+  EXPECT_THROW(static_cast<void>(first.hold.fence()), NotHeldError);
+
+  server().command({"SCRIPT", "FLUSH"});
+  Tried second = try_lock(other);
+  ASSERT_TRUE(second.hold) << second.ec.message();
+  EXPECT_GT(second.hold.fence(), fence);
+}
+
 TEST_F(AsioTest, UseFutureGivesTheHoldAndItsDestructorGivesItBack) {
   Client client(client_options(server()));
   Mutex mutex(client, "async:future");

@@ -46,7 +46,7 @@ namespace distlock {
 /// A hold an async acquire took: like std::unique_lock, movable (across
 /// co_await too) and releasing on destruction, but sent without blocking
 /// (the backend's connector thread gives it back). Empty when the lock was
-/// busy. The lock object must outlive it, as with std::unique_lock.
+/// busy. It keeps the lock's state alive, so it may outlive the lock object.
 template <class Lock>
 class AsyncHold {
   using Life = detail::LifeOf<Lock>;
@@ -77,8 +77,12 @@ class AsyncHold {
   std::chrono::milliseconds validity() const noexcept {
     return owns_lock() ? life_->validity(kind) : std::chrono::milliseconds(0);
   }
-  /// The fencing token of this hold (LockOptions::fencing).
-  long long fence() const { return life_ ? life_->fence(kind) : 0; }
+  /// The fencing token of this hold (LockOptions::fencing); NotHeldError
+  /// once it is given back.
+  long long fence() const {
+    if (!owns_lock()) throw NotHeldError("this async hold is empty or was given back");
+    return life_->fence(kind);
+  }
   /// The hold's token; empty when empty.
   const std::string& id() const noexcept { return id_; }
 
