@@ -10,7 +10,10 @@
 #include <asio/bind_executor.hpp>
 #include <asio/io_context.hpp>
 
+#include <chrono>
+#include <fstream>
 #include <memory>
+#include <string>
 #include <system_error>
 
 #include "bench_support.hpp"
@@ -49,6 +52,72 @@ void BM_Paired_Async_Mutex_LockUnlock(benchmark::State& state) {
   run_paired(state, async_cycle, lock_unlock_cycle(state, sync_lock));
 }
 BENCHMARK(BM_Paired_Async_Mutex_LockUnlock)->UseManualTime();
+
+// A field of /proc/self/status ("Threads", "VmRSS" in kB).
+long proc_status(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  std::string name;
+  long value = 0;
+  while (status >> name) {
+    if (name == field + ":") {
+      status >> value;
+      return value;
+    }
+    status.ignore(1 << 16, '\n');
+  }
+  return -1;
+}
+
+long long set_calls(Client& client) {
+  const std::string stats(client.command("INFO", "commandstats").str());
+  const std::string::size_type at = stats.find("cmdstat_set:calls=");
+  return at == std::string::npos ? 0 : std::stoll(stats.substr(at + 18));
+}
+
+void BM_Async_Waiters10000(benchmark::State& state) {
+  constexpr int count = 10000;
+  Client client(server_options());
+  Mutex holder(client, "bench:waiters");
+  Mutex shared(client, "bench:waiters");
+  asio::io_context io;
+  for (auto _ : state) {
+    client.command("CONFIG", "RESETSTAT");
+    if (!holder.try_lock()) return state.SkipWithError("bench:waiters is held");
+    const long threads_before = proc_status("Threads");
+    const long rss_before = proc_status("VmRSS");
+    int ended = 0;
+    int failed = 0;
+    for (int i = 0; i < count; ++i) {
+      async_lock(shared, asio::bind_executor(io, [&](std::error_code ec, AsyncHold<Mutex> hold) {
+                   if (ec || !hold) {
+                     ++failed;
+                     ++ended;
+                     return;
+                   }
+                   auto held = std::make_shared<AsyncHold<Mutex>>(std::move(hold));
+                   async_release(*held, asio::bind_executor(
+                                            io, [&, held](std::error_code, Release) { ++ended; }));
+                 }));
+    }
+    // Each has tried twice (before and after subscribing) and sleeps.
+    io.restart();
+    while (set_calls(client) < 2 * count) io.run_for(std::chrono::milliseconds(5));
+    io.poll();
+    state.counters["threads_before"] = static_cast<double>(threads_before);
+    state.counters["threads_waiting"] = static_cast<double>(proc_status("Threads"));
+    state.counters["rss_bytes_per_waiter"] =
+        static_cast<double>(proc_status("VmRSS") - rss_before) * 1024.0 / count;
+    const auto begun = std::chrono::steady_clock::now();
+    holder.unlock();
+    io.restart();
+    io.run();
+    state.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begun).count() / count);
+    state.counters["attempts_per_waiter"] = static_cast<double>(set_calls(client)) / count;
+    if (failed > 0 || ended != count) state.SkipWithError("a waiter failed");
+  }
+}
+BENCHMARK(BM_Async_Waiters10000)->UseManualTime()->Iterations(1);
 
 }  // namespace
 }  // namespace distlock::bench

@@ -8,6 +8,7 @@
 #if DISTLOCK_README_ASIO
 #include <asio/bind_executor.hpp>
 #include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
 #include <distlock/asio.hpp>
 #endif
 

@@ -429,6 +429,25 @@ TEST_F(WatchdogTest, UnreachableServerIsReportedByTheLeasesExpiry) {
   EXPECT_TRUE(lock.lost());
 }
 
+// The loss watch async holders use (distlock/asio.hpp: run_locked): a
+// watcher is told once, when the Watchdog reports the loss, and one that
+// comes after the report at once.
+TEST(LossWatchTest, WatchersAreToldOnceAndLateOnesAtOnce) {
+  auto lease =
+      std::make_shared<detail::LeaseState>("k", "token", 30s, Clock::now(), nullptr, nullptr);
+  int early = 0;
+  int late = 0;
+  lease->watch_loss([&] { ++early; });
+  EXPECT_EQ(early, 0);
+  lease->lost = true;  // as the Watchdog sets it,
+  lease->tell_loss();  // then tells
+  EXPECT_EQ(early, 1);
+  lease->tell_loss();
+  EXPECT_EQ(early, 1);  // once
+  lease->watch_loss([&] { ++late; });
+  EXPECT_EQ(late, 1);  // after the report: at once
+}
+
 // The schedule alone (no server): an unconfirmed renewal is tried again a
 // retry interval (ttl / 10) after it was sent, not after it ended. A
 // Redlock's renewal waits up to its node timeout (ttl / 10 by default), so

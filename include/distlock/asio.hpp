@@ -13,9 +13,10 @@
 // steps are the blocking calls' own (detail/lifecycle/acquire_steps.hpp),
 // so an async try_lock answers as try_lock() does.
 //
-// So far: async_try_lock for Mutex on a Client (one endpoint), without
-// LockOptions::replicas; other lock types and backends do not compile or
-// complete with Errc::invalid_argument. An async hold belongs to no thread:
+// So far: async_try_lock, async_try_lock_for/_until and async_lock for
+// Mutex on a Client (one endpoint), without LockOptions::replicas; other
+// lock types and backends do not compile or complete with
+// Errc::invalid_argument. An async hold belongs to no thread:
 // a thread of the same object that locks waits for it, as for a hold of
 // another thread, and any thread's unlock() gives it back.
 #pragma once
@@ -35,8 +36,11 @@
 #include <system_error>
 #include <utility>
 
+#include "distlock/detail/asio/acquire_op.hpp"
+#include "distlock/detail/asio/async_access.hpp"
 #include "distlock/detail/asio/release_op.hpp"
-#include "distlock/detail/asio/try_lock_op.hpp"
+#include "distlock/detail/asio/run_locked_op.hpp"
+#include "distlock/detail/base/time.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/mutex.hpp"
@@ -114,6 +118,27 @@ class AsyncHold {
   std::string id_;
 };
 
+namespace detail {
+// Starts an AcquireOp. It carries the deadline itself: an initiation with
+// no state, handed on by reference, draws a false "maybe uninitialized"
+// from g++ 12.
+template <class Lock>
+struct InitiateAcquire {
+  SteadyClock::time_point deadline;
+  bool wait;
+  template <class Handler>
+  void operator()(Handler handler, std::shared_ptr<LifeOf<Lock>> life) const {
+    std::make_shared<AcquireOp<Lock, Handler>>(std::move(life), std::move(handler), deadline, wait)
+        ->start();
+  }
+};
+template <class Lock, class Token>
+auto async_acquire(Lock& lock, SteadyClock::time_point deadline, bool wait, Token&& token) {
+  return asio::async_initiate<Token, void(std::error_code, AsyncHold<Lock>)>(
+      InitiateAcquire<Lock>{deadline, wait}, token, AsyncAccess::life_of(lock));
+}
+}  // namespace detail
+
 /// try_lock() without blocking: completes with (error_code, AsyncHold),
 /// the hold empty when the lock is busy; an outage (no reply within the
 /// command timeout, a broken connection) is an error code, as try_lock()
@@ -122,12 +147,41 @@ class AsyncHold {
 /// behind it on the same connection, so no key is left behind.
 template <class Lock, class Token>
 auto async_try_lock(Lock& lock, Token&& token) {
-  return asio::async_initiate<Token, void(std::error_code, AsyncHold<Lock>)>(
-      [](auto handler, std::shared_ptr<detail::LifeOf<Lock>> life) {
-        using Op = detail::TryLockOp<Lock, decltype(handler)>;
-        std::make_shared<Op>(std::move(life), std::move(handler))->start();
-      },
-      token, detail::AsyncAccess::life_of(lock));
+  return detail::async_acquire(lock, detail::SteadyClock::now(), /*wait=*/false,
+                               std::forward<Token>(token));
+}
+
+/// try_lock_for() without blocking: attempts until acquired or `timeout`
+/// has passed, waiting between attempts as the blocking call does (for the
+/// release announcement, the holder's lease, the policy's pause) but with
+/// no thread parked: a waiter is a timer and a registration. Completes by
+/// the deadline with the hold, an empty hold (busy all along), or an error
+/// code: Errc::timed_out when Redis did not answer lately (an outage, not a
+/// busy lock), Errc::cancelled after cancel_waits(), as try_lock_for(ec)
+/// sets them; asio::error::operation_aborted on terminal cancellation.
+template <class Lock, class Rep, class Period, class Token>
+auto async_try_lock_for(Lock& lock, const std::chrono::duration<Rep, Period>& timeout,
+                        Token&& token) {
+  return detail::async_acquire(lock, detail::deadline_after(timeout), /*wait=*/true,
+                               std::forward<Token>(token));
+}
+
+/// As async_try_lock_for, until `deadline` of any clock.
+template <class Lock, class Clock, class Duration, class Token>
+auto async_try_lock_until(Lock& lock, const std::chrono::time_point<Clock, Duration>& deadline,
+                          Token&& token) {
+  return detail::async_acquire(lock, detail::to_steady_deadline(deadline), /*wait=*/true,
+                               std::forward<Token>(token));
+}
+
+/// lock() without blocking: waits as async_try_lock_for does, with no
+/// deadline, so it completes with a hold or an error code (an outage is
+/// one step's command timeout, Errc::cancelled after cancel_waits(),
+/// asio::error::operation_aborted on terminal cancellation).
+template <class Lock, class Token>
+auto async_lock(Lock& lock, Token&& token) {
+  return detail::async_acquire(lock, detail::no_deadline, /*wait=*/true,
+                               std::forward<Token>(token));
 }
 
 /// release() without blocking: completes with (error_code, Release), as
@@ -140,6 +194,33 @@ auto async_release(AsyncHold<Lock>& hold, Token&& token) {
         detail::release_async(std::move(parts.first), std::move(parts.second), std::move(handler));
       },
       token, detail::AsyncAccess::take(hold));
+}
+
+/// Runs `task` under the lock, and tells whether it finished in time:
+/// acquires as async_lock does, then calls `task(done)`, where `done` is a
+/// completion handler (any arguments) to call, or to hand to an async
+/// operation, when the task ends. `done` carries a cancellation slot that
+/// fires (terminal) when the lease is reported lost: renewal refused, the
+/// key gone, LockOptions::max_hold reached; the task's operations that
+/// honour it are aborted. Completes with (error_code, held): `held` is
+/// whether the lease was still ours when the task ended; the hold is given
+/// back either way. An error code is the acquire's (the task did not run)
+/// or the release's. Terminal cancellation reaches the acquire, then the
+/// task.
+///
+///   co_await async_run_locked(report, [](auto done) {
+///     asio::co_spawn(executor, run_report(), std::move(done));
+///   }, asio::use_awaitable);
+template <class Lock, class Task, class Token>
+auto async_run_locked(Lock& lock, Task task, Token&& token) {
+  return asio::async_initiate<Token, void(std::error_code, bool)>(
+      [&lock](auto handler, Task work) {
+        using Op = detail::RunLockedOp<Lock, Task, decltype(handler)>;
+        std::make_shared<Op>(std::move(work), std::move(handler))->start([&lock](auto done) {
+          async_lock(lock, std::move(done));
+        });
+      },
+      token, std::move(task));
 }
 
 }  // namespace distlock

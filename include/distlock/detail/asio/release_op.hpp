@@ -17,8 +17,8 @@
 #include <system_error>
 #include <utility>
 
+#include "distlock/detail/asio/async_access.hpp"
 #include "distlock/detail/asio/link_service.hpp"
-#include "distlock/detail/asio/try_lock_op.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lease.hpp"
 

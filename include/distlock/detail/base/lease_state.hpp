@@ -5,11 +5,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "distlock/detail/base/thread_annotations.hpp"
 #include "distlock/lease.hpp"
 
 namespace distlock {
@@ -73,6 +75,34 @@ struct LeaseState {
   std::atomic<bool> lost{false};
   std::atomic<clock::rep> expires_ns;  // steady time the lease runs out, as we know it
 
+  /// Runs `watcher` once the Watchdog has reported the lease lost: at once
+  /// if it has, else on the Watchdog's thread, after `lost` is set. For an
+  /// async holder that cancels its work then (distlock/asio.hpp).
+  void watch_loss(std::function<void()> watcher) {
+    {
+      MutexLock guard(watch_mutex_);
+      if (!lost.load(std::memory_order_acquire)) {
+        loss_watchers_.push_back(std::move(watcher));
+        return;
+      }
+    }
+    watcher();
+  }
+  /// The Watchdog, once `lost` is set: runs the watchers, each once.
+  void tell_loss() noexcept {
+    std::vector<std::function<void()>> watchers;
+    {
+      MutexLock guard(watch_mutex_);
+      watchers.swap(loss_watchers_);
+    }
+    for (std::function<void()>& watcher : watchers) {
+      try {
+        watcher();
+      } catch (...) {  // a watcher must not take the Watchdog down
+      }
+    }
+  }
+
   clock::time_point expires() const noexcept {
     return clock::time_point(clock::duration(expires_ns.load(std::memory_order_acquire)));
   }
@@ -84,6 +114,10 @@ struct LeaseState {
     const auto end = sent + ttl;
     return margin ? end - std::chrono::duration_cast<clock::duration>(margin(ttl)) : end;
   }
+
+ private:
+  Mutex watch_mutex_;
+  std::vector<std::function<void()>> loss_watchers_ DISTLOCK_GUARDED_BY(watch_mutex_);
 };
 
 /// What one renewal found.

@@ -40,6 +40,7 @@
 #include "distlock/detail/base/args.hpp"
 #include "distlock/detail/base/thread_annotations.hpp"
 #include "distlock/detail/base/time.hpp"
+#include "distlock/detail/base/wake.hpp"
 #include "distlock/detail/lifecycle/holder_lease.hpp"
 #include "distlock/detail/lifecycle/replica_check.hpp"
 #include "distlock/detail/wire/connection.hpp"
@@ -183,13 +184,43 @@ class Cancellation {
     {
       MutexLock guard(state_->mutex);
       state_->generation.fetch_add(1, std::memory_order_acq_rel);
+      state_->armed.fire_all();
     }
     state_->cancelled.notify_all();
   }
 
   /// Wakes polling waiters without cancelling them (the lock object's own
-  /// holder let go).
-  void nudge() { state_->cancelled.notify_all(); }
+  /// holder let go): the threads, and the event-loop waiter next in turn.
+  void nudge() {
+    {
+      MutexLock guard(state_->mutex);
+      state_->armed.fire_next();
+    }
+    state_->cancelled.notify_all();
+  }
+
+  /// For a waiter that is not a thread (detail/base/wake.hpp): `wake` fires
+  /// at the next cancel(), or at a nudge() in its turn; once, unless
+  /// disarmed first. Not armed (false) if a cancel after generation `seen`,
+  /// or a nudge nobody was armed for, came first: the caller looks now.
+  bool sleep_on(Wake& wake, std::uint64_t seen) {
+    MutexLock guard(state_->mutex);
+    if (state_->generation.load(std::memory_order_acquire) != seen ||
+        state_->armed.claim_missed()) {
+      return false;
+    }
+    state_->armed.arm(wake);
+    return true;
+  }
+  void disarm(Wake& wake) {
+    MutexLock guard(state_->mutex);
+    state_->armed.disarm(wake);
+  }
+  /// Whether `wake` was fired by a nudge with the baton, now used.
+  bool take_baton(Wake& wake) {
+    MutexLock guard(state_->mutex);
+    return state_->armed.take_baton(wake);
+  }
 
   /// Sleeps until `until`, a cancel after generation `seen`, or a nudge.
   void sleep_until(std::uint64_t seen, SteadyClock::time_point until) {
@@ -203,6 +234,7 @@ class Cancellation {
     Mutex mutex;
     std::condition_variable cancelled;
     std::atomic<std::uint64_t> generation{0};
+    WakeList armed DISTLOCK_GUARDED_BY(mutex);
   };
   std::shared_ptr<State> state_ = std::make_shared<State>();
 };

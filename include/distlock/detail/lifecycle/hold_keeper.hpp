@@ -113,6 +113,12 @@ class HoldKeeper {
     const Hold* hold = holds_.mine(kind);
     return hold == nullptr ? std::string() : hold->id;
   }
+  /// The lease of the hold `id` of `kind`; null once it is given back.
+  std::shared_ptr<LeaseState> lease_of(Kind kind, const std::string& id) {
+    MutexLock guard(mutex_);
+    const Hold* hold = holds_.with_id(kind, id);
+    return hold == nullptr ? nullptr : hold->lease;
+  }
   /// Replicas that acknowledged the hold's grant; nullopt if not held or not asked for.
   std::optional<int> replicas(Kind kind) const {
     MutexLock guard(mutex_);

@@ -127,16 +127,19 @@ class Lifecycle : public AcquireSteps<Protocol> {
   }
 
   // For an event-loop driver (distlock/asio.hpp): the steps acquire()
-  // runs, each called on one thread at a time per Waiter, and the give-back
-  // of a grant the driver could not hand over.
+  // runs, each called on one thread at a time per Waiter, the give-back of
+  // a grant the driver could not hand over, and what a sleep waits on.
   using Steps = AcquireSteps<Protocol>;
   using Steps::attempted;
   using Steps::give_back;
   using Steps::holder_read;
   using Steps::start;
+  using Steps::subscribed;
+  using Steps::woken;
   using typename Steps::Next;
   using typename Steps::Step;
   using typename Steps::Waiter;
+  Cancellation& cancellation() noexcept { return cancellation_; }
 
  private:
   using Steps::cancellation_;
@@ -146,8 +149,6 @@ class Lifecycle : public AcquireSteps<Protocol> {
   using Steps::not_held_message;
   using Steps::options_;
   using Steps::protocol_;
-  using Steps::subscribed;
-  using Steps::woken;
   using typename Steps::Hold;
 };
 

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "distlock/detail/base/thread_annotations.hpp"
+#include "distlock/detail/base/wake.hpp"
 #include "distlock/detail/runtime/event_fd.hpp"
 #include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
@@ -104,6 +105,34 @@ class Notifier {
       return channel_->confirmed;
     }
 
+    /// For a waiter that is not a thread (detail/base/wake.hpp): `wake`
+    /// fires at the next change of this channel (a confirmation, a move, a
+    /// reconnect, wake()), or at a release when its turn comes; once,
+    /// unless disarmed first. Whoever arms it checks afterwards whether
+    /// what it waits for came meanwhile.
+    void arm(detail::Wake& wake) {
+      detail::MutexLock lock(notifier_->mutex_);
+      channel_->armed.arm(wake);
+    }
+    /// Arms `wake` for a sleep, unless a wake-up since generation `seen`
+    /// went unclaimed: false then, and the caller attempts at once.
+    bool sleep_on(detail::Wake& wake, std::uint64_t seen) {
+      detail::MutexLock lock(notifier_->mutex_);
+      if (channel_->generation != seen && channel_->armed.claim_missed()) return false;
+      channel_->armed.arm(wake);
+      return true;
+    }
+    void disarm(detail::Wake& wake) {
+      detail::MutexLock lock(notifier_->mutex_);
+      channel_->armed.disarm(wake);
+    }
+    /// Whether `wake` was woken by a release with the baton (see
+    /// detail/base/wake.hpp), which its waiter now uses for an attempt.
+    bool take_baton(detail::Wake& wake) {
+      detail::MutexLock lock(notifier_->mutex_);
+      return channel_->armed.take_baton(wake);
+    }
+
     /// Sharded only: the node dropped the subscription because the
     /// channel's slot is served elsewhere now; subscribe again there.
     bool moved() const {
@@ -152,6 +181,7 @@ class Notifier {
     bool moved = false;             // sharded: the node dropped it (slot served elsewhere)
     clock::time_point abandoned{};  // when waiters last dropped to zero
     std::condition_variable changed;
+    detail::WakeList armed;  // event-loop waiters, told with `changed`, in turn
   };
 
   /// How long a channel nobody waits on stays subscribed.
@@ -170,6 +200,8 @@ class Notifier {
   void handle(const Reply& reply);
   void drop_connection();
   void mark_moved(Channel& channel) DISTLOCK_REQUIRES(mutex_);
+  enum class Change { confirmed, released, look_again };
+  void announce(Channel& channel, Change change) DISTLOCK_REQUIRES(mutex_);
   static int poll_timeout(clock::time_point until);
 
   ConnectionOptions options_ DISTLOCK_GUARDED_BY(mutex_);
@@ -222,14 +254,29 @@ inline void Notifier::mark_moved(Channel& channel) {
   channel.moved = true;
   channel.confirmed = false;
   ++channel.generation;
+  announce(channel, Change::look_again);
+}
+
+// Every waiter of a channel that changed looks again: the threads asleep
+// on it and the event-loop waiters armed on it; for a release message, the
+// event-loop waiters next in turn only (detail/base/wake.hpp). A wake-up
+// that no release message brought (a reconnect, a move, wake()) is one
+// for every waiter: those not armed now claim it as they go to sleep.
+inline void Notifier::announce(Channel& channel, Change change) {
   channel.changed.notify_all();
+  switch (change) {
+    case Change::released: channel.armed.fire_next(); return;
+    case Change::look_again: channel.armed.miss(); break;
+    case Change::confirmed: break;
+  }
+  channel.armed.fire_all();
 }
 
 inline void Notifier::wake(const std::string& channel) {
   detail::MutexLock lock(mutex_);
   if (const auto it = channels_.find(channel); it != channels_.end()) {
     ++it->second->generation;
-    it->second->changed.notify_all();
+    announce(*it->second, Change::look_again);
   }
 }
 

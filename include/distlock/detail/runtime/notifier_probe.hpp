@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "distlock/detail/runtime/notifier.hpp"
 
@@ -22,6 +23,13 @@ struct NotifierProbe {
   static std::uint64_t connects(const Notifier& notifier) {
     MutexLock lock(notifier.mutex_);
     return notifier.connects_;
+  }
+  /// Whether a waiter that is not a thread is armed on `channel` while the
+  /// server confirms it: an async waiter asleep until a release.
+  static bool armed(const Notifier& notifier, const std::string& channel) {
+    MutexLock lock(notifier.mutex_);
+    const auto it = notifier.channels_.find(channel);
+    return it != notifier.channels_.end() && it->second->confirmed && !it->second->armed.empty();
   }
   /// Messages read so far.
   static std::uint64_t messages(const Notifier& notifier) {

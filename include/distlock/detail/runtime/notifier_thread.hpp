@@ -96,7 +96,7 @@ inline bool Notifier::connect_once() {
       channel->confirmed = false;
       channel->moved = false;
       ++channel->generation;
-      channel->changed.notify_all();
+      announce(*channel, Change::look_again);
     }
   }
   if (again && events_) {
@@ -172,7 +172,7 @@ inline bool Notifier::replace_aged() {
   for (auto& [name, channel] : channels_) {
     if (!caught_up) {
       ++channel->generation;
-      channel->changed.notify_all();
+      announce(*channel, Change::look_again);
     }
     if (channel->moved) continue;  // left "sent", as on the old one
     const auto answer = confirmed.find(name);
@@ -302,7 +302,10 @@ inline void Notifier::handle(const Reply& reply) {
   if (kind == "message" || kind == "smessage") {
     ++messages_;
     ++channel.generation;
-  } else if (kind == "subscribe" || kind == "ssubscribe") {
+    announce(channel, Change::released);
+    return;
+  }
+  if (kind == "subscribe" || kind == "ssubscribe") {
     channel.confirmed = true;
   } else if (kind == "sunsubscribe" && channel.confirmed) {
     // Unasked (ours are only for channels already forgotten): the slot left.
@@ -311,7 +314,7 @@ inline void Notifier::handle(const Reply& reply) {
   } else {
     return;  // "unsubscribe" of an abandoned name that came back before the reply
   }
-  channel.changed.notify_all();
+  announce(channel, Change::confirmed);
 }
 
 inline void Notifier::drop_connection() {

@@ -380,6 +380,7 @@ inline void Watchdog::tell(Told& told, Lost& lost) noexcept {
   told.clear();
   for (const auto& [lease, reason] : lost) {
     detail::emit_about(lease->events, LockEventType::lost, lease->key, reason);
+    lease->tell_loss();
     if (!lease->on_lost) continue;
     try {
       lease->on_lost(LeaseInfo{lease->key, lease->token, reason});

@@ -1,0 +1,403 @@
+// AcquireOp: an async acquire (distlock/asio.hpp) as an operation that
+// runs the lock's acquire steps (detail/lifecycle/acquire_steps.hpp) over an
+// AsioLink. A server step a Next names is written on the link, and its
+// answer, decoded by the protocol, goes to the next step; a subscription
+// is confirmed, and a sleep ends, by a Wake armed on the release channel
+// and on the lock object's Cancellation (detail/asio/op_wakes.hpp), or by the
+// operation's timer, which also cuts a server step at its deadline. No
+// thread waits: everything here runs on the link's strand, one at a time.
+//
+// Each step, and each wait of one, has a number: a timer or wake that
+// comes for an earlier one finds the operation moved on and does nothing.
+//
+// An attempt whose answer does not come (the link broke, its command
+// timeout or the step's deadline passed, the operation was cancelled) may
+// still have been applied: its undo is written behind it on the same
+// connection, and, where the server closed the connection mid-reply (so
+// nothing written behind arrives), given back apart by the connector
+// thread, as the blocking path does.
+#pragma once
+
+#include <asio/any_io_executor.hpp>
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/cancellation_type.hpp>
+#include <asio/error.hpp>
+#include <asio/execution.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <algorithm>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include "distlock/detail/asio/async_access.hpp"
+#include "distlock/detail/asio/link_service.hpp"
+#include "distlock/detail/asio/op_wakes.hpp"
+#include "distlock/detail/base/time.hpp"
+#include "distlock/detail/lifecycle/acquire.hpp"
+#include "distlock/detail/runtime/notifier.hpp"
+#include "distlock/detail/wire/link.hpp"
+#include "distlock/error.hpp"
+#include "distlock/reply.hpp"
+
+namespace distlock::detail {
+
+template <class Lock, class Handler>
+class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> {
+  using Life = LifeOf<Lock>;
+  using Protocol = typename LifeTraits<Life>::Protocol;
+  using Waiter = typename Life::Waiter;
+  using Next = typename Life::Next;
+  using Step = typename Life::Step;
+  using clock = SteadyClock;
+  static constexpr auto kind = LifeTraits<Life>::exclusive;
+  static_assert(!Protocol::per_thread && HasLinkSteps<Protocol>::value,
+                "async locks take a distlock::Mutex so far");
+
+ public:
+  /// `wait` false: one attempt (async_try_lock), `deadline` ignored.
+  AcquireOp(std::shared_ptr<Life> life, Handler handler, clock::time_point deadline, bool wait)
+      : life_(std::move(life)),
+        handler_(std::move(handler)),
+        work_(asio::prefer(asio::any_io_executor(asio::get_associated_executor(handler_)),
+                           asio::execution::outstanding_work.tracked)),
+        waiter_(kind, wait ? deadline : clock::now(), wait, life_->cancellation().generation()) {}
+
+  ~AcquireOp() { wakes_.disarm(); }
+
+  AcquireOp(const AcquireOp&) = delete;
+  AcquireOp& operator=(const AcquireOp&) = delete;
+
+  // In the initiating call: nothing completes inside it.
+  void start() {
+    try {
+      Protocol& protocol = life_->protocol();
+      protocol.check_process();
+      const std::shared_ptr<Site>& site = protocol.site();
+      if (!site->one_endpoint() || protocol.waits_for_replicas()) {
+        throw InvalidArgument(protocol.key() +
+                              ": async locks run on a Client without LockOptions::replicas "
+                              "so far (this lock is on " +
+                              site->describe() + ")");
+      }
+      waiter_.async = true;
+      const Next first = life_->start(waiter_);
+      id_ = waiter_.id;
+      // The link counts as work only while a step is in flight (its waits).
+      link_ =
+          asio::use_service<LinkService>(asio::query(work_, asio::execution::context))
+              .link_for(*site, asio::prefer(work_, asio::execution::outstanding_work.untracked));
+      timer_.emplace(link_->strand());
+      wakes_.bind(this->weak_from_this(), link_->strand());
+      watch_cancellation();
+      // An attempt with no deadline arms nothing that could fire on
+      // another thread before it is written (the hot path of try_lock and
+      // lock); any other first step starts on the strand.
+      if (first.step == Step::attempt && first.by == no_deadline) return run(first);
+      asio::post(link_->strand(), [self = this->shared_from_this(), first] { self->run(first); });
+    } catch (...) {
+      fail(std::current_exception());
+    }
+  }
+
+ private:
+  enum class Phase { none, attempt, holder, subscribing, sleeping };
+
+  // Each of these runs on the link's strand, but start()'s first run().
+  void run(const Next& next) {
+    switch (next.step) {
+      case Step::done: return finish(next.outcome);
+      case Step::attempt: return send_attempt(next.by);
+      case Step::read_holder: return send_holder_read(next.by);
+      case Step::subscribe: return subscribe(next.by);
+      case Step::sleep: return sleep(next.by);
+    }
+  }
+
+  // A new step (or wait) numbered `wait_`, its timer set for `by`.
+  void begin(Phase phase, clock::time_point by) {
+    const unsigned at = ++wait_;
+    phase_ = phase;
+    if (by == no_deadline) return;
+    timer_->expires_at(by);
+    timer_->async_wait([self = this->shared_from_this(), at](const std::error_code&) {
+      if (self->wait_ == at && !self->finished_) self->timed_out();
+    });
+  }
+  // The step ended: its timer and wakes are let go.
+  void end() noexcept {
+    ++wait_;
+    phase_ = Phase::none;
+    wakes_.disarm();
+    try {
+      if (timer_) timer_->cancel();
+    } catch (...) {  // left to run out: it finds the step over
+    }
+  }
+
+  // Has `send(self, link)` run on the link, unless the step is over by
+  // then; no link to be had ends the operation.
+  template <class Send>
+  void on_link(Send send) {
+    auto self = this->shared_from_this();
+    link_->submit(
+        life_->protocol().site(),
+        [self, send, at = wait_](Link& link) {
+          if (!self->finished_ && self->wait_ == at) send(self, link);
+        },
+        [self](std::exception_ptr failure) {
+          if (!self->finished_) self->fail(failure);
+        });
+  }
+
+  void send_attempt(clock::time_point by) {
+    begin(Phase::attempt, by);
+    on_link([](const std::shared_ptr<AcquireOp>& self, Link& link) {
+      self->in_flight_ = self->life_->protocol().send_attempt(
+          link, self->id_, [self, at = self->wait_](LinkAnswer answer) {
+            if (self->wait_ == at) self->attempt_answered(std::move(answer));
+          });
+    });
+  }
+
+  void attempt_answered(LinkAnswer answer) {
+    in_flight_.reset();
+    const clock::time_point by = waiter_.step_deadline;
+    end();
+    if (finished_) return;
+    Protocol& protocol = life_->protocol();
+    if (answer.failure) {
+      undo(code_of(answer.failure) == Errc::io_error);
+      // A link timeout at the step's deadline is the deadline's cut.
+      if (code_of(answer.failure) == Errc::timed_out && deadline_reached(by)) {
+        return run(life_->attempted(waiter_, std::nullopt));
+      }
+      return fail(answer.failure);
+    }
+    try {
+      Attempt attempt;
+      try {
+        attempt = protocol.attempt_answer(*answer.reply);
+      } catch (const ServerError&) {
+        throw;  // refused by the server: nothing was applied
+      } catch (const Error&) {
+        undo(false);  // an answer no server gives: the step may have been applied
+        throw;
+      }
+      run(life_->attempted(waiter_, std::move(attempt)));
+    } catch (...) {
+      fail(std::current_exception());
+    }
+  }
+
+  // A look at the key (PTTL, TYPE): before a sleep that no attempt told the
+  // holder's lease, or a try_lock refused without a reason.
+  void send_holder_read(clock::time_point by) {
+    begin(Phase::holder, by);
+    pttl_.reset();
+    on_link([](const std::shared_ptr<AcquireOp>& self, Link& link) {
+      const std::string& key = self->life_->protocol().key();
+      const unsigned at = self->wait_;
+      link.send({"PTTL", key}, [self, at](LinkAnswer answer) {
+        if (self->wait_ == at && answer.reply) self->pttl_ = std::move(answer.reply);
+      });
+      self->in_flight_ = link.send({"TYPE", key}, [self, at](LinkAnswer answer) {
+        if (self->wait_ == at) self->holder_answered(std::move(answer));
+      });
+    });
+  }
+
+  void holder_answered(LinkAnswer answer) {
+    in_flight_.reset();
+    end();
+    if (finished_) return;
+    if (answer.failure) return fail(answer.failure);
+    if (!pttl_) return finish(make_error_code(Errc::protocol_error));
+    try {
+      run(life_->holder_read(waiter_, life_->protocol().holder_answer(*pttl_, *answer.reply)));
+    } catch (...) {
+      fail(std::current_exception());
+    }
+  }
+
+  // Subscribes without waiting, then waits (one command timeout at most,
+  // as the blocking path) for the server to confirm it, woken by the
+  // channel's Wake.
+  void subscribe(clock::time_point by) {
+    try {
+      subscribed(life_->protocol().subscribe(clock::now()), by);
+    } catch (...) {
+      fail(std::current_exception());
+    }
+  }
+  void subscribed(std::optional<Notifier::Subscription> made, clock::time_point by) {
+    if (!made || made->active() || made->moved()) {
+      return run(life_->subscribed(waiter_, std::move(made)));
+    }
+    pending_.emplace(std::move(*made));
+    const auto give_up = clock::now() + life_->protocol().site()->options().command_timeout;
+    begin(Phase::subscribing, std::min(by, give_up));
+    wakes_.arm_release(*pending_, wait_);
+    if (pending_->active() || pending_->moved()) subscription_settled();
+  }
+
+  void subscription_settled() {
+    end();
+    std::optional<Notifier::Subscription> made;
+    made.emplace(std::move(*pending_));
+    pending_.reset();
+    run(life_->subscribed(waiter_, std::move(made)));
+  }
+
+  // Until `by`, a release on the channel (while subscribed and behind no
+  // holder of this object), cancel_waits() or a local unlock.
+  void sleep(clock::time_point by) {
+    begin(Phase::sleeping, by);
+    if (!wakes_.sleep_on(life_->cancellation(), wait_, waiter_.cancel_seen)) return slept();
+    if (waiter_.subscription && !waiter_.local_holder) sleep_on(*waiter_.subscription);
+  }
+
+  // Arms the release wake for this sleep, unless a release since the
+  // attempt went to nobody: then this waiter takes it at once.
+  void sleep_on(Notifier::Subscription& subscription) {
+    if (!wakes_.sleep_on(subscription, wait_, waiter_.seen)) slept();
+  }
+
+  void slept() {
+    end();
+    run(life_->woken(waiter_));
+  }
+
+  friend class OpWakes<AcquireOp>;
+  void woken_at(unsigned at, bool release) {
+    if (finished_ || at != wait_) return;
+    if (phase_ == Phase::subscribing) {
+      if (pending_->active() || pending_->moved()) return subscription_settled();
+      return wakes_.arm_release(*pending_, wait_);  // another change: wait on
+    }
+    if (phase_ != Phase::sleeping) return;
+    // Its turn after a release or a local unlock (the baton, used by the
+    // attempt that follows), a cancel, or a change every waiter looks at;
+    // else a confirmation, and it sleeps on.
+    const bool turn = wakes_.take_baton(release);
+    if (!release) return slept();
+    Notifier::Subscription& subscription = *wakes_.release_on();
+    if (turn || subscription.generation() != waiter_.seen) return slept();
+    sleep_on(subscription);
+  }
+
+  void timed_out() {
+    switch (phase_) {
+      case Phase::attempt:
+        forget_in_flight(/*undo_it=*/true);
+        end();
+        return run(life_->attempted(waiter_, std::nullopt));
+      case Phase::holder:
+        forget_in_flight(/*undo_it=*/false);
+        end();
+        return run(life_->holder_read(waiter_, std::nullopt));
+      case Phase::subscribing: return subscription_settled();  // unconfirmed: the waiter polls
+      case Phase::sleeping: return slept();
+      case Phase::none: return;
+    }
+  }
+
+  // The step in flight is not waited for any longer; an attempt's undo
+  // follows it on the same connection.
+  void forget_in_flight(bool undo_it) {
+    if (!in_flight_) return;
+    if (Link* link = link_->current()) link->forget(*in_flight_);
+    in_flight_.reset();
+    if (undo_it) undo(false);
+    link_->pump();
+  }
+
+  // The attempt in flight may have been applied: undo it behind itself,
+  // and apart too where the connection closed under it, on a connection of
+  // the connector's own (a pooled one may have been closed with it).
+  void undo(bool apart) noexcept {
+    if (Link* link = link_->current()) life_->protocol().send_undo(*link, id_);
+    if (!apart) return;
+    try {
+      life_->protocol().site()->connector().post([life = life_, id = id_] {
+        try {
+          Connection fresh(life->protocol().site()->options());
+          life->protocol().undo_on(fresh, id);
+        } catch (...) {  // best effort: the lease runs out otherwise
+        }
+      });
+    } catch (...) {
+    }
+  }
+
+  // Terminal cancellation: posted to the strand from whichever thread asks.
+  void watch_cancellation() {
+    slot_ = asio::get_associated_cancellation_slot(handler_);
+    if (!slot_.is_connected()) return;
+    std::weak_ptr<AcquireOp> weak = this->shared_from_this();
+    const AsioLink::Strand strand = link_->strand();
+    slot_.assign([weak, strand](asio::cancellation_type type) {
+      if ((type & asio::cancellation_type::terminal) == asio::cancellation_type::none) return;
+      asio::post(strand, [weak] {
+        if (std::shared_ptr<AcquireOp> self = weak.lock()) self->cancel();
+      });
+    });
+  }
+
+  void cancel() {
+    if (finished_) return;
+    // The undo is harmless after a read of the holder: the token is ours alone.
+    forget_in_flight(/*undo_it=*/phase_ == Phase::attempt);
+    finish(asio::error::operation_aborted);
+  }
+
+  void fail(const std::exception_ptr& failure) { finish(code_of(failure)); }
+
+  void finish(Outcome outcome) {
+    switch (outcome) {
+      case Outcome::acquired: return complete({}, AsyncAccess::hold<Lock>(life_, id_));
+      case Outcome::timed_out: return complete({}, AsyncHold<Lock>());
+      case Outcome::unanswered: return finish(make_error_code(Errc::timed_out));
+      case Outcome::cancelled: return finish(make_error_code(Errc::cancelled));
+    }
+  }
+  void finish(std::error_code ec) { complete(ec, AsyncHold<Lock>()); }
+
+  // Once: on the handler's executor, never inside the initiating call. The
+  // slot is let go there too, where its signal is emitted (a slot is not
+  // thread-safe); a cancellation meanwhile finds the operation finished.
+  void complete(std::error_code ec, AsyncHold<Lock> hold) {
+    if (finished_) return;
+    finished_ = true;
+    end();
+    asio::any_io_executor work = std::exchange(work_, asio::any_io_executor());
+    asio::post(work,
+               [slot = slot_, handler = std::move(handler_), ec, hold = std::move(hold)]() mutable {
+                 if (slot.is_connected()) slot.clear();
+                 std::move(handler)(ec, std::move(hold));
+               });
+  }
+
+  const std::shared_ptr<Life> life_;
+  Handler handler_;
+  asio::any_io_executor work_;  // keeps the handler's context running until it completes
+  Waiter waiter_;
+  std::string id_;  // the token of this acquisition
+  std::shared_ptr<AsioLink> link_;
+  std::optional<asio::steady_timer> timer_;  // on the link's strand
+  asio::cancellation_slot slot_;
+  Phase phase_ = Phase::none;
+  unsigned wait_ = 0;  // the number of the step (or wait) under way
+  std::optional<Link::Ticket> in_flight_;
+  std::optional<Reply> pttl_;
+  std::optional<Notifier::Subscription> pending_;  // subscribed, not yet confirmed
+  OpWakes<AcquireOp> wakes_;
+  bool finished_ = false;
+};
+
+}  // namespace distlock::detail

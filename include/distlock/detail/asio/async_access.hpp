@@ -1,0 +1,80 @@
+// What the async calls (distlock/asio.hpp) reach of a lock object and of
+// their holds, and the error code an exception from a step stands for.
+#pragma once
+
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+#include "distlock/detail/lifecycle/lifecycle.hpp"
+#include "distlock/error.hpp"
+#include "distlock/reply.hpp"
+
+namespace distlock {
+
+template <class Lock>
+class AsyncHold;
+
+namespace detail {
+
+template <class Life>
+struct LifeTraits;
+template <class P>
+struct LifeTraits<Lifecycle<P>> {
+  using Protocol = P;
+  static constexpr typename P::Kind exclusive = P::exclusive;
+};
+
+/// A lock object's shared state, and the parts of an async hold.
+struct AsyncAccess {
+  template <class Lock>
+  static auto life_of(Lock& lock) {
+    return lock.life_;
+  }
+  template <class Lock, class Life>
+  static AsyncHold<Lock> hold(std::shared_ptr<Life> life, std::string id) noexcept {
+    return AsyncHold<Lock>(std::move(life), std::move(id));
+  }
+  template <class Lock>
+  static auto parts(const AsyncHold<Lock>& hold) {
+    return std::make_pair(hold.life_, hold.id_);
+  }
+  template <class Lock>
+  static auto take(AsyncHold<Lock>& hold) noexcept {
+    return std::make_pair(std::move(hold.life_), std::move(hold.id_));
+  }
+};
+
+/// Whether a Protocol has its steps in a form a link sends (see
+/// LeaseProtocol::send_attempt).
+template <class P, class = void>
+struct HasLinkSteps : std::false_type {};
+template <class P>
+struct HasLinkSteps<
+    P, std::void_t<decltype(std::declval<const P&>().attempt_answer(std::declval<const Reply&>()))>>
+    : std::true_type {};
+
+template <class Lock>
+using LifeOf = typename decltype(AsyncAccess::life_of(std::declval<Lock&>()))::element_type;
+template <class Lock>
+using HoldParts = decltype(AsyncAccess::take(std::declval<AsyncHold<Lock>&>()));
+
+/// The error code an exception from a step stands for.
+inline std::error_code code_of(const std::exception_ptr& failure) noexcept {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const std::system_error& error) {
+    return error.code();
+  } catch (const std::bad_alloc&) {
+    return std::make_error_code(std::errc::not_enough_memory);
+  } catch (...) {
+    return make_error_code(Errc::protocol_error);
+  }
+}
+
+}  // namespace detail
+}  // namespace distlock

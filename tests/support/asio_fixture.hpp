@@ -1,0 +1,140 @@
+// The fixtures of the async tests (distlock/asio.hpp): a server, an
+// asio::io_context run by four threads, async calls whose completions a
+// test waits for through futures, and a fault proxy that can hold replies
+// back while commands still reach the server.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/bind_executor.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "distlock/asio.hpp"
+#include "support/eventually.hpp"
+#include "support/fault_proxy.hpp"
+#include "support/fixture.hpp"
+#include "support/options.hpp"
+
+namespace distlock {
+namespace testing {
+
+using Hold = AsyncHold<Mutex>;
+
+struct Tried {
+  std::error_code ec;
+  Hold hold;
+};
+
+class AsioTest : public RedisTest {
+ protected:
+  void SetUp() override {
+    RedisTest::SetUp();
+    if (HasFatalFailure()) return;
+    for (int i = 0; i < 4; ++i) runners_.emplace_back([this] { io_.run(); });
+  }
+  void TearDown() override {
+    stop_running();
+    RedisTest::TearDown();
+  }
+  // Lets run() return once nothing is left to do, and joins its threads.
+  void stop_running() {
+    work_.reset();
+    for (std::thread& runner : runners_) runner.join();
+    runners_.clear();
+  }
+
+  // async_try_lock(), its completion waited for here (10 s at most).
+  Tried try_lock(Mutex& mutex, asio::cancellation_slot slot = {}) {
+    return wait_for(start_try_lock(mutex, slot));
+  }
+  std::future<Tried> start_try_lock(Mutex& mutex, asio::cancellation_slot slot = {}) {
+    return start([&](auto token) { async_try_lock(mutex, std::move(token)); }, slot);
+  }
+  // Starts an async acquire, `initiate(token)`, whose completion the
+  // future gives.
+  template <class Initiate>
+  std::future<Tried> start(Initiate initiate, asio::cancellation_slot slot = {}) {
+    auto done = std::make_shared<std::promise<Tried>>();
+    std::future<Tried> result = done->get_future();
+    initiate(asio::bind_cancellation_slot(
+        slot, asio::bind_executor(io_, [done](std::error_code ec, Hold hold) {
+          done->set_value(Tried{ec, std::move(hold)});
+        })));
+    return result;
+  }
+  template <class T>
+  static T wait_for(std::future<T> future) {
+    if (future.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+      ADD_FAILURE() << "no completion within 10 s";
+      return T{};
+    }
+    return future.get();
+  }
+
+  std::pair<std::error_code, Release> release(Hold& hold) {
+    auto done = std::make_shared<std::promise<std::pair<std::error_code, Release>>>();
+    std::future<std::pair<std::error_code, Release>> result = done->get_future();
+    async_release(hold, asio::bind_executor(io_, [done](std::error_code ec, Release outcome) {
+                    done->set_value({ec, outcome});
+                  }));
+    return wait_for(std::move(result));
+  }
+
+  bool key_exists(const std::string& key) { return server().command({"EXISTS", key}) == "1"; }
+
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(io_);
+  std::vector<std::thread> runners_;
+};
+
+// Through the fault proxy, which can hold replies back while commands
+// still reach the server.
+class AsioFaultTest : public AsioTest {
+ protected:
+  void SetUp() override {
+    AsioTest::SetUp();
+    if (HasFatalFailure()) return;
+    proxy_ = std::make_unique<FaultProxy>(server().host(), server().port());
+    options_ = client_options(server());
+    options_.port = proxy_->port();
+  }
+  void TearDown() override {
+    if (proxy_) proxy_->heal();
+    AsioTest::TearDown();
+    proxy_.reset();
+  }
+
+  // Starts async_try_lock() with its replies held back, and waits until
+  // its attempt reached the server (the link connected before).
+  std::future<Tried> attempt_unanswered(Mutex& warm, Mutex& mutex, asio::cancellation_slot slot) {
+    Tried warmed = try_lock(warm);
+    EXPECT_TRUE(warmed.hold) << warmed.ec.message();
+    EXPECT_EQ(release(warmed.hold).second, Release::released);
+    proxy_->stall(FaultProxy::Direction::to_client);
+    proxy_->sync();
+    const std::uint64_t before = proxy_->bytes_to_server();
+    std::future<Tried> result = start_try_lock(mutex, slot);
+    EXPECT_TRUE(eventually([&] { return proxy_->bytes_to_server() > before; }));
+    EXPECT_TRUE(eventually([&] { return key_exists(mutex.key()); }));  // the SET was applied
+    return result;
+  }
+
+  std::unique_ptr<FaultProxy> proxy_;
+  ClientOptions options_;
+};
+
+}  // namespace testing
+}  // namespace distlock
