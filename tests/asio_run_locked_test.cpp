@@ -1,8 +1,9 @@
 // Tests for async_run_locked (distlock/asio.hpp) over a real io_context and
 // server: a task that ends in time is told so and its hold given back; a
-// lease deleted behind the holder, or run past max_hold, cancels the task
-// (its timer aborted) and reports it late; a failed acquire runs nothing;
-// the caller's cancellation reaches the task.
+// lease deleted behind the holder, run past max_hold or, not renewed, run
+// out cancels the task (its timer aborted) and reports it lost; a lock busy
+// until the deadline, or a failed acquire, runs nothing; the caller's
+// cancellation reaches the task.
 #include <gtest/gtest.h>
 
 #include <asio/associated_cancellation_slot.hpp>
@@ -36,7 +37,7 @@ using testing::eventually;
 
 struct Ran {
   std::error_code ec;
-  bool held = false;
+  RunLocked outcome = RunLocked::busy;
 };
 
 class AsioRunLockedTest : public testing::AsioTest {
@@ -60,8 +61,8 @@ class AsioRunLockedTest : public testing::AsioTest {
               }));
         },
         asio::bind_cancellation_slot(
-            slot, asio::bind_executor(strand_, [result](std::error_code ec, bool held) {
-              result->set_value(Ran{ec, held});
+            slot, asio::bind_executor(strand_, [result](std::error_code ec, RunLocked outcome) {
+              result->set_value(Ran{ec, outcome});
             })));
     return ran;
   }
@@ -78,7 +79,7 @@ TEST_F(AsioRunLockedTest, ATaskThatEndsInTimeIsToldSoAndItsHoldGivenBack) {
   Mutex mutex(client, "run:in-time");
   const Ran ran = wait_for(run(mutex, 20ms));
   EXPECT_FALSE(ran.ec) << ran.ec.message();
-  EXPECT_TRUE(ran.held);
+  EXPECT_EQ(ran.outcome, RunLocked::held);
   EXPECT_FALSE(ended_) << ended_.message();  // the timer ran out by itself
   EXPECT_FALSE(key_exists(mutex.key()));
   EXPECT_FALSE(mutex.owns_lock());
@@ -93,7 +94,7 @@ TEST_F(AsioRunLockedTest, ALeaseDeletedBehindTheHolderCancelsTheTask) {
   ASSERT_TRUE(eventually([&] { return started_.load() && key_exists(mutex.key()); }));
   server().command({"DEL", mutex.key()});
   const Ran ran = wait_for(std::move(pending));
-  EXPECT_FALSE(ran.held);
+  EXPECT_EQ(ran.outcome, RunLocked::lost);
   EXPECT_EQ(ended_, asio::error::operation_aborted);
   EXPECT_FALSE(key_exists(mutex.key()));
 }
@@ -102,7 +103,7 @@ TEST_F(AsioRunLockedTest, MaxHoldReachedCancelsTheTask) {
   Client client(client_options(server()));
   Mutex mutex(client, "run:max-hold", LockOptions().ttl(300ms).auto_renew(true).max_hold(600ms));
   const Ran ran = wait_for(run(mutex, 60s));
-  EXPECT_FALSE(ran.held);
+  EXPECT_EQ(ran.outcome, RunLocked::lost);
   EXPECT_EQ(ended_, asio::error::operation_aborted);
   // Lost, it is not released (not ours to delete): the server lets it go
   // at its own count of the lease's end, a little after ours.
@@ -115,8 +116,32 @@ TEST_F(AsioRunLockedTest, ALeaseNotRenewedStopsTheTaskAtItsEnd) {
   Client client(client_options(server()));
   Mutex mutex(client, "run:fixed", LockOptions().ttl(300ms));
   const Ran ran = wait_for(run(mutex, 60s));
-  EXPECT_FALSE(ran.held);
+  EXPECT_EQ(ran.outcome, RunLocked::lost);
   EXPECT_EQ(ended_, asio::error::operation_aborted);
+}
+
+// Busy until its deadline: the task never runs.
+TEST_F(AsioRunLockedTest, ALockBusyUntilTheDeadlineRunsNothing) {
+  Client client(client_options(server()));
+  Mutex holder(client, "run:busy", LockOptions().ttl(30s));
+  Mutex mutex(client, "run:busy");
+  ASSERT_TRUE(holder.try_lock());
+  auto result = std::make_shared<std::promise<Ran>>();
+  std::future<Ran> ran_future = result->get_future();
+  async_run_locked_for(
+      mutex, 100ms,
+      [this](auto done) {
+        started_ = true;
+        std::move(done)();
+      },
+      asio::bind_executor(strand_, [result](std::error_code ec, RunLocked outcome) {
+        result->set_value(Ran{ec, outcome});
+      }));
+  const Ran ran = wait_for(std::move(ran_future));
+  EXPECT_FALSE(ran.ec) << ran.ec.message();
+  EXPECT_EQ(ran.outcome, RunLocked::busy);
+  EXPECT_FALSE(started_.load());
+  EXPECT_EQ(server().command({"GET", holder.key()}), holder.token());
 }
 
 TEST_F(AsioRunLockedTest, AFailedAcquireRunsNothing) {
@@ -126,7 +151,7 @@ TEST_F(AsioRunLockedTest, AFailedAcquireRunsNothing) {
   Mutex mutex(client, "run:nobody");
   const Ran ran = wait_for(run(mutex, 10ms));
   EXPECT_EQ(ran.ec, Errc::connect_failed) << ran.ec.message();
-  EXPECT_FALSE(ran.held);
+  EXPECT_EQ(ran.outcome, RunLocked::busy);
   EXPECT_FALSE(started_.load());
 }
 
@@ -141,7 +166,7 @@ TEST_F(AsioRunLockedTest, TheCallersCancellationReachesTheTask) {
   asio::post(strand_, [&] { cancel.emit(asio::cancellation_type::terminal); });
   const Ran ran = wait_for(std::move(pending));
   EXPECT_FALSE(ran.ec) << ran.ec.message();
-  EXPECT_TRUE(ran.held);
+  EXPECT_EQ(ran.outcome, RunLocked::held);
   EXPECT_EQ(ended_, asio::error::operation_aborted);
   EXPECT_FALSE(key_exists(mutex.key()));
 }

@@ -137,6 +137,19 @@ auto async_acquire(Lock& lock, SteadyClock::time_point deadline, bool wait, Toke
   return asio::async_initiate<Token, void(std::error_code, AsyncHold<Lock>)>(
       InitiateAcquire<Lock>{deadline, wait}, token, AsyncAccess::life_of(lock));
 }
+
+// Starts a RunLockedOp, whose acquire waits until `deadline`.
+template <class Lock, class Task, class Token>
+auto run_locked(Lock& lock, SteadyClock::time_point deadline, Task task, Token&& token) {
+  return asio::async_initiate<Token, void(std::error_code, RunLocked)>(
+      [&lock, deadline](auto handler, Task work) {
+        using Op = RunLockedOp<Lock, Task, decltype(handler)>;
+        std::make_shared<Op>(std::move(work), std::move(handler))->start([&](auto done) {
+          async_acquire(lock, deadline, /*wait=*/true, std::move(done));
+        });
+      },
+      token, std::move(task));
+}
 }  // namespace detail
 
 /// try_lock() without blocking: completes with (error_code, AsyncHold),
@@ -200,27 +213,32 @@ auto async_release(AsyncHold<Lock>& hold, Token&& token) {
 /// acquires as async_lock does, then calls `task(done)`, where `done` is a
 /// completion handler (any arguments) to call, or to hand to an async
 /// operation, when the task ends. `done` carries a cancellation slot that
-/// fires (terminal) when the lease is reported lost: renewal refused, the
-/// key gone, LockOptions::max_hold reached; the task's operations that
-/// honour it are aborted. Completes with (error_code, held): `held` is
-/// whether the lease was still ours when the task ended; the hold is given
-/// back either way. An error code is the acquire's (the task did not run)
-/// or the release's. Terminal cancellation reaches the acquire, then the
-/// task.
+/// fires (terminal) when the lease is reported lost (renewal refused, the
+/// key gone, LockOptions::max_hold reached) or, not renewed, runs out; the
+/// task's operations that honour it are aborted. Completes with
+/// (error_code, RunLocked): whether the lease was still held when the task
+/// ended; the hold is given back either way. An error code is the
+/// acquire's (the task did not run) or the release's. Terminal
+/// cancellation reaches the acquire, then the task. The task must run on
+/// the handler's executor (a strand, where several threads run it): the
+/// slot is signalled there.
 ///
-///   co_await async_run_locked(report, [](auto done) {
+///   co_await async_run_locked(report, [&](auto done) {
 ///     asio::co_spawn(executor, run_report(), std::move(done));
 ///   }, asio::use_awaitable);
 template <class Lock, class Task, class Token>
 auto async_run_locked(Lock& lock, Task task, Token&& token) {
-  return asio::async_initiate<Token, void(std::error_code, bool)>(
-      [&lock](auto handler, Task work) {
-        using Op = detail::RunLockedOp<Lock, Task, decltype(handler)>;
-        std::make_shared<Op>(std::move(work), std::move(handler))->start([&lock](auto done) {
-          async_lock(lock, std::move(done));
-        });
-      },
-      token, std::move(task));
+  return detail::run_locked(lock, detail::no_deadline, std::move(task), std::forward<Token>(token));
+}
+
+/// As async_run_locked, waiting at most `timeout` for the lock: busy all
+/// along, the task does not run and the call completes with
+/// RunLocked::busy (an outage is an error code, as for async_try_lock_for).
+template <class Lock, class Rep, class Period, class Task, class Token>
+auto async_run_locked_for(Lock& lock, const std::chrono::duration<Rep, Period>& timeout, Task task,
+                          Token&& token) {
+  return detail::run_locked(lock, detail::deadline_after(timeout), std::move(task),
+                            std::forward<Token>(token));
 }
 
 }  // namespace distlock

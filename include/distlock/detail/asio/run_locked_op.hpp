@@ -4,7 +4,7 @@
 // executor when the Watchdog reports the lease lost (renewal refused, the
 // key gone, max_hold reached) or the caller cancels run_locked. Once the
 // task completes, the operation notes whether the lease was still held,
-// gives it back and completes with (error_code, held).
+// gives it back and completes with (error_code, RunLocked).
 //
 // The loss is watched through the lease's record (LeaseState::watch_loss),
 // on the Watchdog's thread, which only posts and holds the operation
@@ -31,7 +31,16 @@
 #include "distlock/detail/asio/async_access.hpp"
 #include "distlock/lease.hpp"
 
-namespace distlock::detail {
+namespace distlock {
+
+/// What async_run_locked (distlock/asio.hpp) found when its task ended.
+enum class RunLocked {
+  held,  ///< the task ended while the lease was held
+  lost,  ///< the lease was lost (or ran out) first: the task was told to stop
+  busy,  ///< the lock stayed busy until the deadline: the task did not run
+};
+
+namespace detail {
 
 template <class Lock, class Task, class Handler>
 class RunLockedOp : public std::enable_shared_from_this<RunLockedOp<Lock, Task, Handler>> {
@@ -76,7 +85,7 @@ class RunLockedOp : public std::enable_shared_from_this<RunLockedOp<Lock, Task, 
   }
 
   void acquired(std::error_code ec, Hold hold) {
-    if (ec || !hold) return complete(ec ? ec : make_error_code(Errc::timed_out), false);
+    if (ec || !hold) return complete(ec, RunLocked::busy);
     hold_ = std::move(hold);
     running_ = true;
     auto self = this->shared_from_this();
@@ -118,14 +127,16 @@ class RunLockedOp : public std::enable_shared_from_this<RunLockedOp<Lock, Task, 
   void task_done() {
     running_ = false;
     expiry_.cancel();
-    const bool held = hold_.owns_lock() && !hold_.lost() && hold_.validity().count() > 0;
+    const RunLocked held = hold_.owns_lock() && !hold_.lost() && hold_.validity().count() > 0
+                               ? RunLocked::held
+                               : RunLocked::lost;
     auto self = this->shared_from_this();
     async_release(hold_, asio::bind_executor(work_, [self, held](std::error_code ec, Release) {
                     self->complete(ec, held);
                   }));
   }
 
-  void complete(std::error_code ec, bool held) {
+  void complete(std::error_code ec, RunLocked held) {
     if (slot_.is_connected()) slot_.clear();
     asio::any_io_executor work = std::exchange(work_, asio::any_io_executor());
     asio::post(work, [handler = std::move(handler_), ec, held]() mutable {
@@ -145,4 +156,5 @@ class RunLockedOp : public std::enable_shared_from_this<RunLockedOp<Lock, Task, 
   bool running_ = false;
 };
 
-}  // namespace distlock::detail
+}  // namespace detail
+}  // namespace distlock
