@@ -8,6 +8,7 @@
 
 #include <asio/bind_executor.hpp>
 #include <asio/cancellation_signal.hpp>
+#include <asio/io_context.hpp>
 #include <asio/use_future.hpp>
 
 #include <atomic>
@@ -167,6 +168,55 @@ TEST_F(AsioTest, AReleaseOfNothingIsNotHeld) {
   const auto [ec, outcome] = release(empty);
   EXPECT_EQ(ec, Errc::not_held);
   EXPECT_EQ(outcome, Release::lost);
+}
+
+// A minimum hold is kept by an extend, not a release: async_release
+// answers kept, and the key stays for what is left of it.
+TEST_F(AsioTest, AReleaseWithinAMinimumHoldKeepsTheKey) {
+  Client client(client_options(server()));
+  Mutex mutex(client, "async:min-hold", LockOptions().min_hold(30s));
+  Tried taken = try_lock(mutex);
+  ASSERT_TRUE(taken.hold) << taken.ec.message();
+  const auto [ec, outcome] = release(taken.hold);
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_EQ(outcome, Release::kept);
+  EXPECT_TRUE(key_exists(mutex.key()));
+  EXPECT_FALSE(mutex.owns_lock());
+}
+
+// A hold that outlives the context it was acquired on is given back all
+// the same (by the connector thread: the link's context is gone).
+TEST_F(AsioTest, AHoldOutlivingItsContextIsStillGivenBack) {
+  Client client(client_options(server()));
+  Mutex mutex(client, "async:outlives");
+  Hold kept;
+  {
+    asio::io_context own;
+    async_try_lock(mutex, asio::bind_executor(own, [&](std::error_code ec, Hold hold) {
+                     EXPECT_FALSE(ec) << ec.message();
+                     kept = std::move(hold);
+                   }));
+    own.run();
+  }
+  ASSERT_TRUE(kept);
+  EXPECT_TRUE(key_exists(mutex.key()));
+  kept.unlock();  // without blocking: the connector gives it back
+  EXPECT_TRUE(eventually([&] { return !mutex.owns_lock() && !key_exists(mutex.key()); }));
+}
+
+// The guard's release goes out on the link it was acquired on: given back
+// from another thread than the context's, it is gone from the server.
+TEST_F(AsioTest, AGuardDestroyedOnAnyThreadReleasesTheKey) {
+  Client client(client_options(server()));
+  Mutex mutex(client, "async:guard");
+  {
+    Tried taken = try_lock(mutex);
+    ASSERT_TRUE(taken.hold) << taken.ec.message();
+  }  // destroyed here, on the test's thread
+  EXPECT_FALSE(mutex.owns_lock());
+  EXPECT_TRUE(eventually([&] { return !key_exists(mutex.key()); }));
+  Tried again = try_lock(mutex);
+  EXPECT_TRUE(again.hold) << again.ec.message();
 }
 
 TEST_F(AsioTest, ALockWithReplicasIsRefusedForNow) {

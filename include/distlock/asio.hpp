@@ -38,19 +38,22 @@
 
 #include "distlock/detail/asio/acquire_op.hpp"
 #include "distlock/detail/asio/async_access.hpp"
+#include "distlock/detail/asio/link_service.hpp"
 #include "distlock/detail/asio/release_op.hpp"
 #include "distlock/detail/asio/run_locked_op.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/error.hpp"
+#include "distlock/events.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/mutex.hpp"
 
 namespace distlock {
 
 /// A hold an async acquire took: like std::unique_lock, movable (across
-/// co_await too) and releasing on destruction, but sent without blocking
-/// (the backend's connector thread gives it back). Empty when the lock was
-/// busy. It keeps the lock's state alive, so it may outlive the lock object.
+/// co_await too) and releasing on destruction, but without blocking (the
+/// release goes out on the link the hold was acquired on; see unlock()).
+/// Empty when the lock was busy. It keeps the lock's state alive, so it may
+/// outlive the lock object, and its context.
 template <class Lock>
 class AsyncHold {
   using Life = detail::LifeOf<Lock>;
@@ -58,12 +61,13 @@ class AsyncHold {
  public:
   AsyncHold() noexcept = default;
   AsyncHold(AsyncHold&& other) noexcept
-      : life_(std::move(other.life_)), id_(std::move(other.id_)) {}
+      : life_(std::move(other.life_)), id_(std::move(other.id_)), link_(std::move(other.link_)) {}
   AsyncHold& operator=(AsyncHold&& other) noexcept {
     if (this != &other) {
       unlock();
       life_ = std::move(other.life_);
       id_ = std::move(other.id_);
+      link_ = std::move(other.link_);
     }
     return *this;
   }
@@ -90,20 +94,26 @@ class AsyncHold {
   /// The hold's token; empty when empty.
   const std::string& id() const noexcept { return id_; }
 
-  /// Gives the hold back without waiting: a release sent by the backend's
-  /// connector thread (or a token-checked extend to the end of a minimum
-  /// hold), its failure told to the Client's event hook. Empty afterwards.
+  /// Gives the hold back without waiting: its release written on the link
+  /// it was acquired on, or, where that would wait (a renewal in flight, a
+  /// minimum hold, a context gone), sent by the backend's connector thread;
+  /// a failure told to the Client's event hook. Empty afterwards.
   void unlock() noexcept {
+    std::shared_ptr<detail::AsioLink> link = std::exchange(link_, {}).lock();
     if (!owns_lock()) {  // given back already (by any thread): nothing to send
       life_.reset();
       id_.clear();
       return;
     }
     std::shared_ptr<Life> life = std::move(life_);
-    std::string id = std::move(id_);
+    const std::string id = std::move(id_);
+    if (life->protocol().forked()) return;  // the parent's hold: the child sends nothing
     try {
-      life->protocol().site()->connector().post([life, id] { life->unlock_hold(kind, id); });
-    } catch (...) {  // no memory for the job: the lease runs out instead
+      detail::release_on_link(life, id, link, [life](std::error_code ec, Release) {
+        if (!ec) return;
+        detail::emit_unlock_failed(life->protocol().events(), life->protocol().key(), ec.message());
+      });
+    } catch (...) {  // no memory for it: the lease runs out instead
     }
   }
 
@@ -111,11 +121,15 @@ class AsyncHold {
   friend struct detail::AsyncAccess;
   static constexpr typename Life::Kind kind = detail::LifeTraits<Life>::exclusive;
 
-  AsyncHold(std::shared_ptr<Life> life, std::string id) noexcept
-      : life_(std::move(life)), id_(std::move(id)) {}
+  AsyncHold(std::shared_ptr<Life> life, std::string id,
+            const std::shared_ptr<detail::AsioLink>& link) noexcept
+      : life_(std::move(life)), id_(std::move(id)), link_(link) {}
 
   std::shared_ptr<Life> life_;
   std::string id_;
+  // The link it was acquired on, for the release; held weakly, as a hold
+  // may outlive its context.
+  std::weak_ptr<detail::AsioLink> link_;
 };
 
 namespace detail {

@@ -74,8 +74,14 @@ struct ScriptedLease {
 
   static TokenCheck release(Connection& connection, const LeaseKeys& keys,
                             const std::string& token) {
-    return token_check(connection.eval(scripts::release, {keys.key, keys.channel}, {token}),
-                       "lease release");
+    return release_answer(connection.eval(scripts::release, {keys.key, keys.channel}, {token}));
+  }
+  static Link::Ticket send_release(Link& link, const LeaseKeys& keys, const std::string& token,
+                                   Link::Sink sink) {
+    return link.send_script(scripts::release, {keys.key, keys.channel}, {token}, std::move(sink));
+  }
+  static TokenCheck release_answer(const Reply& reply) {
+    return token_check(reply, "lease release");
   }
 
   static TokenCheck extend(Connection& connection, const LeaseKeys& keys, const std::string& token,

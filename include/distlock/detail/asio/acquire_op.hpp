@@ -360,7 +360,7 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
 
   void finish(Outcome outcome) {
     switch (outcome) {
-      case Outcome::acquired: return complete({}, AsyncAccess::hold<Lock>(life_, id_));
+      case Outcome::acquired: return complete({}, AsyncAccess::hold<Lock>(life_, id_, link_));
       case Outcome::timed_out: return complete({}, AsyncHold<Lock>());
       case Outcome::unanswered: return finish(make_error_code(Errc::timed_out));
       case Outcome::cancelled: return finish(make_error_code(Errc::cancelled));

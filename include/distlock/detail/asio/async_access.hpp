@@ -35,9 +35,10 @@ struct AsyncAccess {
   static auto life_of(Lock& lock) {
     return lock.life_;
   }
-  template <class Lock, class Life>
-  static AsyncHold<Lock> hold(std::shared_ptr<Life> life, std::string id) noexcept {
-    return AsyncHold<Lock>(std::move(life), std::move(id));
+  template <class Lock, class Life, class Link>
+  static AsyncHold<Lock> hold(std::shared_ptr<Life> life, std::string id,
+                              const std::shared_ptr<Link>& link) noexcept {
+    return AsyncHold<Lock>(std::move(life), std::move(id), link);
   }
   template <class Lock>
   static auto parts(const AsyncHold<Lock>& hold) {

@@ -45,6 +45,16 @@ namespace distlock::detail {
 struct Gate {
   std::mutex mutex;
   bool open = true;
+
+  // Runs `post` (which posts to the context) unless the context shut
+  // down; false then.
+  template <class Post>
+  bool run_if_open(Post&& post) {
+    std::lock_guard<std::mutex> guard(mutex);
+    if (!open) return false;
+    std::forward<Post>(post)();
+    return true;
+  }
 };
 
 class AsioLink : public std::enable_shared_from_this<AsioLink> {
@@ -77,6 +87,14 @@ class AsioLink : public std::enable_shared_from_this<AsioLink> {
       self->queued_.push_back({std::move(site), std::move(write), std::move(failed)});
       self->serve();
     });
+  }
+
+  /// submit() from outside the context's own work (a guard given back on
+  /// any thread, maybe once the context is gone): false, with nothing
+  /// done, if the context shut down.
+  bool submit_if_open(std::shared_ptr<Site> site, Write write, Failed failed) {
+    return gate_->run_if_open(
+        [&] { submit(std::move(site), std::move(write), std::move(failed)); });
   }
 
   /// The link the sink now running was called by (on the strand only).
@@ -162,12 +180,13 @@ class AsioLink : public std::enable_shared_from_this<AsioLink> {
           } catch (...) {
             failure = std::current_exception();
           }
-          std::lock_guard<std::mutex> guard(gate->mutex);
-          std::shared_ptr<AsioLink> self = weak.lock();
-          if (!gate->open || !self) return;
-          const Strand strand = self->strand_;
-          asio::post(strand, [self = std::move(self), made = std::move(made), failure]() mutable {
-            self->connected(std::move(made), failure);
+          gate->run_if_open([&] {
+            std::shared_ptr<AsioLink> self = weak.lock();
+            if (!self) return;
+            const Strand strand = self->strand_;
+            asio::post(strand, [self = std::move(self), made = std::move(made), failure]() mutable {
+              self->connected(std::move(made), failure);
+            });
           });
         });
   }

@@ -75,6 +75,45 @@ class HoldKeeper {
     protocol_.check_process();
     return give_back_one(kind, /*quietly=*/false, &id);
   }
+  /// What an event loop may give back without waiting: the hold `id` of
+  /// `kind`, taken out as release_hold() takes it, unless a renewal of its
+  /// lease is in flight (a release may not overtake it) or part of a
+  /// minimum hold is left (an extend, not a release): nullopt then, with
+  /// nothing done, for release_hold() on a thread that may wait. Otherwise
+  /// the server step is the caller's, and its outcome for told_released().
+  struct Unheld {
+    bool send = false;  // false: gone already (Release::lost), nothing to send
+    clock::time_point acquired{};
+  };
+  std::optional<Unheld> unhold(Kind kind, const std::string& id) {
+    protocol_.check_process();
+    std::optional<Hold> last;
+    {
+      MutexLock guard(mutex_);
+      Hold* hold = holds_.with_id(kind, id);
+      if (hold == nullptr) return Unheld{};
+      if (hold->depth > 1 || min_hold_left(*hold).count() > 0 ||
+          !protocol_.watchdog().try_remove(*hold->lease)) {
+        return std::nullopt;
+      }
+      last.emplace(holds_.take(hold));
+    }
+    protocol_.held(kind, -1);
+    cancellation_.nudge();
+    if (last->lost()) {
+      told_released(last->acquired, Release::lost);
+      return Unheld{};
+    }
+    return Unheld{true, last->acquired};
+  }
+
+  /// Tells the hook, if any, of a release of a hold taken at `acquired`.
+  void told_released(clock::time_point acquired, Release outcome) const noexcept {
+    if (const SharedEventHook& hook = protocol_.events()) {
+      emit_released(hook, protocol_.key(), clock::now() - acquired, outcome);
+    }
+  }
+
   /// release_hold(), never throwing, as unlock() is.
   void unlock_hold(Kind kind, const std::string& id) noexcept {
     if (protocol_.forked()) return;
@@ -227,13 +266,6 @@ class HoldKeeper {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(
         hold.granted + options_.min_hold() - clock::now());
     return std::max(left, std::chrono::milliseconds(0));
-  }
-
-  // Tells the hook, if any, of a release of a hold taken at `acquired`.
-  void told_released(clock::time_point acquired, Release outcome) const noexcept {
-    if (const SharedEventHook& hook = protocol_.events()) {
-      emit_released(hook, protocol_.key(), clock::now() - acquired, outcome);
-    }
   }
 
   std::string not_held_message(Kind kind) const DISTLOCK_REQUIRES(mutex_) {

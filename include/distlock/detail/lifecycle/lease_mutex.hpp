@@ -108,6 +108,15 @@ class LeaseProtocol : public SingleServer, public OneKindProtocol {
   void send_undo(Link& link, const std::string& token) const {
     W::send_undo(link, keys(), token);
   }
+  // The release on a link, and its answer.
+  template <class W = Wire>
+  Link::Ticket send_release(Link& link, const std::string& token, Link::Sink sink) const {
+    return W::send_release(link, keys(), token, std::move(sink));
+  }
+  template <class W = Wire>
+  auto release_answer(const Reply& reply) const -> decltype(W::release_answer(reply)) {
+    return W::release_answer(reply);
+  }
   // The undo on a connection of its own, answered (the connector's).
   void undo_on(Connection& connection, const std::string& token) const {
     static_cast<void>(Wire::release(connection, keys(), token));

@@ -87,6 +87,9 @@ class Watchdog {
   /// Stops renewing `lease`; waits for a renewal of it that is in flight.
   /// No renewal of it is sent afterwards.
   void remove(const detail::LeaseState& lease) noexcept;
+  /// remove(), for a caller that may not wait (an event loop's): false,
+  /// with nothing done, while a renewal of `lease` is in flight.
+  bool try_remove(const detail::LeaseState& lease) noexcept;
 
   struct State;
 
@@ -176,6 +179,13 @@ class Watchdog {
     bool force_round DISTLOCK_GUARDED_BY(mutex) = false;
     bool stopping DISTLOCK_GUARDED_BY(mutex) = false;
 
+    // Keeps an entry taken out for reuse, its lease record dropped now.
+    void drop(Entries::node_type node) DISTLOCK_REQUIRES(mutex) {
+      if (spare.size() >= max_spare) return;
+      node.mapped() = Entry{};
+      spare.push_back(std::move(node));
+    }
+
     // Waits until `lease` has no renewal in flight; false if it is not registered.
     bool settle(detail::MutexLock& lock, const detail::LeaseState* lease) DISTLOCK_REQUIRES(mutex) {
       lock.wait(round_done, [&]() DISTLOCK_REQUIRES(mutex) {
@@ -236,11 +246,16 @@ inline void Watchdog::remove(const detail::LeaseState& lease) noexcept {
   // Looked up again after the wait: the thread may have dropped the entry
   // (lost) meanwhile.
   if (!state_->settle(lock, &lease)) return;
-  State::Entries::node_type node = state_->entries.extract(&lease);
-  if (state_->spare.size() < State::max_spare) {
-    node.mapped() = Entry{};  // drops the lease record now, as erase() would
-    state_->spare.push_back(std::move(node));
-  }
+  state_->drop(state_->entries.extract(&lease));
+}
+
+inline bool Watchdog::try_remove(const detail::LeaseState& lease) noexcept {
+  detail::MutexLock lock(state_->mutex);
+  const auto found = state_->entries.find(&lease);
+  if (found == state_->entries.end()) return true;  // reported lost: nothing is renewed
+  if (found->second.in_flight) return false;
+  state_->drop(state_->entries.extract(found));
+  return true;
 }
 
 inline Watchdog::HoldOff Watchdog::hold_off(const detail::LeaseState& lease) {
