@@ -46,25 +46,38 @@ class AsioRunLockedTest : public testing::AsioTest {
   // task's cancellation slot, noting how the wait ended in `ended`.
   std::future<Ran> run(Mutex& mutex, std::chrono::milliseconds wait,
                        asio::cancellation_slot slot = {}) {
+    return ran([&](auto token) {
+      async_run_locked(
+          mutex,
+          [this, wait](auto done) {
+            started_ = true;
+            auto timer = std::make_shared<asio::steady_timer>(strand_, wait);
+            const asio::cancellation_slot stop = asio::get_associated_cancellation_slot(done);
+            timer->async_wait(asio::bind_cancellation_slot(
+                stop, [this, timer, done = std::move(done)](std::error_code ec) mutable {
+                  ended_ = ec;
+                  std::move(done)();
+                }));
+          },
+          asio::bind_cancellation_slot(slot, std::move(token)));
+    });
+  }
+  // A task that ends inside its first call.
+  auto at_once() {
+    return [this](auto done) {
+      started_ = true;
+      std::move(done)();
+    };
+  }
+  // Starts a run, `start(token)`, whose completion the future gives.
+  template <class Start>
+  std::future<Ran> ran(Start start) {
     auto result = std::make_shared<std::promise<Ran>>();
-    std::future<Ran> ran = result->get_future();
-    async_run_locked(
-        mutex,
-        [this, wait](auto done) {
-          started_ = true;
-          auto timer = std::make_shared<asio::steady_timer>(strand_, wait);
-          const asio::cancellation_slot stop = asio::get_associated_cancellation_slot(done);
-          timer->async_wait(asio::bind_cancellation_slot(
-              stop, [this, timer, done = std::move(done)](std::error_code ec) mutable {
-                ended_ = ec;
-                std::move(done)();
-              }));
-        },
-        asio::bind_cancellation_slot(
-            slot, asio::bind_executor(strand_, [result](std::error_code ec, RunLocked outcome) {
-              result->set_value(Ran{ec, outcome});
-            })));
-    return ran;
+    std::future<Ran> outcome = result->get_future();
+    start(asio::bind_executor(strand_, [result](std::error_code ec, RunLocked how) {
+      result->set_value(Ran{ec, how});
+    }));
+    return outcome;
   }
 
   // The task and run_locked's completion share a strand: the slot that
@@ -83,6 +96,19 @@ TEST_F(AsioRunLockedTest, ATaskThatEndsInTimeIsToldSoAndItsHoldGivenBack) {
   EXPECT_FALSE(ended_) << ended_.message();  // the timer ran out by itself
   EXPECT_FALSE(key_exists(mutex.key()));
   EXPECT_FALSE(mutex.owns_lock());
+}
+
+// A task may end inside its first call: its hold is given back, and the
+// run told held.
+TEST_F(AsioRunLockedTest, ATaskThatEndsAtOnceIsGivenBackItsHold) {
+  Client client(client_options(server()));
+  Mutex mutex(client, "run:at-once");
+  const Ran ran = wait_for(
+      this->ran([&](auto token) { async_run_locked(mutex, at_once(), std::move(token)); }));
+  EXPECT_FALSE(ran.ec) << ran.ec.message();
+  EXPECT_EQ(ran.outcome, RunLocked::held);
+  EXPECT_TRUE(started_.load());
+  EXPECT_FALSE(key_exists(mutex.key()));
 }
 
 // The Watchdog finds the key gone at its next renewal (a third of the
@@ -126,18 +152,8 @@ TEST_F(AsioRunLockedTest, ALockBusyUntilTheDeadlineRunsNothing) {
   Mutex holder(client, "run:busy", LockOptions().ttl(30s));
   Mutex mutex(client, "run:busy");
   ASSERT_TRUE(holder.try_lock());
-  auto result = std::make_shared<std::promise<Ran>>();
-  std::future<Ran> ran_future = result->get_future();
-  async_run_locked_for(
-      mutex, 100ms,
-      [this](auto done) {
-        started_ = true;
-        std::move(done)();
-      },
-      asio::bind_executor(strand_, [result](std::error_code ec, RunLocked outcome) {
-        result->set_value(Ran{ec, outcome});
-      }));
-  const Ran ran = wait_for(std::move(ran_future));
+  const Ran ran = wait_for(this->ran(
+      [&](auto token) { async_run_locked_for(mutex, 100ms, at_once(), std::move(token)); }));
   EXPECT_FALSE(ran.ec) << ran.ec.message();
   EXPECT_EQ(ran.outcome, RunLocked::busy);
   EXPECT_FALSE(started_.load());

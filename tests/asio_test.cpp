@@ -9,6 +9,7 @@
 #include <asio/bind_executor.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
 #include <asio/use_future.hpp>
 
 #include <atomic>
@@ -202,6 +203,45 @@ TEST_F(AsioTest, AHoldOutlivingItsContextIsStillGivenBack) {
   EXPECT_TRUE(key_exists(mutex.key()));
   kept.unlock();  // without blocking: the connector gives it back
   EXPECT_TRUE(eventually([&] { return !mutex.owns_lock() && !key_exists(mutex.key()); }));
+}
+
+// Destroyed with its context (the handler that kept it pending then), a
+// hold whose release was queued on the link is given back all the same.
+TEST_F(AsioTest, AHoldDestroyedWithItsContextIsStillGivenBack) {
+  Client client(client_options(server()));
+  Mutex mutex(client, "async:teardown");
+  {
+    asio::io_context own;
+    bool taken = false;
+    async_try_lock(mutex, asio::bind_executor(own, [&](std::error_code ec, Hold hold) {
+                     EXPECT_FALSE(ec) << ec.message();
+                     taken = static_cast<bool>(hold);
+                     auto held = std::make_shared<Hold>(std::move(hold));
+                     auto timer = std::make_shared<asio::steady_timer>(own, 60s);
+                     timer->async_wait([held, timer](std::error_code) {});
+                   }));
+    while (!taken && own.run_one() > 0) {
+    }
+    ASSERT_TRUE(taken);
+    EXPECT_TRUE(key_exists(mutex.key()));
+  }  // the pending timer's handler, and the hold in it, go with the context
+  EXPECT_TRUE(eventually([&] { return !mutex.owns_lock() && !key_exists(mutex.key()); }));
+}
+
+// A release answered after its context is gone touches nothing of it (the
+// connector gives a minimum hold back; ASan watches the rest).
+TEST_F(AsioTest, AReleaseOutlivingItsContextTouchesNothingOfIt) {
+  Client client(client_options(server()));
+  Mutex mutex(client, "async:gone", LockOptions().min_hold(30s));
+  Tried taken = try_lock(mutex);
+  ASSERT_TRUE(taken.hold) << taken.ec.message();
+  {
+    asio::io_context own;
+    async_release(taken.hold, asio::bind_executor(own, [](std::error_code, Release) {
+                    ADD_FAILURE() << "completed after its context was gone";
+                  }));
+  }
+  EXPECT_TRUE(eventually([&] { return !mutex.owns_lock(); }));
 }
 
 // The guard's release goes out on the link it was acquired on: given back

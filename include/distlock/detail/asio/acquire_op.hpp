@@ -254,12 +254,14 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
     run(life_->subscribed(waiter_, std::move(made)));
   }
 
-  // Until `by`, a release on the channel (while subscribed and behind no
-  // holder of this object), cancel_waits() or a local unlock.
+  // Until `by`, a release on the channel (while subscribed), cancel_waits()
+  // or a local unlock. Behind a holder of this object too, a release in
+  // turn wakes it: the local unlock's turn may have gone to a waiter that
+  // then lost the race to another process, and the lock may be free.
   void sleep(clock::time_point by) {
     begin(Phase::sleeping, by);
     if (!wakes_.sleep_on(life_->cancellation(), wait_, waiter_.cancel_seen)) return slept();
-    if (waiter_.subscription && !waiter_.local_holder) sleep_on(*waiter_.subscription);
+    if (waiter_.subscription) sleep_on(*waiter_.subscription);
   }
 
   // Arms the release wake for this sleep, unless a release since the
@@ -277,8 +279,11 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
   void woken_at(unsigned at, bool release) {
     if (finished_ || at != wait_) return;
     if (phase_ == Phase::subscribing) {
-      if (pending_->active() || pending_->moved()) return subscription_settled();
-      return wakes_.arm_release(*pending_, wait_);  // another change: wait on
+      if (!pending_->active() && !pending_->moved()) {
+        wakes_.arm_release(*pending_, wait_);  // another change: wait on
+        if (!pending_->active() && !pending_->moved()) return;
+      }
+      return subscription_settled();
     }
     if (phase_ != Phase::sleeping) return;
     // Its turn after a release or a local unlock (the baton, used by the

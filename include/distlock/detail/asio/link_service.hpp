@@ -17,6 +17,7 @@
 
 #include <asio/any_io_executor.hpp>
 #include <asio/bind_executor.hpp>
+#include <asio/execution.hpp>
 #include <asio/execution_context.hpp>
 #include <asio/posix/stream_descriptor.hpp>
 #include <asio/post.hpp>
@@ -41,10 +42,15 @@
 
 namespace distlock::detail {
 
-// Whether a context is still there to post to.
+// Whether a context is still there to post to, and the work it is kept
+// running for off its threads (a release on the connector thread): counted
+// here, by an executor of the gate's own, so that nothing of the context
+// is touched once it is gone.
 struct Gate {
   std::mutex mutex;
   bool open = true;
+  unsigned away = 0;                          // jobs off the context
+  std::optional<asio::any_io_executor> kept;  // tracked while any are
 
   // Runs `post` (which posts to the context) unless the context shut
   // down; false then.
@@ -54,6 +60,23 @@ struct Gate {
     if (!open) return false;
     std::forward<Post>(post)();
     return true;
+  }
+  // A job leaves the context (`executor` of it), and comes back.
+  void leave(const asio::any_io_executor& executor) {
+    std::lock_guard<std::mutex> guard(mutex);
+    if (open && away++ == 0) {
+      kept.emplace(asio::prefer(executor, asio::execution::outstanding_work.tracked));
+    }
+  }
+  void come_back() noexcept {
+    std::lock_guard<std::mutex> guard(mutex);
+    if (open && away > 0 && --away == 0) kept.reset();
+  }
+  // The context shuts down (while it is still there).
+  void close() noexcept {
+    std::lock_guard<std::mutex> guard(mutex);
+    open = false;
+    kept.reset();
   }
 };
 
@@ -273,10 +296,7 @@ class LinkService : public asio::execution_context::service {
 
  private:
   void shutdown() override {
-    {
-      std::lock_guard<std::mutex> guard(gate_->mutex);
-      gate_->open = false;
-    }
+    gate_->close();
     std::lock_guard<std::mutex> guard(mutex_);
     for (auto& [name, entry] : links_) entry.link->abandon();
     links_.clear();

@@ -45,6 +45,23 @@ void release_apart(std::shared_ptr<Life> life, std::string id, Done done) {
   });
 }
 
+// Runs `apart` when the last copy of a write goes without being run.
+template <class Apart>
+struct Unsent {
+  explicit Unsent(Apart then) : apart(std::move(then)) {}
+  ~Unsent() {
+    if (sent) return;
+    try {
+      apart();
+    } catch (...) {  // no memory for it: the lease runs out
+    }
+  }
+  Unsent(const Unsent&) = delete;
+  Unsent& operator=(const Unsent&) = delete;
+  Apart apart;
+  bool sent = false;
+};
+
 /// Gives the hold `id` back on `link` (see the top of file); `done(ec,
 /// Release)` runs once, on the link's strand, on the connector thread, or
 /// inside this call for a hold that is gone already.
@@ -74,29 +91,83 @@ void release_on_link(const std::shared_ptr<Life>& life, const std::string& id,
     }
     (*shared)(ec, outcome);
   };
-  const bool sent = link->submit_if_open(
+  // Given back apart, on the connector thread through the backend's pool:
+  // when the context is gone, or shuts down with the write still queued
+  // (the write's last copy then goes unrun).
+  auto apart = [life, id, acquired, shared] {
+    life->protocol().site()->connector().post([life, id, acquired, shared] {
+      std::error_code ec;
+      Release outcome = Release::lost;
+      try {
+        outcome = to_release(life->protocol().release(kind, id));
+        life->told_released(acquired, outcome);
+      } catch (...) {
+        ec = code_of(std::current_exception());
+      }
+      (*shared)(ec, outcome);
+    });
+  };
+  auto unsent = std::make_shared<Unsent<decltype(apart)>>(apart);
+  const bool queued = link->submit_if_open(
       life->protocol().site(),
-      [life, id, answered](Link& on) { life->protocol().send_release(on, id, answered); },
-      [shared](const std::exception_ptr& failure) { (*shared)(code_of(failure), Release::lost); });
-  if (sent) return;
-  // The context is gone: the hold, out of the object already, is given back
-  // on the connector thread, through the backend's pool.
-  life->protocol().site()->connector().post([life, id, acquired, shared] {
-    std::error_code ec;
-    Release outcome = Release::lost;
-    try {
-      outcome = to_release(life->protocol().release(kind, id));
-      life->told_released(acquired, outcome);
-    } catch (...) {
-      ec = code_of(std::current_exception());
-    }
-    (*shared)(ec, outcome);
-  });
+      [life, id, answered, unsent](Link& on) {
+        unsent->sent = true;
+        life->protocol().send_release(on, id, answered);
+      },
+      [shared, unsent](const std::exception_ptr& failure) {
+        unsent->sent = true;  // no link to be had: told, and the lease runs out
+        (*shared)(code_of(failure), Release::lost);
+      });
+  if (!queued) {
+    unsent->sent = true;
+    apart();
+  }
 }
 
+// A handler kept while work for it runs off its context (on the connector
+// thread), the context kept running meanwhile through its Gate. It is
+// called on its executor while the context is there; once the context is
+// gone, it is only destroyed, and nothing of the context is touched.
+template <class Handler>
+class OffContext {
+ public:
+  OffContext(const asio::any_io_executor& executor, Handler handler, std::shared_ptr<Gate> gate)
+      : executor_(asio::prefer(executor, asio::execution::outstanding_work.untracked)),
+        handler_(std::move(handler)),
+        gate_(std::move(gate)) {
+    gate_->leave(executor_);
+  }
+  ~OffContext() {
+    if (!completed_) gate_->come_back();
+  }
+  OffContext(const OffContext&) = delete;
+  OffContext& operator=(const OffContext&) = delete;
+
+  /// Calls the handler with `args` on its executor, if the context is there.
+  template <class... Args>
+  void complete(Args... args) {
+    if (std::exchange(completed_, true)) return;
+    try {
+      gate_->run_if_open([&] {
+        asio::post(executor_, [handler = std::move(*handler_), args...]() mutable {
+          std::move(handler)(args...);
+        });
+        handler_.reset();
+      });
+    } catch (...) {  // no memory to post it: the handler is dropped
+    }
+    gate_->come_back();
+  }
+
+ private:
+  asio::any_io_executor executor_;  // untracked: the Gate keeps the context running
+  std::optional<Handler> handler_;
+  const std::shared_ptr<Gate> gate_;
+  bool completed_ = false;
+};
+
 /// async_release(): release_on_link() on the link of the handler's
-/// context, completing on the handler's executor (kept running meanwhile;
-/// should its context shut down all the same, nothing is posted to it).
+/// context, completing on the handler's executor (kept running meanwhile).
 template <class Life, class Handler>
 void release_async(std::shared_ptr<Life> life, std::string id, Handler handler) {
   const asio::any_io_executor work =
@@ -115,12 +186,10 @@ void release_async(std::shared_ptr<Life> life, std::string id, Handler handler) 
     link = service.link_for(*life->protocol().site(),
                             asio::prefer(work, asio::execution::outstanding_work.untracked));
   }
-  auto shared = std::make_shared<Handler>(std::move(handler));
-  release_on_link(
-      life, id, link, [work, gate = service.gate(), shared](std::error_code ec, Release outcome) {
-        gate->run_if_open(
-            [&] { asio::post(work, [shared, ec, outcome] { std::move (*shared)(ec, outcome); }); });
-      });
+  auto pending = std::make_shared<OffContext<Handler>>(work, std::move(handler), service.gate());
+  release_on_link(life, id, link, [pending](std::error_code ec, Release outcome) {
+    pending->complete(ec, outcome);
+  });
 }
 
 }  // namespace distlock::detail

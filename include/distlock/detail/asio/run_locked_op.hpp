@@ -29,6 +29,7 @@
 #include <utility>
 
 #include "distlock/detail/asio/async_access.hpp"
+#include "distlock/detail/asio/link_service.hpp"
 #include "distlock/lease.hpp"
 
 namespace distlock {
@@ -77,34 +78,48 @@ class RunLockedOp : public std::enable_shared_from_this<RunLockedOp<Lock, Task, 
   // emitted: a slot is not thread-safe, so the task's operations must run
   // there too (a strand, where several threads run the context).
   void cancel(asio::cancellation_type type) {
-    if (running_) {
-      stop_.emit(type);
-    } else {
-      acquiring_.emit(type);
+    if (running_) return stop_.emit(type);
+    // Before the task: to the acquire, and, should its hold be on its way
+    // already, noted for acquired().
+    if ((type & asio::cancellation_type::terminal) != asio::cancellation_type::none) {
+      cancelled_ = true;
     }
+    acquiring_.emit(type);
   }
 
   void acquired(std::error_code ec, Hold hold) {
     if (ec || !hold) return complete(ec, RunLocked::busy);
     hold_ = std::move(hold);
+    if (cancelled_) return give_back(asio::error::operation_aborted, RunLocked::busy);
+    // Read before the task starts: it may end (and give the hold back)
+    // inside its first call.
+    auto [life, id] = AsyncAccess::parts(hold_);
+    lease_ = life->lease_of(LifeTraits<Life>::exclusive, id);
+    const bool renewed = life->options().auto_renew();
     running_ = true;
     auto self = this->shared_from_this();
     std::move(task_)(asio::bind_cancellation_slot(
         stop_.slot(), asio::bind_executor(work_, [self](auto&&...) { self->task_done(); })));
+    if (!running_) return;
     // Watched once the task has started (its operations bound to the slot):
-    // a loss already reported is posted now.
-    auto [life, id] = AsyncAccess::parts(hold_);
-    lease_ = life->lease_of(LifeTraits<Life>::exclusive, id);
+    // a loss already reported is posted now. The watcher may outlive the
+    // context: it keeps no work of it, and posts only while it is there.
     if (!lease_) return lost();  // given back already, by another thread's unlock
-    lease_->watch_loss([weak = this->weak_from_this(), work = work_] {
-      try {
-        asio::post(work, [weak] {
-          if (std::shared_ptr<RunLockedOp> op = weak.lock()) op->lost();
+    LinkService& service =
+        asio::use_service<LinkService>(asio::query(work_, asio::execution::context));
+    lease_->watch_loss(
+        [weak = this->weak_from_this(), gate = service.gate(),
+         post_to = asio::prefer(work_, asio::execution::outstanding_work.untracked)] {
+          try {
+            gate->run_if_open([&] {
+              asio::post(post_to, [weak] {
+                if (std::shared_ptr<RunLockedOp> op = weak.lock()) op->lost();
+              });
+            });
+          } catch (...) {  // no memory to post it: the lease's end still stops the task
+          }
         });
-      } catch (...) {  // no memory to post it: the lease's end still stops the task
-      }
-    });
-    if (!life->options().auto_renew()) watch_expiry();
+    if (!renewed) watch_expiry();
   }
 
   // A lease that is not renewed (a ttl of its own) is never reported lost:
@@ -127,12 +142,18 @@ class RunLockedOp : public std::enable_shared_from_this<RunLockedOp<Lock, Task, 
   void task_done() {
     running_ = false;
     expiry_.cancel();
-    const RunLocked held = hold_.owns_lock() && !hold_.lost() && hold_.validity().count() > 0
-                               ? RunLocked::held
-                               : RunLocked::lost;
+    give_back({}, hold_.owns_lock() && !hold_.lost() && hold_.validity().count() > 0
+                      ? RunLocked::held
+                      : RunLocked::lost);
+  }
+
+  // Releases the hold, then completes with `outcome` and `ec`, or the
+  // release's error.
+  void give_back(std::error_code ec, RunLocked outcome) {
     auto self = this->shared_from_this();
-    async_release(hold_, asio::bind_executor(work_, [self, held](std::error_code ec, Release) {
-                    self->complete(ec, held);
+    async_release(hold_,
+                  asio::bind_executor(work_, [self, ec, outcome](std::error_code failed, Release) {
+                    self->complete(ec ? ec : failed, outcome);
                   }));
   }
 
@@ -154,6 +175,7 @@ class RunLockedOp : public std::enable_shared_from_this<RunLockedOp<Lock, Task, 
   std::shared_ptr<LeaseState> lease_;
   asio::steady_timer expiry_;  // the lease's end, as last known
   bool running_ = false;
+  bool cancelled_ = false;  // terminal cancellation before the task started
 };
 
 }  // namespace detail

@@ -94,11 +94,8 @@ class WakeList {
     missed_ = true;
   }
 
-  /// A change every waiter should look at, which those not armed now
-  /// (between attempt and sleep) would miss: the first to sleep claims it.
-  void miss() noexcept { missed_ = true; }
-  /// Whether a release (or a change) went by with nobody armed to take
-  /// it; the caller, about to sleep, attempts instead.
+  /// Whether a release went by with nobody armed to take it; the caller,
+  /// about to sleep, attempts instead.
   bool claim_missed() noexcept { return std::exchange(missed_, false); }
 
   bool empty() const noexcept { return head_ == nullptr; }

@@ -114,11 +114,15 @@ class Notifier {
       detail::MutexLock lock(notifier_->mutex_);
       channel_->armed.arm(wake);
     }
-    /// Arms `wake` for a sleep, unless a wake-up since generation `seen`
-    /// went unclaimed: false then, and the caller attempts at once.
+    /// Arms `wake` for a sleep, unless, since generation `seen`, a change
+    /// every waiter looks at came, or a release nobody was armed for: false
+    /// then, and the caller attempts at once.
     bool sleep_on(detail::Wake& wake, std::uint64_t seen) {
       detail::MutexLock lock(notifier_->mutex_);
-      if (channel_->generation != seen && channel_->armed.claim_missed()) return false;
+      if (channel_->generation != seen &&
+          (channel_->looked_again > seen || channel_->armed.claim_missed())) {
+        return false;
+      }
       channel_->armed.arm(wake);
       return true;
     }
@@ -181,7 +185,8 @@ class Notifier {
     bool moved = false;             // sharded: the node dropped it (slot served elsewhere)
     clock::time_point abandoned{};  // when waiters last dropped to zero
     std::condition_variable changed;
-    detail::WakeList armed;  // event-loop waiters, told with `changed`, in turn
+    detail::WakeList armed;          // event-loop waiters, told with `changed`, in turn
+    std::uint64_t looked_again = 0;  // the generation of the last change for every waiter
   };
 
   /// How long a channel nobody waits on stays subscribed.
@@ -261,12 +266,12 @@ inline void Notifier::mark_moved(Channel& channel) {
 // on it and the event-loop waiters armed on it; for a release message, the
 // event-loop waiters next in turn only (detail/base/wake.hpp). A wake-up
 // that no release message brought (a reconnect, a move, wake()) is one
-// for every waiter: those not armed now claim it as they go to sleep.
+// for every waiter: those not armed now see it as they go to sleep.
 inline void Notifier::announce(Channel& channel, Change change) {
   channel.changed.notify_all();
   switch (change) {
     case Change::released: channel.armed.fire_next(); return;
-    case Change::look_again: channel.armed.miss(); break;
+    case Change::look_again: channel.looked_again = channel.generation; break;
     case Change::confirmed: break;
   }
   channel.armed.fire_all();
