@@ -578,6 +578,8 @@ TEST_F(RedlockTest, WatchdogRenewalLosesTheLeaseWhenAMajorityLostTheKey) {
   const auto deadline = Clock::now() + 2s;
   while (!lock.lost() && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
   EXPECT_TRUE(lock.lost());
+  // on_lost runs on the Watchdog's thread, just after lost() turns true.
+  EXPECT_TRUE(testing::eventually([&] { return lost_calls.load() > 0; }, 5s));
   EXPECT_EQ(lost_calls, 1);
   EXPECT_FALSE(lock.extend(10s));  // never revived
   for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(on(i, {"GET", "renewed"}), "someone-else");

@@ -229,6 +229,7 @@ TEST_F(Sentinel, LeaseThePromotedReplicaNeverHadIsReportedLost) {
   EXPECT_TRUE(eventually([&] { return held.lost(); })) << "the lease was believed after failover";
   switching = false;
   caller.join();
+  EXPECT_TRUE(eventually([&] { return taken.load() > 0; }));  // on_lost runs after lost()
   EXPECT_EQ(taken.load(), 1);
   EXPECT_LT(worst_overrun_ms.load(), 1500) << "a caller overran its deadline during the switch";
   EXPECT_EQ(held.release(), Release::lost);
@@ -270,6 +271,8 @@ TEST_F(Sentinel, FixedTtlLeasesAreRevalidatedOnTheNewMaster) {
   group().wait_for_switch(old_port);
   EXPECT_TRUE(eventually([&] { return gone.lost(); }))
       << "a fixed-ttl lease the new master never had was still believed";
+  // lost() turns true before on_lost runs: wait on the hook.
+  EXPECT_TRUE(eventually([&] { return taken.load() > 0; }));
   EXPECT_EQ(taken.load(), 1);
   EXPECT_EQ(gone.release(), Release::lost);
   EXPECT_TRUE(eventually([&] { return events.of(LockEventType::master_switched) >= 1; }));
@@ -469,6 +472,7 @@ TEST(ClientRestart, LeasesAreRevalidatedOnANewServerProcess) {
   ASSERT_TRUE(other.owns_lock());
   EXPECT_TRUE(eventually([&] { return held.lost(); }, seconds(5)))
       << "a lease granted by the old server process was still believed";
+  EXPECT_TRUE(eventually([&] { return taken.load() > 0; }));  // on_lost runs after lost()
   EXPECT_EQ(taken.load(), 1);
 }
 
@@ -497,6 +501,7 @@ TEST(ClientRestart, SameAddressNewServerReportsEveryLeaseLostAndTheSwitch) {
   ASSERT_TRUE(other.owns_lock());
   EXPECT_TRUE(eventually([&] { return renewed.lost() && fixed.lost(); }, seconds(5)))
       << "a lease granted by the old server process was still believed";
+  EXPECT_TRUE(eventually([&] { return taken.load() >= 2; }));  // on_lost runs after lost()
   EXPECT_EQ(taken.load(), 2);
   EXPECT_EQ(events.of(LockEventType::master_switched), 1);
   EXPECT_EQ(events.of(LockEventType::lost), 2);

@@ -14,9 +14,11 @@
 // so an async try_lock answers as try_lock() does.
 //
 // So far: async_try_lock, async_try_lock_for/_until and async_lock for
-// Mutex on a Client (one endpoint), without LockOptions::replicas; other
-// lock types and backends do not compile or complete with
-// Errc::invalid_argument. An async hold belongs to no thread:
+// Mutex (and a Semaphore's PermitLock), async_acquire and its timed forms
+// for Semaphore, async_run_locked over either, on a Client (one endpoint),
+// without LockOptions::replicas; other lock types and backends do not
+// compile or complete with Errc::invalid_argument. An async hold belongs
+// to no thread:
 // a thread of the same object that locks waits for it, as for a hold of
 // another thread, and any thread's unlock() gives it back.
 #pragma once
@@ -46,6 +48,7 @@
 #include "distlock/events.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/mutex.hpp"
+#include "distlock/semaphore.hpp"
 
 namespace distlock {
 
@@ -146,20 +149,22 @@ struct InitiateAcquire {
         ->start();
   }
 };
-template <class Lock, class Token>
-auto async_acquire(Lock& lock, SteadyClock::time_point deadline, bool wait, Token&& token) {
+// An acquire on `source`, a lock or a Semaphore (see HeldLock).
+template <class Source, class Token>
+auto start_acquire(Source& source, SteadyClock::time_point deadline, bool wait, Token&& token) {
+  using Lock = HeldLockOf<Source>;
   return asio::async_initiate<Token, void(std::error_code, AsyncHold<Lock>)>(
-      InitiateAcquire<Lock>{deadline, wait}, token, AsyncAccess::life_of(lock));
+      InitiateAcquire<Lock>{deadline, wait}, token, AsyncAccess::life_of(source));
 }
 
 // Starts a RunLockedOp, whose acquire waits until `deadline`.
-template <class Lock, class Task, class Token>
-auto run_locked(Lock& lock, SteadyClock::time_point deadline, Task task, Token&& token) {
+template <class Source, class Task, class Token>
+auto run_locked(Source& source, SteadyClock::time_point deadline, Task task, Token&& token) {
   return asio::async_initiate<Token, void(std::error_code, RunLocked)>(
-      [&lock, deadline](auto handler, Task work) {
-        using Op = RunLockedOp<Lock, Task, decltype(handler)>;
+      [&source, deadline](auto handler, Task work) {
+        using Op = RunLockedOp<HeldLockOf<Source>, Task, decltype(handler)>;
         std::make_shared<Op>(std::move(work), std::move(handler))->start([&](auto done) {
-          async_acquire(lock, deadline, /*wait=*/true, std::move(done));
+          start_acquire(source, deadline, /*wait=*/true, std::move(done));
         });
       },
       token, std::move(task));
@@ -174,7 +179,7 @@ auto run_locked(Lock& lock, SteadyClock::time_point deadline, Task task, Token&&
 /// behind it on the same connection, so no key is left behind.
 template <class Lock, class Token>
 auto async_try_lock(Lock& lock, Token&& token) {
-  return detail::async_acquire(lock, detail::SteadyClock::now(), /*wait=*/false,
+  return detail::start_acquire(lock, detail::SteadyClock::now(), /*wait=*/false,
                                std::forward<Token>(token));
 }
 
@@ -189,7 +194,7 @@ auto async_try_lock(Lock& lock, Token&& token) {
 template <class Lock, class Rep, class Period, class Token>
 auto async_try_lock_for(Lock& lock, const std::chrono::duration<Rep, Period>& timeout,
                         Token&& token) {
-  return detail::async_acquire(lock, detail::deadline_after(timeout), /*wait=*/true,
+  return detail::start_acquire(lock, detail::deadline_after(timeout), /*wait=*/true,
                                std::forward<Token>(token));
 }
 
@@ -197,7 +202,7 @@ auto async_try_lock_for(Lock& lock, const std::chrono::duration<Rep, Period>& ti
 template <class Lock, class Clock, class Duration, class Token>
 auto async_try_lock_until(Lock& lock, const std::chrono::time_point<Clock, Duration>& deadline,
                           Token&& token) {
-  return detail::async_acquire(lock, detail::to_steady_deadline(deadline), /*wait=*/true,
+  return detail::start_acquire(lock, detail::to_steady_deadline(deadline), /*wait=*/true,
                                std::forward<Token>(token));
 }
 
@@ -207,7 +212,50 @@ auto async_try_lock_until(Lock& lock, const std::chrono::time_point<Clock, Durat
 /// asio::error::operation_aborted on terminal cancellation).
 template <class Lock, class Token>
 auto async_lock(Lock& lock, Token&& token) {
-  return detail::async_acquire(lock, detail::no_deadline, /*wait=*/true,
+  return detail::start_acquire(lock, detail::no_deadline, /*wait=*/true,
+                               std::forward<Token>(token));
+}
+
+/// A Semaphore's permit, taken by an async acquire: an AsyncHold of a
+/// permit lock of its own (so several may be held through one Semaphore).
+using AsyncPermit = AsyncHold<PermitLock>;
+
+/// try_acquire() without blocking: completes with (error_code,
+/// AsyncPermit), the permit empty when every permit is taken; an error code
+/// as async_try_lock has them, and Errc::invalid_argument, at once, when
+/// the name's count is not this object's (see Semaphore::acquire()).
+template <class Token>
+auto async_try_acquire(Semaphore& semaphore, Token&& token) {
+  return detail::start_acquire(semaphore, detail::SteadyClock::now(), /*wait=*/false,
+                               std::forward<Token>(token));
+}
+
+/// try_acquire_for() without blocking: waits as async_try_lock_for does
+/// (woken in turn by a release, all at once by Semaphore::resize(); no
+/// thread parked); completes by the deadline with a permit, an empty one
+/// (every permit taken all along), or an error code; cancel_waits() of the
+/// Semaphore reaches it.
+template <class Rep, class Period, class Token>
+auto async_try_acquire_for(Semaphore& semaphore, const std::chrono::duration<Rep, Period>& timeout,
+                           Token&& token) {
+  return detail::start_acquire(semaphore, detail::deadline_after(timeout), /*wait=*/true,
+                               std::forward<Token>(token));
+}
+
+/// As async_try_acquire_for, until `deadline` of any clock.
+template <class Clock, class Duration, class Token>
+auto async_try_acquire_until(Semaphore& semaphore,
+                             const std::chrono::time_point<Clock, Duration>& deadline,
+                             Token&& token) {
+  return detail::start_acquire(semaphore, detail::to_steady_deadline(deadline), /*wait=*/true,
+                               std::forward<Token>(token));
+}
+
+/// acquire() without blocking: waits as async_try_acquire_for does, with
+/// no deadline (an outage is one step's command timeout).
+template <class Token>
+auto async_acquire(Semaphore& semaphore, Token&& token) {
+  return detail::start_acquire(semaphore, detail::no_deadline, /*wait=*/true,
                                std::forward<Token>(token));
 }
 
@@ -240,7 +288,7 @@ auto async_release(AsyncHold<Lock>& hold, Token&& token) {
 ///   co_await async_run_locked(report, [&](auto done) {
 ///     asio::co_spawn(executor, run_report(), std::move(done));
 ///   }, asio::use_awaitable);
-template <class Lock, class Task, class Token>
+template <class Lock, class Task, class Token>  // or a Semaphore: under one of its permits
 auto async_run_locked(Lock& lock, Task task, Token&& token) {
   return detail::run_locked(lock, detail::no_deadline, std::move(task), std::forward<Token>(token));
 }

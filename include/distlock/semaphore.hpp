@@ -56,6 +56,9 @@
 namespace distlock {
 
 class Semaphore;
+namespace detail {
+struct AsyncAccess;
+}  // namespace detail
 
 /// One permit of a Semaphore as a lock: Lockable and TimedLockable, so
 /// std::unique_lock and std::lock_guard work (see detail::ExclusiveLock for
@@ -246,6 +249,14 @@ class Semaphore {
 
  private:
   friend class distlock::PermitLock;
+  friend struct detail::AsyncAccess;
+
+  // The state of a permit lock of its own, for an async acquire
+  // (distlock/asio.hpp), whose hold keeps it.
+  std::shared_ptr<detail::Lifecycle<detail::SemaphoreProtocol>> permit_life() const {
+    return std::make_shared<detail::Lifecycle<detail::SemaphoreProtocol>>(
+        core_.protocol(), core_.options, core_.policy, core_.cancellation);
+  }
 
   // The site of the key (where the counts, resize() and renewals go) is
   // the Semaphore's and its permits' alike.

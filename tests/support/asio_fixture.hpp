@@ -33,10 +33,13 @@ namespace testing {
 
 using Hold = AsyncHold<Mutex>;
 
-struct Tried {
+/// How an async acquire completed.
+template <class Held>
+struct Got {
   std::error_code ec;
-  Hold hold;
+  Held hold;
 };
+using Tried = Got<Hold>;
 
 class AsioTest : public RedisTest {
  protected:
@@ -63,15 +66,15 @@ class AsioTest : public RedisTest {
   std::future<Tried> start_try_lock(Mutex& mutex, asio::cancellation_slot slot = {}) {
     return start([&](auto token) { async_try_lock(mutex, std::move(token)); }, slot);
   }
-  // Starts an async acquire, `initiate(token)`, whose completion the
-  // future gives.
-  template <class Initiate>
-  std::future<Tried> start(Initiate initiate, asio::cancellation_slot slot = {}) {
-    auto done = std::make_shared<std::promise<Tried>>();
-    std::future<Tried> result = done->get_future();
+  // Starts an async acquire, `initiate(token)`, whose completion (with a
+  // `Held`) the future gives.
+  template <class Held = Hold, class Initiate>
+  std::future<Got<Held>> start(Initiate initiate, asio::cancellation_slot slot = {}) {
+    auto done = std::make_shared<std::promise<Got<Held>>>();
+    std::future<Got<Held>> result = done->get_future();
     initiate(asio::bind_cancellation_slot(
-        slot, asio::bind_executor(io_, [done](std::error_code ec, Hold hold) {
-          done->set_value(Tried{ec, std::move(hold)});
+        slot, asio::bind_executor(io_, [done](std::error_code ec, Held hold) {
+          done->set_value(Got<Held>{ec, std::move(hold)});
         })));
     return result;
   }
@@ -84,7 +87,8 @@ class AsioTest : public RedisTest {
     return future.get();
   }
 
-  std::pair<std::error_code, Release> release(Hold& hold) {
+  template <class Lock>
+  std::pair<std::error_code, Release> release(AsyncHold<Lock>& hold) {
     auto done = std::make_shared<std::promise<std::pair<std::error_code, Release>>>();
     std::future<std::pair<std::error_code, Release>> result = done->get_future();
     async_release(hold, asio::bind_executor(io_, [done](std::error_code ec, Release outcome) {

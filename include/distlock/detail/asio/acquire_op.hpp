@@ -57,7 +57,7 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
   using clock = SteadyClock;
   static constexpr auto kind = LifeTraits<Life>::exclusive;
   static_assert(!Protocol::per_thread && HasLinkSteps<Protocol>::value,
-                "async locks take a distlock::Mutex so far");
+                "async locks take a Mutex or a Semaphore so far");
 
  public:
   /// `wait` false: one attempt (async_try_lock), `deadline` ignored.
@@ -185,6 +185,8 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
         attempt = protocol.attempt_answer(*answer.reply);
       } catch (const ServerError&) {
         throw;  // refused by the server: nothing was applied
+      } catch (const InvalidArgument&) {
+        throw;  // found by the script (a Semaphore's count): nothing was applied
       } catch (const Error&) {
         undo(false);  // an answer no server gives: the step may have been applied
         throw;

@@ -1,5 +1,6 @@
-// What the async calls (distlock/asio.hpp) reach of a lock object and of
-// their holds, and the error code an exception from a step stands for.
+// What the async calls (distlock/asio.hpp) reach of a lock object (or a
+// Semaphore) and of their holds, and the error code an exception from a
+// step stands for.
 #pragma once
 
 #include <exception>
@@ -29,11 +30,30 @@ struct LifeTraits<Lifecycle<P>> {
   static constexpr typename P::Kind exclusive = P::exclusive;
 };
 
+/// What an async acquire on `Source` holds: a hold of the lock `Source`,
+/// or, where it names one (a Semaphore's PermitLock), of its `PermitLock`.
+template <class Source, class = void>
+struct HeldLock {
+  using type = Source;
+};
+template <class Source>
+struct HeldLock<Source, std::void_t<typename Source::PermitLock>> {
+  using type = typename Source::PermitLock;
+};
+template <class Source>
+using HeldLockOf = typename HeldLock<Source>::type;
+
 /// A lock object's shared state, and the parts of an async hold.
 struct AsyncAccess {
-  template <class Lock>
-  static auto life_of(Lock& lock) {
-    return lock.life_;
+  /// The state an async acquire on `source` runs on: the lock's own, or
+  /// a new permit lock's, which its hold keeps.
+  template <class Source>
+  static auto life_of(Source& source) {
+    if constexpr (std::is_same_v<HeldLockOf<Source>, Source>) {
+      return source.life_;
+    } else {
+      return source.permit_life();
+    }
   }
   template <class Lock, class Life, class Link>
   static AsyncHold<Lock> hold(std::shared_ptr<Life> life, std::string id,
@@ -59,8 +79,8 @@ struct HasLinkSteps<
     P, std::void_t<decltype(std::declval<const P&>().attempt_answer(std::declval<const Reply&>()))>>
     : std::true_type {};
 
-template <class Lock>
-using LifeOf = typename decltype(AsyncAccess::life_of(std::declval<Lock&>()))::element_type;
+template <class Source>
+using LifeOf = typename decltype(AsyncAccess::life_of(std::declval<Source&>()))::element_type;
 template <class Lock>
 using HoldParts = decltype(AsyncAccess::take(std::declval<AsyncHold<Lock>&>()));
 

@@ -22,6 +22,7 @@
 // and the first of them to go to sleep claims it and attempts instead.
 #pragma once
 
+#include <cstddef>
 #include <utility>
 
 namespace distlock::detail {
@@ -99,6 +100,12 @@ class WakeList {
   bool claim_missed() noexcept { return std::exchange(missed_, false); }
 
   bool empty() const noexcept { return head_ == nullptr; }
+  /// How many are armed: walks the list (for tests).
+  std::size_t size() const noexcept {
+    std::size_t count = 0;
+    for (const Wake* wake = head_; wake != nullptr; wake = wake->next_) ++count;
+    return count;
+  }
 
  private:
   void unlink(Wake& wake) noexcept {

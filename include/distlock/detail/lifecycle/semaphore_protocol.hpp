@@ -35,6 +35,7 @@
 #include "distlock/detail/lifecycle/single_server.hpp"
 #include "distlock/detail/wire/connection.hpp"
 #include "distlock/detail/wire/counting_scripts.hpp"
+#include "distlock/detail/wire/link.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/token.hpp"
@@ -51,8 +52,9 @@ using PermitRenewer = ScriptRenewer<scripts::semaphore_renew, /*WithAux=*/true>;
 /// How a semaphore script answers a release or extend: 1 done, 0 the
 /// permit had expired or was gone (a permit id is never another's).
 inline TokenCheck permit_check(const Reply& reply) {
-  return reply.expect_integer("permit release or extend") == 1 ? TokenCheck::done
-                                                               : TokenCheck::no_key;
+  return reply.throw_if_error().expect_integer("permit release or extend") == 1
+             ? TokenCheck::done
+             : TokenCheck::no_key;
 }
 
 class SemaphoreProtocol : public SingleServer, public OneKindProtocol {
@@ -73,24 +75,53 @@ class SemaphoreProtocol : public SingleServer, public OneKindProtocol {
     return attempt_or_undo(
         *site_, deadline,
         [&](Connection& connection) {
-          const Reply reply = connection.eval(scripts::semaphore_acquire, {this->key_, count_key_},
-                                              {id, this->ttl_, permits_});
-          if (reply.size() != 2) {
-            throw ConnectionError(Errc::protocol_error, "bad semaphore acquire reply");
-          }
-          const long long answer = reply[0].expect_integer("semaphore acquire");
-          if (answer == -1) throw count_mismatch(reply[1].expect_integer("semaphore acquire"));
-          Attempt attempt;
-          attempt.acquired = answer == 1;
-          if (!attempt.acquired) {
-            attempt.holder = HolderLease::from_pttl(reply[1].expect_integer("semaphore acquire"));
-          }
-          return attempt;
+          return attempt_answer(connection.eval(
+              scripts::semaphore_acquire, {this->key_, count_key_}, {id, this->ttl_, permits_}));
         },
         [&](Connection& connection) {
           connection.send_eval_behind(scripts::semaphore_release,
                                       {this->key_, this->channel_, count_key_}, {id});
         });
+  }
+
+  // The steps on a link (an event loop's, distlock/asio.hpp): each written,
+  // its answer decoded apart; an attempt's undo written behind it.
+  Link::Ticket send_attempt(Link& link, const std::string& id, Link::Sink sink) const {
+    return link.send_script(scripts::semaphore_acquire, {this->key_, count_key_},
+                            {id, this->ttl_, permits_}, std::move(sink));
+  }
+  // {1, _} granted; {0, pttl} refused, pttl the first live permit's lease;
+  // {-1, count} the name's count is not this object's (InvalidArgument).
+  Attempt attempt_answer(const Reply& reply) const {
+    reply.throw_if_error();
+    if (reply.size() != 2)
+      throw ConnectionError(Errc::protocol_error, "bad semaphore acquire reply");
+    const long long answer = reply[0].expect_integer("semaphore acquire");
+    if (answer == -1) throw count_mismatch(reply[1].expect_integer("semaphore acquire"));
+    Attempt attempt;
+    attempt.acquired = answer == 1;
+    if (!attempt.acquired) {
+      attempt.holder = HolderLease::from_pttl(reply[1].expect_integer("semaphore acquire"));
+    }
+    return attempt;
+  }
+  void send_undo(Link& link, const std::string& id) const {
+    link.undo_eval(scripts::semaphore_release, {this->key_, this->channel_, count_key_}, {id});
+  }
+  Link::Ticket send_release(Link& link, const std::string& id, Link::Sink sink) const {
+    return link.send_script(scripts::semaphore_release, {this->key_, this->channel_, count_key_},
+                            {id}, std::move(sink));
+  }
+  static TokenCheck release_answer(const Reply& reply) { return permit_check(reply); }
+  // The undo on a connection of its own, answered (the connector's).
+  void undo_on(Connection& connection, const std::string& id) const {
+    static_cast<void>(connection.eval(scripts::semaphore_release,
+                                      {this->key_, this->channel_, count_key_}, {id}));
+  }
+  // read_holder() on a link, from the replies to PTTL and TYPE of key():
+  // the set's lease, as read_holder() reads it (the type is not checked).
+  static HolderLease holder_answer(const Reply& pttl, const Reply&) {
+    return HolderLease::from_pttl(pttl.throw_if_error().expect_integer("PTTL"));
   }
 
   TokenCheck release(Kind, const std::string& id) {

@@ -31,6 +31,14 @@ struct NotifierProbe {
     const auto it = notifier.channels_.find(channel);
     return it != notifier.channels_.end() && it->second->confirmed && !it->second->armed.empty();
   }
+  /// How many waiters that are not threads are armed on `channel`, once
+  /// the server confirmed it (0 before).
+  static std::size_t armed_count(const Notifier& notifier, const std::string& channel) {
+    MutexLock lock(notifier.mutex_);
+    const auto it = notifier.channels_.find(channel);
+    if (it == notifier.channels_.end() || !it->second->confirmed) return 0;
+    return it->second->armed.size();
+  }
   /// Messages read so far.
   static std::uint64_t messages(const Notifier& notifier) {
     MutexLock lock(notifier.mutex_);

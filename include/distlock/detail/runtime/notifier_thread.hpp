@@ -302,7 +302,10 @@ inline void Notifier::handle(const Reply& reply) {
   if (kind == "message" || kind == "smessage") {
     ++messages_;
     ++channel.generation;
-    announce(channel, Change::released);
+    // "0" frees one place, for the waiters next in turn; any other message
+    // is for every waiter, as Redisson reads "1" (a write lock left to
+    // readers, a Semaphore resized: many may fit now).
+    announce(channel, reply[2].str() == "0" ? Change::released : Change::look_again);
     return;
   }
   if (kind == "subscribe" || kind == "ssubscribe") {

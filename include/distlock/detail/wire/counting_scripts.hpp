@@ -254,13 +254,14 @@ return {permits or tonumber(ARGV[1]), live}
 
 /// Semaphore resize. KEYS[1] stored count, KEYS[2] release channel;
 /// ARGV[1] the new count. Stores it (no expiry: it is configuration, not a
-/// lease) and wakes waiters, who may fit now. Returns 1.
+/// lease) and wakes every waiter, as many may fit now ("1": see
+/// Notifier::handle). Returns 1.
 inline constexpr Script semaphore_resize{
     R"lua(redis.call('set', KEYS[1], ARGV[1])
-redis.call('publish', KEYS[2], '0')
+redis.call('publish', KEYS[2], '1')
 return 1
 )lua",
-    "fc2d9e9993aa202aea1bef2e37aa7769b4b1708e"};
+    "40adaa402a127b9e61240e60e0afe67d5f01cba3"};
 
 /// Every script above, for checks that cover them all.
 inline constexpr const Script* counting[] = {
