@@ -153,15 +153,18 @@ TEST_F(AsioSemaphoreTest, AResizeWakesEveryWaiter) {
   for (int i = 0; i < 3; ++i) waiting.push_back(start_acquire(exports));
   ASSERT_TRUE(asleep(client, exports, 3));
   exports.resize(4);
+  // All three held at once: none gives one back, which would wake the
+  // next in turn.
+  std::vector<Got> taken;
   std::set<std::string> ids;
   for (std::future<Got>& result : waiting) {
-    Got taken = wait_for(std::move(result));
-    ASSERT_FALSE(taken.ec) << taken.ec.message();
-    ASSERT_TRUE(taken.hold);
-    ids.insert(taken.hold.id());
-    taken.hold.unlock();
+    taken.push_back(wait_for(std::move(result)));
+    ASSERT_FALSE(taken.back().ec) << taken.back().ec.message();
+    ASSERT_TRUE(taken.back().hold);
+    ids.insert(taken.back().hold.id());
   }
   EXPECT_EQ(ids.size(), 3u);
+  EXPECT_EQ(live(exports), 4);
 }
 
 TEST_F(AsioSemaphoreTest, BusyUntilTheDeadlineCompletesEmptyByIt) {

@@ -9,13 +9,16 @@
 #include <asio/bind_executor.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/io_context.hpp>
+#include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
 #include <asio/use_future.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -397,6 +400,36 @@ TEST_F(AsioTest, ConcurrentTriesOnFourThreadsExcludeEachOther) {
   EXPECT_GT(acquired.load(), 0);
   for (int i = 0; i < names; ++i)
     EXPECT_FALSE(key_exists(mutexes[static_cast<std::size_t>(i)]->key()));
+}
+
+// A context's services shut down newest first, and a strand being shut
+// down takes no post. A connect ending on the connector thread posts to
+// its link's strand only while the LinkService's Gate is open, so the Gate
+// must close before any strand is shut down (TSan saw the connector post
+// into a strand of a context being destroyed, its link still connecting).
+// A handler left queued on a strand, destroyed at the strand's shutdown,
+// looks at the Gate then.
+TEST(AsioLinkService, ItsGateClosesBeforeAnyStrandIsShutDown) {
+  struct Probe {
+    std::shared_ptr<detail::Gate> gate;
+    std::optional<bool>* open;
+    Probe(std::shared_ptr<detail::Gate> g, std::optional<bool>* seen)
+        : gate(std::move(g)), open(seen) {}
+    Probe(Probe&& other) noexcept = default;
+    Probe& operator=(Probe&&) = delete;
+    ~Probe() {
+      if (gate) *open = gate->run_if_open([] {});
+    }
+    void operator()() const {}
+  };
+  std::optional<bool> open_then;
+  {
+    asio::io_context io;
+    detail::LinkService& service = asio::use_service<detail::LinkService>(io);
+    asio::post(asio::make_strand(io), Probe(service.gate(), &open_then));  // never run
+  }
+  ASSERT_TRUE(open_then.has_value());
+  EXPECT_FALSE(*open_then);
 }
 
 }  // namespace

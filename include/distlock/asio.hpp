@@ -15,13 +15,21 @@
 //
 // So far: async_try_lock, async_try_lock_for/_until and async_lock for
 // Mutex (and a Semaphore's PermitLock), async_acquire and its timed forms
-// for Semaphore, async_run_locked over either, on a Client (one endpoint),
+// for Semaphore and RateLimiter, async_run_locked over a Mutex or a
+// Semaphore, on a Client (one endpoint),
 // without LockOptions::replicas; other lock types and backends do not
 // compile or complete with Errc::invalid_argument. An async hold belongs
 // to no thread:
 // a thread of the same object that locks waits for it, as for a hold of
 // another thread, and any thread's unlock() gives it back.
 #pragma once
+
+// A standard header before Asio's: Asio's configuration reads libstdc++'s
+// macros (aligned_alloc's among them) as it finds them, and a file that
+// included none before Asio would allocate handler memory one way and
+// free it, in code inlined from another file, the other (ASan's
+// alloc-dealloc-mismatch, seen with this header first in a file).
+#include <cstddef>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/associated_cancellation_slot.hpp>
@@ -32,6 +40,7 @@
 #include <asio/post.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <string>
@@ -41,6 +50,7 @@
 #include "distlock/detail/asio/acquire_op.hpp"
 #include "distlock/detail/asio/async_access.hpp"
 #include "distlock/detail/asio/link_service.hpp"
+#include "distlock/detail/asio/rate_op.hpp"
 #include "distlock/detail/asio/release_op.hpp"
 #include "distlock/detail/asio/run_locked_op.hpp"
 #include "distlock/detail/base/time.hpp"
@@ -48,6 +58,7 @@
 #include "distlock/events.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/mutex.hpp"
+#include "distlock/rate_limiter.hpp"
 #include "distlock/semaphore.hpp"
 
 namespace distlock {
@@ -257,6 +268,87 @@ template <class Token>
 auto async_acquire(Semaphore& semaphore, Token&& token) {
   return detail::start_acquire(semaphore, detail::no_deadline, /*wait=*/true,
                                std::forward<Token>(token));
+}
+
+namespace detail {
+// The operation takes a copy of the limiter (sharing its cancel_waits()),
+// made at the call, as a lock's state is taken: a deferred start may
+// outlive the limiter.
+struct InitiateRate {
+  std::uint64_t cost;
+  SteadyClock::time_point until;
+  bool acquire;
+  template <class Handler>
+  void operator()(Handler handler, RateLimiter limiter) const {
+    std::make_shared<RateOp<Handler>>(std::move(limiter), cost, until, acquire, std::move(handler))
+        ->start();
+  }
+};
+template <class Token>
+auto start_rate(RateLimiter& limiter, std::uint64_t cost, SteadyClock::time_point until,
+                bool acquire, Token&& token) {
+  return asio::async_initiate<Token, void(std::error_code, RateDecision)>(
+      InitiateRate{cost, until, acquire}, token, RateLimiter(limiter));
+}
+}  // namespace detail
+
+/// RateLimiter::try_acquire(cost) without blocking: completes with
+/// (error_code, RateDecision); an error code where the blocking call
+/// throws (an outage, Errc::invalid_argument for a cost of 0 or over
+/// burst()). Terminal cancellation completes with
+/// asio::error::operation_aborted; an attempt in flight may have been
+/// counted, as one cut by a deadline may.
+template <class Token>
+auto async_try_acquire(RateLimiter& limiter, std::uint64_t cost, Token&& token) {
+  return detail::start_rate(limiter, cost, detail::SteadyClock::now(), /*acquire=*/false,
+                            std::forward<Token>(token));
+}
+template <class Token>
+auto async_try_acquire(RateLimiter& limiter, Token&& token) {
+  return async_try_acquire(limiter, 1, std::forward<Token>(token));
+}
+
+/// RateLimiter::try_acquire_for(timeout, cost) without blocking: sleeps
+/// each refusal's retry_after on a timer, and completes with the admitting
+/// decision, or by the deadline with the last refusal and no error (at
+/// once when the next chance comes after it; after cancel_waits() too).
+template <class Rep, class Period, class Token>
+auto async_try_acquire_for(RateLimiter& limiter, const std::chrono::duration<Rep, Period>& timeout,
+                           std::uint64_t cost, Token&& token) {
+  return detail::start_rate(limiter, cost, detail::deadline_after(timeout), /*acquire=*/false,
+                            std::forward<Token>(token));
+}
+template <class Rep, class Period, class Token>
+auto async_try_acquire_for(RateLimiter& limiter, const std::chrono::duration<Rep, Period>& timeout,
+                           Token&& token) {
+  return async_try_acquire_for(limiter, timeout, 1, std::forward<Token>(token));
+}
+
+/// As async_try_acquire_for, until `deadline` of any clock.
+template <class Clock, class Duration, class Token>
+auto async_try_acquire_until(RateLimiter& limiter,
+                             const std::chrono::time_point<Clock, Duration>& deadline,
+                             std::uint64_t cost, Token&& token) {
+  return detail::start_rate(limiter, cost, detail::to_steady_deadline(deadline),
+                            /*acquire=*/false, std::forward<Token>(token));
+}
+template <class Clock, class Duration, class Token>
+auto async_try_acquire_until(RateLimiter& limiter,
+                             const std::chrono::time_point<Clock, Duration>& deadline,
+                             Token&& token) {
+  return async_try_acquire_until(limiter, deadline, 1, std::forward<Token>(token));
+}
+
+/// RateLimiter::acquire(cost) without blocking: waits until admitted;
+/// cancel_waits() ends it with Errc::cancelled.
+template <class Token>
+auto async_acquire(RateLimiter& limiter, std::uint64_t cost, Token&& token) {
+  return detail::start_rate(limiter, cost, detail::no_deadline, /*acquire=*/true,
+                            std::forward<Token>(token));
+}
+template <class Token>
+auto async_acquire(RateLimiter& limiter, Token&& token) {
+  return async_acquire(limiter, 1, std::forward<Token>(token));
 }
 
 /// release() without blocking: completes with (error_code, Release), as

@@ -48,6 +48,11 @@
 
 namespace distlock {
 
+namespace detail {
+template <class Handler>
+class RateOp;
+}  // namespace detail
+
 /// Which algorithm and how much: set exactly one of fixed_window() and
 /// smooth(). Setters validate at once (InvalidArgument).
 class RateOptions {
@@ -203,6 +208,9 @@ class RateLimiter {
   const RateOptions& options() const noexcept { return options_; }
 
  private:
+  template <class Handler>
+  friend class detail::RateOp;  // the async wait (distlock/asio.hpp)
+
   void check_cost(std::uint64_t cost) const {
     if (cost == 0) throw InvalidArgument("rate cost must be at least 1");
     if (cost > options_.burst()) {
@@ -244,25 +252,31 @@ class RateLimiter {
   }
 
   std::optional<RateDecision> attempt(std::uint64_t cost, clock::time_point deadline) {
-    const Script& script = options_.algorithm() == RateOptions::Algorithm::smooth
-                               ? scripts::rate_gcra
-                               : scripts::rate_fixed_window;
     const detail::Decimal amount(static_cast<long long>(cost));
     try {
       // On a cluster, at the owner of the key's slot.
-      const Reply reply = detail::on_site(*site_, deadline, [&](Connection& connection) {
-        return connection.eval(script, {key_}, {first_, second_, amount});
-      });
-      if (reply.size() != 3) throw ConnectionError(Errc::protocol_error, "bad rate limiter reply");
-      RateDecision decision;
-      decision.allowed = reply[0].integer() == 1;
-      decision.retry_after = std::chrono::milliseconds(reply[1].integer());
-      decision.remaining = static_cast<std::uint64_t>(std::max(reply[2].integer(), 0LL));
-      return decision;
+      return decision_of(detail::on_site(*site_, deadline, [&](Connection& connection) {
+        return connection.eval(script(), {key_}, {first_, second_, amount});
+      }));
     } catch (const TimeoutError&) {
       if (detail::deadline_reached(deadline)) return std::nullopt;
       throw;
     }
+  }
+
+  const Script& script() const noexcept {
+    return options_.algorithm() == RateOptions::Algorithm::smooth ? scripts::rate_gcra
+                                                                  : scripts::rate_fixed_window;
+  }
+  // The script's answer: {admitted, retry_after ms, remaining}.
+  static RateDecision decision_of(const Reply& reply) {
+    reply.throw_if_error();
+    if (reply.size() != 3) throw ConnectionError(Errc::protocol_error, "bad rate limiter reply");
+    RateDecision decision;
+    decision.allowed = reply[0].integer() == 1;
+    decision.retry_after = std::chrono::milliseconds(reply[1].integer());
+    decision.remaining = static_cast<std::uint64_t>(std::max(reply[2].integer(), 0LL));
+    return decision;
   }
 
   const std::string key_;

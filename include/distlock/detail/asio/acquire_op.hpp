@@ -7,8 +7,9 @@
 // operation's timer, which also cuts a server step at its deadline. No
 // thread waits: everything here runs on the link's strand, one at a time.
 //
-// Each step, and each wait of one, has a number: a timer or wake that
-// comes for an earlier one finds the operation moved on and does nothing.
+// Each step, and each wait of one, has a number (detail/asio/op_steps.hpp):
+// a timer or wake that comes for an earlier one finds the operation moved
+// on and does nothing.
 //
 // An attempt whose answer does not come (the link broke, its command
 // timeout or the step's deadline passed, the operation was cancelled) may
@@ -21,11 +22,9 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
-#include <asio/cancellation_type.hpp>
 #include <asio/error.hpp>
 #include <asio/execution.hpp>
 #include <asio/post.hpp>
-#include <asio/steady_timer.hpp>
 
 #include <algorithm>
 #include <exception>
@@ -37,6 +36,7 @@
 
 #include "distlock/detail/asio/async_access.hpp"
 #include "distlock/detail/asio/link_service.hpp"
+#include "distlock/detail/asio/op_steps.hpp"
 #include "distlock/detail/asio/op_wakes.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
@@ -89,17 +89,16 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
       const Next first = life_->start(waiter_);
       id_ = waiter_.id;
       // The link counts as work only while a step is in flight (its waits).
-      link_ =
+      steps_.bind(
           asio::use_service<LinkService>(asio::query(work_, asio::execution::context))
-              .link_for(*site, asio::prefer(work_, asio::execution::outstanding_work.untracked));
-      timer_.emplace(link_->strand());
-      wakes_.bind(this->weak_from_this(), link_->strand());
-      watch_cancellation();
+              .link_for(*site, asio::prefer(work_, asio::execution::outstanding_work.untracked)));
+      wakes_.bind(this->weak_from_this(), link().strand());
+      steps_.watch(asio::get_associated_cancellation_slot(handler_), this->weak_from_this());
       // An attempt with no deadline arms nothing that could fire on
       // another thread before it is written (the hot path of try_lock and
       // lock); any other first step starts on the strand.
       if (first.step == Step::attempt && first.by == no_deadline) return run(first);
-      asio::post(link_->strand(), [self = this->shared_from_this(), first] { self->run(first); });
+      asio::post(link().strand(), [self = this->shared_from_this(), first] { self->run(first); });
     } catch (...) {
       fail(std::current_exception());
     }
@@ -119,25 +118,18 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
     }
   }
 
-  // A new step (or wait) numbered `wait_`, its timer set for `by`.
+  AsioLink& link() const noexcept { return *steps_.link(); }
+
+  // A new step (or wait), its timer set for `by`.
   void begin(Phase phase, clock::time_point by) {
-    const unsigned at = ++wait_;
     phase_ = phase;
-    if (by == no_deadline) return;
-    timer_->expires_at(by);
-    timer_->async_wait([self = this->shared_from_this(), at](const std::error_code&) {
-      if (self->wait_ == at && !self->finished_) self->timed_out();
-    });
+    steps_.begin(this->shared_from_this(), by);
   }
   // The step ended: its timer and wakes are let go.
   void end() noexcept {
-    ++wait_;
+    steps_.end();
     phase_ = Phase::none;
     wakes_.disarm();
-    try {
-      if (timer_) timer_->cancel();
-    } catch (...) {  // left to run out: it finds the step over
-    }
   }
 
   // Has `send(self, link)` run on the link, unless the step is over by
@@ -145,36 +137,37 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
   template <class Send>
   void on_link(Send send) {
     auto self = this->shared_from_this();
-    link_->submit(
+    link().submit(
         life_->protocol().site(),
-        [self, send, at = wait_](Link& link) {
-          if (!self->finished_ && self->wait_ == at) send(self, link);
+        [self, send, at = steps_.current()](Link& on) {
+          if (!self->steps_.finished() && self->steps_.current() == at) send(self, on);
         },
         [self](std::exception_ptr failure) {
-          if (!self->finished_) self->fail(failure);
+          if (!self->steps_.finished()) self->fail(failure);
         });
   }
 
   void send_attempt(clock::time_point by) {
     begin(Phase::attempt, by);
     on_link([](const std::shared_ptr<AcquireOp>& self, Link& link) {
-      self->in_flight_ = self->life_->protocol().send_attempt(
-          link, self->id_, [self, at = self->wait_](LinkAnswer answer) {
-            if (self->wait_ == at) self->attempt_answered(std::move(answer));
+      self->steps_.in_flight = self->life_->protocol().send_attempt(
+          link, self->id_, [self, at = self->steps_.current()](LinkAnswer answer) {
+            if (self->steps_.current() == at) self->attempt_answered(std::move(answer));
           });
     });
   }
 
   void attempt_answered(LinkAnswer answer) {
-    in_flight_.reset();
+    steps_.in_flight.reset();
     const clock::time_point by = waiter_.step_deadline;
     end();
-    if (finished_) return;
+    if (steps_.finished()) return;
     Protocol& protocol = life_->protocol();
     if (answer.failure) {
-      undo(code_of(answer.failure) == Errc::io_error);
+      const std::error_code code = code_of(answer.failure);
+      undo(code == Errc::io_error);
       // A link timeout at the step's deadline is the deadline's cut.
-      if (code_of(answer.failure) == Errc::timed_out && deadline_reached(by)) {
+      if (code == Errc::timed_out && deadline_reached(by)) {
         return run(life_->attempted(waiter_, std::nullopt));
       }
       return fail(answer.failure);
@@ -204,20 +197,20 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
     pttl_.reset();
     on_link([](const std::shared_ptr<AcquireOp>& self, Link& link) {
       const std::string& key = self->life_->protocol().key();
-      const unsigned at = self->wait_;
+      const unsigned at = self->steps_.current();
       link.send({"PTTL", key}, [self, at](LinkAnswer answer) {
-        if (self->wait_ == at && answer.reply) self->pttl_ = std::move(answer.reply);
+        if (self->steps_.current() == at && answer.reply) self->pttl_ = std::move(answer.reply);
       });
-      self->in_flight_ = link.send({"TYPE", key}, [self, at](LinkAnswer answer) {
-        if (self->wait_ == at) self->holder_answered(std::move(answer));
+      self->steps_.in_flight = link.send({"TYPE", key}, [self, at](LinkAnswer answer) {
+        if (self->steps_.current() == at) self->holder_answered(std::move(answer));
       });
     });
   }
 
   void holder_answered(LinkAnswer answer) {
-    in_flight_.reset();
+    steps_.in_flight.reset();
     end();
-    if (finished_) return;
+    if (steps_.finished()) return;
     if (answer.failure) return fail(answer.failure);
     if (!pttl_) return finish(make_error_code(Errc::protocol_error));
     try {
@@ -244,7 +237,7 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
     pending_.emplace(std::move(*made));
     const auto give_up = clock::now() + life_->protocol().site()->options().command_timeout;
     begin(Phase::subscribing, std::min(by, give_up));
-    wakes_.arm_release(*pending_, wait_);
+    wakes_.arm_release(*pending_, steps_.current());
     if (pending_->active() || pending_->moved()) subscription_settled();
   }
 
@@ -262,14 +255,16 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
   // then lost the race to another process, and the lock may be free.
   void sleep(clock::time_point by) {
     begin(Phase::sleeping, by);
-    if (!wakes_.sleep_on(life_->cancellation(), wait_, waiter_.cancel_seen)) return slept();
+    if (!wakes_.sleep_on(life_->cancellation(), steps_.current(), waiter_.cancel_seen)) {
+      return slept();
+    }
     if (waiter_.subscription) sleep_on(*waiter_.subscription);
   }
 
   // Arms the release wake for this sleep, unless a release since the
   // attempt went to nobody: then this waiter takes it at once.
   void sleep_on(Notifier::Subscription& subscription) {
-    if (!wakes_.sleep_on(subscription, wait_, waiter_.seen)) slept();
+    if (!wakes_.sleep_on(subscription, steps_.current(), waiter_.seen)) slept();
   }
 
   void slept() {
@@ -279,10 +274,10 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
 
   friend class OpWakes<AcquireOp>;
   void woken_at(unsigned at, bool release) {
-    if (finished_ || at != wait_) return;
+    if (steps_.finished() || at != steps_.current()) return;
     if (phase_ == Phase::subscribing) {
       if (!pending_->active() && !pending_->moved()) {
-        wakes_.arm_release(*pending_, wait_);  // another change: wait on
+        wakes_.arm_release(*pending_, steps_.current());  // another change: wait on
         if (!pending_->active() && !pending_->moved()) return;
       }
       return subscription_settled();
@@ -298,6 +293,7 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
     sleep_on(subscription);
   }
 
+  friend class OpSteps<AcquireOp>;
   void timed_out() {
     switch (phase_) {
       case Phase::attempt:
@@ -317,18 +313,16 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
   // The step in flight is not waited for any longer; an attempt's undo
   // follows it on the same connection.
   void forget_in_flight(bool undo_it) {
-    if (!in_flight_) return;
-    if (Link* link = link_->current()) link->forget(*in_flight_);
-    in_flight_.reset();
-    if (undo_it) undo(false);
-    link_->pump();
+    steps_.forget_in_flight([&] {
+      if (undo_it) undo(false);
+    });
   }
 
   // The attempt in flight may have been applied: undo it behind itself,
   // and apart too where the connection closed under it, on a connection of
   // the connector's own (a pooled one may have been closed with it).
   void undo(bool apart) noexcept {
-    if (Link* link = link_->current()) life_->protocol().send_undo(*link, id_);
+    if (Link* on = link().current()) life_->protocol().send_undo(*on, id_);
     if (!apart) return;
     try {
       life_->protocol().site()->connector().post([life = life_, id = id_] {
@@ -342,22 +336,9 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
     }
   }
 
-  // Terminal cancellation: posted to the strand from whichever thread asks.
-  void watch_cancellation() {
-    slot_ = asio::get_associated_cancellation_slot(handler_);
-    if (!slot_.is_connected()) return;
-    std::weak_ptr<AcquireOp> weak = this->shared_from_this();
-    const AsioLink::Strand strand = link_->strand();
-    slot_.assign([weak, strand](asio::cancellation_type type) {
-      if ((type & asio::cancellation_type::terminal) == asio::cancellation_type::none) return;
-      asio::post(strand, [weak] {
-        if (std::shared_ptr<AcquireOp> self = weak.lock()) self->cancel();
-      });
-    });
-  }
-
+  // Terminal cancellation, on the strand (see OpSteps::watch).
   void cancel() {
-    if (finished_) return;
+    if (steps_.finished()) return;
     // The undo is harmless after a read of the holder: the token is ours alone.
     forget_in_flight(/*undo_it=*/phase_ == Phase::attempt);
     finish(asio::error::operation_aborted);
@@ -367,7 +348,8 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
 
   void finish(Outcome outcome) {
     switch (outcome) {
-      case Outcome::acquired: return complete({}, AsyncAccess::hold<Lock>(life_, id_, link_));
+      case Outcome::acquired:
+        return complete({}, AsyncAccess::hold<Lock>(life_, id_, steps_.link()));
       case Outcome::timed_out: return complete({}, AsyncHold<Lock>());
       case Outcome::unanswered: return finish(make_error_code(Errc::timed_out));
       case Outcome::cancelled: return finish(make_error_code(Errc::cancelled));
@@ -375,36 +357,23 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
   }
   void finish(std::error_code ec) { complete(ec, AsyncHold<Lock>()); }
 
-  // Once: on the handler's executor, never inside the initiating call. The
-  // slot is let go there too, where its signal is emitted (a slot is not
-  // thread-safe); a cancellation meanwhile finds the operation finished.
+  // Once, on the handler's executor (see OpSteps::complete).
   void complete(std::error_code ec, AsyncHold<Lock> hold) {
-    if (finished_) return;
-    finished_ = true;
+    if (steps_.finished()) return;
     end();
-    asio::any_io_executor work = std::exchange(work_, asio::any_io_executor());
-    asio::post(work,
-               [slot = slot_, handler = std::move(handler_), ec, hold = std::move(hold)]() mutable {
-                 if (slot.is_connected()) slot.clear();
-                 std::move(handler)(ec, std::move(hold));
-               });
+    steps_.complete(work_, handler_, ec, std::move(hold));
   }
 
   const std::shared_ptr<Life> life_;
   Handler handler_;
   asio::any_io_executor work_;  // keeps the handler's context running until it completes
   Waiter waiter_;
-  std::string id_;  // the token of this acquisition
-  std::shared_ptr<AsioLink> link_;
-  std::optional<asio::steady_timer> timer_;  // on the link's strand
-  asio::cancellation_slot slot_;
+  std::string id_;            // the token of this acquisition
+  OpSteps<AcquireOp> steps_;  // their numbers, timer, request in flight, slot
   Phase phase_ = Phase::none;
-  unsigned wait_ = 0;  // the number of the step (or wait) under way
-  std::optional<Link::Ticket> in_flight_;
   std::optional<Reply> pttl_;
   std::optional<Notifier::Subscription> pending_;  // subscribed, not yet confirmed
   OpWakes<AcquireOp> wakes_;
-  bool finished_ = false;
 };
 
 }  // namespace distlock::detail

@@ -12,11 +12,14 @@
 // the backend's Connector thread; steps submitted meanwhile wait for it.
 // A connect that ends after its context shut down posts nothing there:
 // the Gate says so under its mutex. A link keeps nothing of its backend
-// alive: the service lets it go once the backend is gone.
+// alive: the service lets it go once the backend is gone, when a new
+// backend first asks for a link (the hot path only looks its own up) or
+// the context shuts down.
 #pragma once
 
 #include <asio/any_io_executor.hpp>
 #include <asio/bind_executor.hpp>
+#include <asio/detail/strand_executor_service.hpp>
 #include <asio/execution.hpp>
 #include <asio/execution_context.hpp>
 #include <asio/posix/stream_descriptor.hpp>
@@ -272,22 +275,29 @@ class LinkService : public asio::execution_context::service {
  public:
   static inline asio::execution_context::id id;
 
+  // A context shuts its services down newest first, and a strand being
+  // shut down must take no post: the strands' service is made first, so
+  // that this one's shutdown closes the Gate (which every post from the
+  // connector thread passes) before any strand goes.
   explicit LinkService(asio::execution_context& context)
-      : asio::execution_context::service(context) {}
+      : asio::execution_context::service(context) {
+    asio::use_service<asio::detail::strand_executor_service>(context);
+  }
 
   /// The link to the endpoint of `site` (a backend on one endpoint), made
   /// on first use with `executor` (of this service's context). Links of
-  /// backends that are gone are let go here.
+  /// backends that are gone are let go when a link is made.
   std::shared_ptr<AsioLink> link_for(const Site& site, const asio::any_io_executor& executor) {
     std::lock_guard<std::mutex> guard(mutex_);
+    const auto found = links_.find(site.id());
+    if (found != links_.end() && !found->second.backend.expired()) return found->second.link;
+    // A backend new here: the links of backends gone are let go first.
     for (auto it = links_.begin(); it != links_.end();) {
       it = it->second.backend.expired() ? links_.erase(it) : std::next(it);
     }
     Entry& entry = links_[site.id()];
-    if (!entry.link) {
-      entry.link = std::make_shared<AsioLink>(executor, site.options(), gate_);
-      entry.backend = site.lifetime();
-    }
+    entry.link = std::make_shared<AsioLink>(executor, site.options(), gate_);
+    entry.backend = site.lifetime();
     return entry.link;
   }
 

@@ -29,19 +29,25 @@
 
 namespace distlock::detail {
 
+// Tells `done` what `give_back()` answered, or the error it threw.
+template <class GiveBack, class Done>
+void tell_release(GiveBack&& give_back, Done& done) {
+  std::error_code ec;
+  Release outcome = Release::lost;
+  try {
+    outcome = give_back();
+  } catch (...) {
+    ec = code_of(std::current_exception());
+  }
+  done(ec, outcome);
+}
+
 // On the connector thread: release() of the hold, its outcome to `done`.
 template <class Life, class Done>
 void release_apart(std::shared_ptr<Life> life, std::string id, Done done) {
   auto shared = std::make_shared<Done>(std::move(done));  // the connector's jobs copy
   life->protocol().site()->connector().post([life, id = std::move(id), shared] {
-    std::error_code ec;
-    Release outcome = Release::lost;
-    try {
-      outcome = life->release_hold(LifeTraits<Life>::exclusive, id);
-    } catch (...) {
-      ec = code_of(std::current_exception());
-    }
-    (*shared)(ec, outcome);
+    tell_release([&] { return life->release_hold(LifeTraits<Life>::exclusive, id); }, *shared);
   });
 }
 
@@ -80,31 +86,27 @@ void release_on_link(const std::shared_ptr<Life>& life, const std::string& id,
   auto shared = std::make_shared<Done>(std::move(done));  // for both of submit's callbacks
   const auto acquired = unheld->acquired;
   auto answered = [life, acquired, shared](LinkAnswer answer) {
-    std::error_code ec;
-    Release outcome = Release::lost;
-    try {
-      if (answer.failure) std::rethrow_exception(answer.failure);
-      outcome = to_release(life->protocol().release_answer(*answer.reply));
-      life->told_released(acquired, outcome);
-    } catch (...) {
-      ec = code_of(std::current_exception());
-    }
-    (*shared)(ec, outcome);
+    tell_release(
+        [&] {
+          if (answer.failure) std::rethrow_exception(answer.failure);
+          const Release outcome = to_release(life->protocol().release_answer(*answer.reply));
+          life->told_released(acquired, outcome);
+          return outcome;
+        },
+        *shared);
   };
   // Given back apart, on the connector thread through the backend's pool:
   // when the context is gone, or shuts down with the write still queued
   // (the write's last copy then goes unrun).
   auto apart = [life, id, acquired, shared] {
     life->protocol().site()->connector().post([life, id, acquired, shared] {
-      std::error_code ec;
-      Release outcome = Release::lost;
-      try {
-        outcome = to_release(life->protocol().release(kind, id));
-        life->told_released(acquired, outcome);
-      } catch (...) {
-        ec = code_of(std::current_exception());
-      }
-      (*shared)(ec, outcome);
+      tell_release(
+          [&] {
+            const Release outcome = to_release(life->protocol().release(kind, id));
+            life->told_released(acquired, outcome);
+            return outcome;
+          },
+          *shared);
     });
   };
   auto unsent = std::make_shared<Unsent<decltype(apart)>>(apart);

@@ -98,8 +98,7 @@ class HoldKeeper {
       }
       last.emplace(holds_.take(hold));
     }
-    protocol_.held(kind, -1);
-    cancellation_.nudge();
+    let_go(kind);
     if (last->lost()) {
       told_released(last->acquired, Release::lost);
       return Unheld{};
@@ -182,6 +181,13 @@ class HoldKeeper {
   using Hold = typename Holds::Hold;
   using Ended = typename Holds::Ended;
 
+  // A hold of `kind` just left the table: the thread's count of it goes
+  // down, and a waiter of this object, next in turn, looks again.
+  void let_go(Kind kind) {
+    protocol_.held(kind, -1);
+    cancellation_.nudge();
+  }
+
   // Releases a grant not to be held; best effort: if Redis cannot be reached, the lease expires.
   void give_back(Kind kind, const std::string& id) noexcept {
     try {
@@ -200,8 +206,7 @@ class HoldKeeper {
       if (hold == nullptr) return;
       lease = holds_.end(hold, outcome);
     }
-    protocol_.held(kind, -1);
-    cancellation_.nudge();
+    let_go(kind);
     protocol_.watchdog().remove(*lease);
   }
 
@@ -229,8 +234,7 @@ class HoldKeeper {
     }
     const Hold last = holds_.take(hold);
     guard.unlock();
-    protocol_.held(kind, -1);
-    cancellation_.nudge();
+    let_go(kind);
     Release outcome = Release::lost;
     protocol_.watchdog().remove(*last.lease);  // no renewal of it after this
     if (!last.lost()) {

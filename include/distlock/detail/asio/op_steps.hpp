@@ -1,0 +1,116 @@
+// OpSteps: what an async operation on a link (AcquireOp, RateOp) keeps of
+// its steps. Each step, or wait, has a number, and the one steady_timer on
+// the link's strand ends it at its time: a timer, wake or answer that comes
+// for an earlier step finds the operation moved on and does nothing. It
+// also keeps the request in flight (forgotten when nobody waits for it any
+// longer), the handler's cancellation slot, whose terminal signal posts
+// the operation's cancel() to the strand from whichever thread emits it,
+// and the completion, posted once to the handler's executor. Everything
+// here runs on the link's strand, but the slot's signal.
+#pragma once
+
+#include <asio/any_io_executor.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/cancellation_type.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <memory>
+#include <optional>
+#include <system_error>
+#include <tuple>
+#include <utility>
+
+#include "distlock/detail/asio/link_service.hpp"
+#include "distlock/detail/base/time.hpp"
+#include "distlock/detail/wire/link.hpp"
+
+namespace distlock::detail {
+
+/// `Op` has `OpSteps<Op> steps_`, and, for this class (a friend),
+/// `timed_out()` and `cancel()`.
+template <class Op>
+class OpSteps {
+ public:
+  /// On the operation's link, before any step.
+  void bind(std::shared_ptr<AsioLink> link) {
+    link_ = std::move(link);
+    timer_.emplace(link_->strand());
+  }
+  const std::shared_ptr<AsioLink>& link() const noexcept { return link_; }
+
+  /// A new step, numbered now (current()); `op->timed_out()` runs at `by`
+  /// if it is still under way (never for no_deadline).
+  void begin(const std::shared_ptr<Op>& op, SteadyClock::time_point by) {
+    const unsigned at = ++current_;
+    if (by == no_deadline) return;
+    timer_->expires_at(by);
+    timer_->async_wait([op, at](const std::error_code&) {
+      if (op->steps_.current_ == at && !op->steps_.finished_) op->timed_out();
+    });
+  }
+  /// The step ended: its timer let go.
+  void end() noexcept {
+    ++current_;
+    try {
+      if (timer_) timer_->cancel();
+    } catch (...) {  // left to run out: it finds the step over
+    }
+  }
+  unsigned current() const noexcept { return current_; }
+  bool finished() const noexcept { return finished_; }
+
+  /// The request of the step under way, while its answer is awaited.
+  std::optional<Link::Ticket> in_flight;
+  /// Not waited for any longer: its answer is dropped, and `behind()`
+  /// writes what must follow it on the same connection (an undo).
+  template <class Behind>
+  void forget_in_flight(Behind&& behind) {
+    if (!in_flight) return;
+    if (Link* link = link_->current()) link->forget(*in_flight);
+    in_flight.reset();
+    std::forward<Behind>(behind)();
+    link_->pump();
+  }
+
+  /// Terminal cancellation on `slot` (the handler's, if connected) posts
+  /// `op->cancel()` to the strand; the operation, gone by then, is not
+  /// kept alive for it.
+  void watch(asio::cancellation_slot slot, const std::weak_ptr<Op>& op) {
+    slot_ = slot;
+    if (!slot_.is_connected()) return;
+    slot_.assign([op, strand = link_->strand()](asio::cancellation_type type) {
+      if ((type & asio::cancellation_type::terminal) == asio::cancellation_type::none) return;
+      asio::post(strand, [op] {
+        if (std::shared_ptr<Op> self = op.lock()) self->cancel();
+      });
+    });
+  }
+
+  /// Once: `handler(args...)` posted to `work`, never run inside the
+  /// initiating call; false (nothing done) if it completed before. The
+  /// slot is let go there too, where its signal is emitted (a slot is not
+  /// thread-safe); a cancellation meanwhile finds the operation finished.
+  template <class Handler, class... Args>
+  bool complete(asio::any_io_executor& work, Handler& handler, Args... args) {
+    if (finished_) return false;
+    finished_ = true;
+    end();
+    asio::post(std::exchange(work, asio::any_io_executor()),
+               [slot = slot_, done = std::move(handler),
+                given = std::make_tuple(std::move(args)...)]() mutable {
+                 if (slot.is_connected()) slot.clear();
+                 std::apply([&](auto&... arg) { std::move(done)(std::move(arg)...); }, given);
+               });
+    return true;
+  }
+
+ private:
+  std::shared_ptr<AsioLink> link_;
+  std::optional<asio::steady_timer> timer_;  // on the link's strand
+  asio::cancellation_slot slot_;
+  unsigned current_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace distlock::detail
