@@ -66,6 +66,15 @@ long long subscribers(const RedisServer& server, const std::string& channel) {
   return std::stoll(answer.substr(answer.find('\n') + 1));
 }
 
+// Whether `channel` gets a subscriber. A refused SUBSCRIBE never makes one,
+// so a refusal in the ACL LOG (read, not reset) ends the wait at once.
+bool subscribed(const RedisServer& server, const std::string& channel) {
+  eventually([&] {
+    return subscribers(server, channel) > 0 || !server.command({"ACL", "LOG"}).empty();
+  });
+  return subscribers(server, channel) > 0;
+}
+
 long long pttl(const RedisServer& server, const std::string& key) {
   return std::stoll(server.command({"PTTL", key}));
 }
@@ -83,10 +92,6 @@ bool renewed(const RedisServer& server, const std::string& key) {
       },
       5s);
 }
-
-// One failed step, as the result of a path ("" when every step worked).
-#define DISTLOCK_STEP(condition) \
-  if (!(condition)) return "failed: " #condition
 
 // The paths every exclusive lock has, as the user: try_lock, the fence (if
 // `fenced`), a second client's try_lock_for woken by the release (when the
@@ -106,14 +111,14 @@ std::string exclusive_paths(const RedisServer& server, const std::string& user, 
     if (fenced) DISTLOCK_STEP(fence > 0);
     // The waiter's hold is its thread's (a ReentrantMutex's and a
     // SharedMutex's are), so that thread also gives it back.
-    auto waited = std::async(std::launch::async, [&] {
+    auto waited = testing::acl::wait_on(*waiter, [&] {
       const bool taken = waiter->try_lock_for(5s);
       const long long next = taken && fenced ? waiter->fence() : 0;
       if (taken) waiter->unlock();
       return std::make_pair(taken, next);
     });
     if (!channel.empty()) {
-      DISTLOCK_STEP(eventually([&] { return subscribers(server, channel) > 0; }));
+      DISTLOCK_STEP(subscribed(server, channel));
     }
     DISTLOCK_STEP(renewed(server, key));
     DISTLOCK_STEP(holder->extend(5s));
@@ -202,13 +207,12 @@ std::string shared_read_paths(const RedisServer& server, const std::string& user
     SharedMutex reader(reader_client, "jobs:table", renewing);
     SharedMutex writer(writer_client, "jobs:table", renewing);
     DISTLOCK_STEP(reader.try_lock_shared());
-    auto waited = std::async(std::launch::async, [&] {
+    auto waited = testing::acl::wait_on(writer, [&] {
       const bool taken = writer.try_lock_for(5s);
       if (taken) writer.unlock();
       return taken;
     });
-    DISTLOCK_STEP(
-        eventually([&] { return subscribers(server, "redisson_rwlock:{jobs:table}") > 0; }));
+    DISTLOCK_STEP(subscribed(server, "redisson_rwlock:{jobs:table}"));
     DISTLOCK_STEP(renewed(server, "jobs:table"));
     DISTLOCK_STEP(reader.extend_shared(5s));
     DISTLOCK_STEP(pttl(server, "jobs:table") > 4000);
@@ -243,8 +247,8 @@ std::string semaphore_paths(const RedisServer& server, const std::string& user) 
     }
     Permit permit = holder.try_acquire();
     DISTLOCK_STEP(permit);
-    auto waited = std::async(std::launch::async, [&] { return waiter.try_acquire_for(5s); });
-    DISTLOCK_STEP(eventually([&] { return subscribers(server, "{jobs:exports}:released") > 0; }));
+    auto waited = testing::acl::wait_on(waiter, [&] { return waiter.try_acquire_for(5s); });
+    DISTLOCK_STEP(subscribed(server, "{jobs:exports}:released"));
     long long last = permit_deadline(server, "jobs:exports");
     DISTLOCK_STEP(eventually([&] {
       const long long now = permit_deadline(server, "jobs:exports");
@@ -287,6 +291,7 @@ std::string rate_limiter_paths(const RedisServer& server, const std::string& use
 struct StripeOne {
   std::unique_ptr<StripedMutex> stripes;
   Mutex* operator->() const { return &stripes->stripe(1); }
+  Mutex& operator*() const { return stripes->stripe(1); }
 };
 
 std::string striped_paths(const RedisServer& server, const std::string& user) {

@@ -41,10 +41,6 @@ using testing::acl::semaphore_rules;
 using testing::acl::set_user;
 using testing::acl::without;
 
-// One failed step, as the result of a path ("" when every step worked).
-#define DISTLOCK_STEP(condition) \
-  if (!(condition)) return "failed: " #condition
-
 const LockOptions renewed_fenced = LockOptions{}.ttl(600ms).auto_renew(true).fencing(true);
 const LockOptions renewing = LockOptions{}.ttl(600ms).auto_renew(true);
 
@@ -120,7 +116,7 @@ class ClusterAcl : public testing::ClusterSuite {
       if (fenced) DISTLOCK_STEP(fence > 0);
       // The waiter's hold is its thread's (a ReentrantMutex's is), so that
       // thread gives it back.
-      auto waited = std::async(std::launch::async, [&] {
+      auto waited = testing::acl::wait_on(waiter, [&] {
         const bool taken = waiter.try_lock_for(5s);
         const long long next = taken && fenced ? waiter.fence() : 0;
         if (taken) waiter.unlock();
@@ -175,7 +171,7 @@ class ClusterAcl : public testing::ClusterSuite {
       }
       auto permit = holder.try_acquire();
       DISTLOCK_STEP(permit);
-      auto waited = std::async(std::launch::async, [&] { return waiter.try_acquire_for(5s); });
+      auto waited = testing::acl::wait_on(waiter, [&] { return waiter.try_acquire_for(5s); });
       const std::string channel = "{" + name + "}:released";
       DISTLOCK_STEP(subscribed_at(owner(channel), channel));
       long long last = permit_deadline(name);

@@ -39,10 +39,6 @@ using acl::sentinel_rules;
 using acl::set_user;
 using acl::without;
 
-// One failed step, as the result of a path ("" when every step worked).
-#define DISTLOCK_STEP(condition) \
-  if (!(condition)) return "failed: " #condition
-
 class SentinelAcl : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -119,7 +115,7 @@ class SentinelAcl : public ::testing::Test {
       const long long fence = holder.fence();
       DISTLOCK_STEP(fence > 0);
       DISTLOCK_STEP(eventually([&] { return watches(group_->sentinel(0)) > 0; }, 5s));
-      auto waited = std::async(std::launch::async, [&] {
+      auto waited = acl::wait_on(waiter, [&] {
         const bool taken = waiter.try_lock_for(5s);
         const long long next = taken ? waiter.fence() : 0;
         if (taken) waiter.unlock();

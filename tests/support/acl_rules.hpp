@@ -13,10 +13,14 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <initializer_list>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/redis_server.hpp"
@@ -27,7 +31,42 @@
 #define DISTLOCK_README_PATH "README.md"
 #endif
 
+// One failed step, as the result of a path ("" when every step worked).
+#define DISTLOCK_STEP(condition) \
+  if (!(condition)) return "failed: " #condition
+
 namespace distlock::testing::acl {
+
+// A path's second party: a wait run on a thread of its own. A path that
+// fails before taking its result cancels the lock's waits (until the wait
+// has seen a cancel) instead of sitting out the wait's timeout.
+template <class Result>
+class Waiting {
+ public:
+  Waiting(std::function<void()> cancel, std::future<Result> result)
+      : cancel_(std::move(cancel)), result_(std::move(result)) {}
+  Waiting(Waiting&&) noexcept = default;
+  Waiting& operator=(Waiting&&) = delete;
+  ~Waiting() {
+    while (result_.valid() &&
+           result_.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
+      cancel_();
+    }
+  }
+  Result get() { return result_.get(); }
+
+ private:
+  std::function<void()> cancel_;
+  std::future<Result> result_;
+};
+
+// Runs `wait` (a wait on `lock`) on a thread of its own.
+template <class Lock, class Wait>
+auto wait_on(Lock& lock, Wait wait) {
+  using Result = decltype(wait());
+  return Waiting<Result>([&lock] { lock.cancel_waits(); },
+                         std::async(std::launch::async, std::move(wait)));
+}
 
 using Rules = std::vector<std::string>;
 
