@@ -54,20 +54,20 @@ class AsyncHold {
   /// Whether this hold is still the lock object's (no unlock() of it, from
   /// here or any thread, since).
   bool owns_lock() const noexcept {
-    return life_ != nullptr && !id_.empty() && life_->id(kind) == id_;
+    return life_ != nullptr && !id_.empty() && life_->owns(kind, id_);
   }
   explicit operator bool() const noexcept { return owns_lock(); }
   /// The Watchdog reported the lease lost (see Mutex::lost()).
-  bool lost() const noexcept { return owns_lock() && life_->lost(kind); }
+  bool lost() const noexcept { return life_ != nullptr && life_->lost(kind, id_); }
   /// What is left of the lease as last confirmed; zero when not held.
   std::chrono::milliseconds validity() const noexcept {
-    return owns_lock() ? life_->validity(kind) : std::chrono::milliseconds(0);
+    return life_ != nullptr ? life_->validity(kind, id_) : std::chrono::milliseconds(0);
   }
   /// The fencing token of this hold (LockOptions::fencing); NotHeldError
   /// once it is given back.
   long long fence() const {
     if (!owns_lock()) throw NotHeldError("this async hold is empty or was given back");
-    return life_->fence(kind);
+    return life_->fence(kind, id_);
   }
   /// The hold's token; empty when empty.
   const std::string& id() const noexcept { return id_; }

@@ -39,7 +39,10 @@
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/exclusive_lock.hpp"
 #include "distlock/detail/lifecycle/field_hold.hpp"
+#include "distlock/detail/lifecycle/holder_lease.hpp"
+#include "distlock/detail/lifecycle/key_type.hpp"
 #include "distlock/detail/wire/connection.hpp"
+#include "distlock/detail/wire/link.hpp"
 #include "distlock/detail/wire/scripts.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
@@ -67,6 +70,7 @@ class ReentrantProtocol : public HashFieldCore<ReentrantKind> {
         renewer_(make_renewer<FieldRenewer>()) {}
 
   std::string id_for(Kind) const { return this->owner(); }
+  std::string async_id_for(Kind) const { return this->async_owner(); }
   template <class DepthOf>
   void before_first(Kind, DepthOf&&) const noexcept {}
 
@@ -99,19 +103,60 @@ class ReentrantProtocol : public HashFieldCore<ReentrantKind> {
 
   static std::string describe(Kind) { return "hold"; }
 
+  // The steps on a link (distlock/asio.hpp), for an async owner: the
+  // owner id is the attempt's alone, so its undo, written behind it, can
+  // take no other hold.
+  Link::Ticket send_attempt(Link& link, const std::string& owner, Link::Sink sink) const {
+    if (fencing_) {
+      return link.send_script(scripts::reentrant_acquire_fenced, {this->key_, fence_key_},
+                              {this->ttl_, owner}, std::move(sink));
+    }
+    return link.send_script(scripts::reentrant_acquire, {this->key_}, {this->ttl_, owner},
+                            std::move(sink));
+  }
+  // The scripts fail with WRONGTYPE on a key of another type: a
+  // ServerError, as the blocking path's (which names the type found).
+  Attempt attempt_answer(const Reply& reply) const {
+    Attempt attempt = acquire_answer(reply);
+    if (!attempt.acquired) check_expires(this->key_, "hash", attempt.holder);
+    return attempt;
+  }
+  void send_undo(Link& link, const std::string& owner) const {
+    link.undo_eval(scripts::reentrant_release, {this->key_, this->channel_}, {owner});
+  }
+  Link::Ticket send_release(Link& link, const std::string& owner, Link::Sink sink) const {
+    return link.send_script(scripts::reentrant_release, {this->key_, this->channel_}, {owner},
+                            std::move(sink));
+  }
+  static TokenCheck release_answer(const Reply& reply) {
+    reply.throw_if_error();
+    return field_check(reply);
+  }
+  // The undo on a connection of its own, answered (the connector's).
+  void undo_on(Connection& connection, const std::string& owner) const {
+    static_cast<void>(
+        connection.eval(scripts::reentrant_release, {this->key_, this->channel_}, {owner}));
+  }
+  // read_holder() on a link: the replies to PTTL and TYPE of the key.
+  HolderLease holder_answer(const Reply& pttl, const Reply& type) const {
+    return holder_of_type(this->key_, pttl, type, "hash");
+  }
+
  private:
   Attempt send_acquire(Connection& connection, const std::string& owner) const {
     if (fencing_) {
-      const Reply reply = connection.eval(scripts::reentrant_acquire_fenced,
-                                          {this->key_, fence_key_}, {this->ttl_, owner});
-      if (reply.size() != 2) {
-        throw ConnectionError(Errc::protocol_error, "bad fenced acquire reply");
-      }
-      return fenced_attempt(reply);
+      return acquire_answer(connection.eval(scripts::reentrant_acquire_fenced,
+                                            {this->key_, fence_key_}, {this->ttl_, owner}));
     }
-    return granted_on_nil(
-        connection.eval(scripts::reentrant_acquire, {this->key_}, {this->ttl_, owner}),
-        "reentrant acquire");
+    return acquire_answer(
+        connection.eval(scripts::reentrant_acquire, {this->key_}, {this->ttl_, owner}));
+  }
+  // Granted: nil, or [1, fence]; refused: the holder's PTTL, or [0, PTTL].
+  Attempt acquire_answer(const Reply& reply) const {
+    if (!fencing_) return granted_on_nil(reply, "reentrant acquire");
+    reply.throw_if_error();
+    if (reply.size() != 2) throw ConnectionError(Errc::protocol_error, "bad fenced acquire reply");
+    return fenced_attempt(reply);
   }
 
   const std::string fence_key_;

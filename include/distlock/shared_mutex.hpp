@@ -85,6 +85,9 @@ class SharedProtocol : public HashFieldCore<SharedKind> {
   std::string id_for(Kind kind) const {
     return kind == Kind::read ? this->owner() : this->owner() + ":write";
   }
+  std::string async_id_for(Kind kind) const {
+    return kind == Kind::read ? this->async_owner() : this->async_owner() + ":write";
+  }
 
   // Taking the write lock while holding only the read lock can never
   // succeed: our own read hold keeps the writer out.

@@ -56,8 +56,8 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
   using Step = typename Life::Step;
   using clock = SteadyClock;
   static constexpr auto kind = LifeTraits<Life>::exclusive;
-  static_assert(!Protocol::per_thread && HasLinkSteps<Protocol>::value,
-                "async locks take a Mutex or a Semaphore so far");
+  static_assert(HasLinkSteps<Protocol>::value,
+                "async locks take a Mutex, a ReentrantMutex or a Semaphore so far");
 
  public:
   /// `wait` false: one attempt (async_try_lock), `deadline` ignored.

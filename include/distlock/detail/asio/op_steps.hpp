@@ -87,15 +87,15 @@ class OpSteps {
     });
   }
 
-  /// Once: `handler(args...)` posted to `work`, never run inside the
-  /// initiating call; false (nothing done) if it completed before. The
-  /// slot is let go there too, where its signal is emitted (a slot is not
-  /// thread-safe); a cancellation meanwhile finds the operation finished.
+  /// Once, after end(): `handler(args...)` posted to `work`, never run
+  /// inside the initiating call; false (nothing done) if it completed
+  /// before. The slot is let go there too, where its signal is emitted (a
+  /// slot is not thread-safe); a cancellation meanwhile finds the operation
+  /// finished.
   template <class Handler, class... Args>
   bool complete(asio::any_io_executor& work, Handler& handler, Args... args) {
     if (finished_) return false;
     finished_ = true;
-    end();
     asio::post(std::exchange(work, asio::any_io_executor()),
                [slot = slot_, done = std::move(handler),
                 given = std::make_tuple(std::move(args)...)]() mutable {

@@ -94,6 +94,7 @@ struct OneKindProtocol {
 /// refused, with the holder's PTTL (an integer: nothing else). `what` names
 /// the step in the error any other reply gets.
 inline Attempt granted_on_nil(const Reply& reply, const char* what) {
+  reply.throw_if_error();
   Attempt attempt;
   attempt.acquired = reply.is_nil();
   if (!attempt.acquired) attempt.holder = HolderLease::from_pttl(reply.expect_integer(what));

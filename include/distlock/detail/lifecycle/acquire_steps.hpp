@@ -65,8 +65,8 @@ class AcquireSteps : public HoldKeeper<Protocol> {
     const bool wait;                  // false for try_lock()
     const std::uint64_t cancel_seen;  // a cancel_waits() after this ends the call
     bool local_holder = false;        // a holder of this object: its unlock is waited for
-    bool async = false;  // an event loop's: no thread owns the hold (single-holder protocols)
-    std::string id;      // moved into the hold once adopted
+    bool async = false;               // an event loop's: no thread owns the hold (see Lifecycle)
+    std::string id;                   // moved into the hold once adopted
     unsigned attempts = 0;
     clock::time_point first_sent{};
     clock::time_point sent{};  // the latest attempt's
@@ -95,9 +95,16 @@ class AcquireSteps : public HoldKeeper<Protocol> {
 
   // The first step of an acquire: done at once on re-entry, else the first
   // attempt (or, behind a holder of this object, a wait for its unlock).
+  // An async waiter of a re-entrant protocol is an owner of its own, whose
+  // id names no thread and is never used again.
   Next start(Waiter& waiter) {
     if (reenter(waiter)) return done(Outcome::acquired);
-    waiter.id = protocol_.id_for(waiter.kind);
+    if constexpr (Protocol::per_thread) {
+      waiter.id =
+          waiter.async ? protocol_.async_id_for(waiter.kind) : protocol_.id_for(waiter.kind);
+    } else {
+      waiter.id = protocol_.id_for(waiter.kind);
+    }
     return before_attempt(waiter);
   }
 
@@ -322,7 +329,7 @@ class AcquireSteps : public HoldKeeper<Protocol> {
         protocol_.watchdog().add(hold.lease, cap, /*renew=*/options_.auto_renew());
         hold.id = std::move(id);  // the caller returns at once
         holds_.add(std::move(hold));
-        protocol_.held(kind, +1);
+        if (!waiter.async) protocol_.held(kind, +1);  // an async hold is no thread's
         return true;
       }
     }

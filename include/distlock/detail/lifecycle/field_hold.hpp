@@ -109,6 +109,13 @@ class HashFieldCore : public SingleServer {
     return owner_id(this->site_->id(), this->key_);
   }
 
+  /// An owner id for one async acquire (distlock/asio.hpp), which no
+  /// thread holds by: "<client id>:a<number>", a number never used twice in
+  /// the process. Unlike a thread's, it never re-enters and is never
+  /// reused, so a write naming it that lands late finds no later hold: it
+  /// needs none of the retiring and counting a thread's owner id needs.
+  std::string async_owner() const { return async_owner_id(this->site_->id()); }
+
  protected:
   // Both ids are fixed for the object (its Client and key do not change),
   // so the key's is hashed once and a kind's is mixed from it: no string is
@@ -139,7 +146,8 @@ class HashFieldCore : public SingleServer {
       return this->checked(std::forward<Send>(send));
     } catch (const Error& error) {
       const std::error_code code = error.code();
-      if (code == Errc::timed_out || code == Errc::io_error || code == Errc::protocol_error) {
+      if (!is_async(id) &&
+          (code == Errc::timed_out || code == Errc::io_error || code == Errc::protocol_error)) {
         retire_owner_of(id);
       }
       throw;
@@ -153,7 +161,9 @@ class HashFieldCore : public SingleServer {
   /// next acquire is refused meanwhile instead of entering it again. While
   /// another lock object of the thread holds the key the id stays (the
   /// hold is that object's too), and the hash's lease then only lengthens.
-  void keeping(Kind, const std::string& id) { retire_owner_of(id); }
+  void keeping(Kind, const std::string& id) {
+    if (!is_async(id)) retire_owner_of(id);
+  }
 
  protected:
   // retire_owner() for the thread that owns the hold `id`: this one now,
@@ -199,6 +209,13 @@ class HashFieldCore : public SingleServer {
   }
 
  private:
+  // Whether the hold id is an async owner's (see async_owner()).
+  bool is_async(const std::string& id) const noexcept {
+    const std::string& client = this->site_->id();
+    return id.size() > client.size() + 1 && id.compare(0, client.size(), client) == 0 &&
+           id[client.size()] == ':' && id[client.size() + 1] == 'a';
+  }
+
   // The owner id in a hold id: "<client id>:<number>", which a write
   // hold's id follows with ":write".
   std::string owner_in(const std::string& id) const {

@@ -98,7 +98,7 @@ class HoldKeeper {
       }
       last.emplace(holds_.take(hold));
     }
-    let_go(kind);
+    let_go(*last);
     if (last->lost()) {
       told_released(last->acquired, Release::lost);
       return Unheld{};
@@ -125,6 +125,12 @@ class HoldKeeper {
     MutexLock guard(mutex_);
     return holds_.mine(kind) != nullptr;
   }
+  /// Whether the hold `id` of `kind` is still this object's (an async
+  /// hold's question, from any thread; as are the overloads by id below).
+  bool owns(Kind kind, const std::string& id) const noexcept {
+    MutexLock guard(mutex_);
+    return holds_.with_id(kind, id) != nullptr;
+  }
   unsigned depth(Kind kind) const noexcept {
     MutexLock guard(mutex_);
     const Hold* hold = holds_.mine(kind);
@@ -134,16 +140,19 @@ class HoldKeeper {
   /// parent's, and nothing in the child renews it.
   bool lost(Kind kind) const noexcept {
     MutexLock guard(mutex_);
-    const Hold* hold = holds_.mine(kind);
-    return hold != nullptr && (hold->lost() || protocol_.forked());
+    return lost(holds_.mine(kind));
+  }
+  bool lost(Kind kind, const std::string& id) const noexcept {
+    MutexLock guard(mutex_);
+    return lost(holds_.with_id(kind, id));
   }
   std::chrono::milliseconds validity(Kind kind) const noexcept {
     MutexLock guard(mutex_);
-    const Hold* hold = holds_.mine(kind);
-    if (hold == nullptr || hold->lost() || protocol_.forked()) return std::chrono::milliseconds(0);
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(hold->lease->expires() -
-                                                                            clock::now());
-    return std::max(left, std::chrono::milliseconds(0));
+    return validity(holds_.mine(kind));
+  }
+  std::chrono::milliseconds validity(Kind kind, const std::string& id) const noexcept {
+    MutexLock guard(mutex_);
+    return validity(holds_.with_id(kind, id));
   }
   /// The hold's id (a token, or a hash field); empty when not held.
   std::string id(Kind kind) const {
@@ -171,6 +180,13 @@ class HoldKeeper {
     if (hold == nullptr) throw NotHeldError(not_held_message(kind));
     return hold->fence;
   }
+  long long fence(Kind kind, const std::string& id) const {
+    if (!options_.fencing()) throw InvalidArgument("fencing is off for " + protocol_.key());
+    MutexLock guard(mutex_);
+    const Hold* hold = holds_.with_id(kind, id);
+    if (hold == nullptr) throw NotHeldError(protocol_.key() + ": this hold was given back");
+    return hold->fence;
+  }
 
   Protocol& protocol() noexcept { return protocol_; }
   const Protocol& protocol() const noexcept { return protocol_; }
@@ -181,11 +197,32 @@ class HoldKeeper {
   using Hold = typename Holds::Hold;
   using Ended = typename Holds::Ended;
 
-  // A hold of `kind` just left the table: the thread's count of it goes
-  // down, and a waiter of this object, next in turn, looks again.
-  void let_go(Kind kind) {
-    protocol_.held(kind, -1);
+  // In a forked child every inherited hold counts as lost (see above).
+  bool lost(const Hold* hold) const noexcept DISTLOCK_REQUIRES(mutex_) {
+    return hold != nullptr && (hold->lost() || protocol_.forked());
+  }
+  std::chrono::milliseconds validity(const Hold* hold) const noexcept DISTLOCK_REQUIRES(mutex_) {
+    if (hold == nullptr || hold->lost() || protocol_.forked()) return std::chrono::milliseconds(0);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(hold->lease->expires() -
+                                                                            clock::now());
+    return std::max(left, std::chrono::milliseconds(0));
+  }
+
+  // `hold` just left the table: its thread's count of it goes down, and a
+  // waiter of this object, next in turn, looks again.
+  void let_go(const Hold& hold) {
+    uncount(hold);
     cancellation_.nudge();
+  }
+  // The count of `hold` that its owner thread keeps (re-entrant protocols:
+  // see HashFieldCore::held): this thread's own, or left for the owner to
+  // settle. An async hold is no thread's, and counted nowhere.
+  void uncount(const Hold& hold) noexcept {
+    if (hold.thread == std::this_thread::get_id()) {
+      protocol_.held(hold.kind, -1);
+    } else if constexpr (Protocol::per_thread) {
+      if (hold.thread != std::thread::id()) protocol_.held_elsewhere(hold.kind, hold.id);
+    }
   }
 
   // Releases a grant not to be held; best effort: if Redis cannot be reached, the lease expires.
@@ -200,13 +237,17 @@ class HoldKeeper {
   // as a failed extend found (`outcome`, for the next release()).
   void forget(Kind kind, const std::string& id, Release outcome) {
     std::shared_ptr<LeaseState> lease;
+    Hold gone;
     {
       MutexLock guard(mutex_);
       Hold* hold = holds_.with_id(kind, id);
       if (hold == nullptr) return;
+      gone.thread = hold->thread;
+      gone.kind = kind;
+      gone.id = id;
       lease = holds_.end(hold, outcome);
     }
-    let_go(kind);
+    let_go(gone);
     protocol_.watchdog().remove(*lease);
   }
 
@@ -234,7 +275,7 @@ class HoldKeeper {
     }
     const Hold last = holds_.take(hold);
     guard.unlock();
-    let_go(kind);
+    let_go(last);
     Release outcome = Release::lost;
     protocol_.watchdog().remove(*last.lease);  // no renewal of it after this
     if (!last.lost()) {
@@ -275,7 +316,7 @@ class HoldKeeper {
   std::string not_held_message(Kind kind) const DISTLOCK_REQUIRES(mutex_) {
     if (Protocol::per_thread && !holds_.empty()) {
       return protocol_.key() + ": this thread holds no " + protocol_.describe(kind) +
-             " (another thread does; only the owner may unlock it)";
+             " (another thread or an async hold does; only its owner may give it back)";
     }
     return protocol_.key() + " is not held";
   }
@@ -294,11 +335,7 @@ class HoldKeeper {
     std::stable_partition(holds.begin(), holds.end(),
                           [](const Hold& hold) { return Protocol::given_back_first(hold.kind); });
     for (const Hold& hold : holds) {
-      if (hold.thread == std::this_thread::get_id()) {
-        protocol_.held(hold.kind, -1);
-      } else if constexpr (Protocol::per_thread) {
-        protocol_.held_elsewhere(hold.kind, hold.id);  // the owner thread's counts are its own
-      }
+      uncount(hold);
       reporting_unlock_failure(protocol_.events(), protocol_.key(), [&] {
         protocol_.watchdog().remove(*hold.lease);
         if (hold.lease->lost) return;

@@ -89,9 +89,12 @@ class HoldTable {
     return nullptr;
   }
 
+  const Hold* with_id(Kind kind, const std::string& id) const noexcept {
+    return const_cast<HoldTable*>(this)->with_id(kind, id);
+  }
   /// Records a new hold; an Ended its thread still had of the kind goes.
   void add(Hold hold) {
-    static_cast<void>(take_ended(hold.kind));
+    static_cast<void>(take_ended(hold.kind, hold.thread));
     holds_.push_back(std::move(hold));
   }
 
@@ -114,12 +117,11 @@ class HoldTable {
     return lease;
   }
 
-  /// The calling thread's Ended of `kind` (the object's one, if not
-  /// PerThread), removed.
-  std::optional<Ended> take_ended(Kind kind) {
-    const std::thread::id me = std::this_thread::get_id();
+  /// `thread`'s Ended of `kind` (the object's one, if not PerThread),
+  /// removed.
+  std::optional<Ended> take_ended(Kind kind, std::thread::id thread = std::this_thread::get_id()) {
     const auto it = std::find_if(ended_.begin(), ended_.end(), [&](const Ended& ended) {
-      return !PerThread || (ended.thread == me && ended.kind == kind);
+      return !PerThread || (ended.thread == thread && ended.kind == kind);
     });
     if (it == ended_.end()) return std::nullopt;
     const Ended ended = *it;

@@ -19,6 +19,8 @@
 //   given_back_first(kind)             which kinds a destructor releases first
 //   check_process(), forked()          Error(forked) / true in a forked child
 //   id_for(kind), before_first(kind, depth_of)   hold id; refusals (upgrade)
+//   async_id_for(kind)                 per_thread only: an async acquire's
+//                                      hold id, an owner of its own
 //   attempt(kind, id, deadline)        -> optional<Attempt>, undo included
 //   release(kind, id) / extend(kind, id, ttl)  -> TokenCheck
 //   read_holder(deadline), subscribe(deadline), wake()   for waiting
@@ -33,7 +35,9 @@
 // waits for it, the holding thread may not lock again, any thread may
 // unlock. With per_thread true (ReentrantMutex, SharedMutex) each thread
 // has its own per kind, counted locally: only a thread's first lock and
-// last unlock of a kind reach Redis.
+// last unlock of a kind reach Redis. An async hold (distlock/asio.hpp) is
+// no thread's: of a per_thread protocol, each is an owner of its own that
+// never re-enters, counted by no thread.
 #pragma once
 
 #include <chrono>

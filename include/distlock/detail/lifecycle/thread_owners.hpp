@@ -90,6 +90,16 @@ inline std::string owner_id(std::string_view client_id, std::string_view key) {
   return owner;
 }
 
+/// An owner id that no thread holds by, for one async acquire: "<client
+/// id>:a<number>", the number never handed out twice in this process.
+inline std::string async_owner_id(std::string_view client_id) {
+  static std::atomic<unsigned long long> next{1};
+  std::string owner(client_id);
+  owner += ":a";
+  owner += std::to_string(next.fetch_add(1));
+  return owner;
+}
+
 /// The hash-field holds that lock objects on the calling thread have, by an
 /// id for (client, key, kind of field), and of any kind by one for (client,
 /// key, "*"). The undo of an acquire whose reply
