@@ -251,22 +251,31 @@ TEST_F(AsioReentrantTest, AnAsyncHoldIsRenewedAndItsLossNoticed) {
   EXPECT_FALSE(key_exists(tree.key()));
 }
 
-class AsioReentrantFaultTest : public testing::AsioFaultTest {};
+// Through the fault proxy: an attempt whose answer does not come is
+// undone, as a Mutex's is.
+class AsioReentrantFaultTest : public testing::AsioFaultTest {
+ protected:
+  // Starts async_try_lock() with its replies held back, and waits until
+  // its hash is on the server (the link connected before).
+  std::future<Got> attempt_unanswered(ReentrantMutex& lock, asio::cancellation_slot slot) {
+    Got warmed = wait_for(start<Hold>([&](auto token) { async_try_lock(lock, std::move(token)); }));
+    EXPECT_TRUE(warmed.hold) << warmed.ec.message();
+    EXPECT_EQ(release(warmed.hold).second, Release::released);
+    proxy_->stall(testing::FaultProxy::Direction::to_client);
+    proxy_->sync();
+    std::future<Got> result =
+        start<Hold>([&](auto token) { async_try_lock(lock, std::move(token)); }, slot);
+    EXPECT_TRUE(eventually([&] { return key_exists(lock.key()); }));  // the attempt was applied
+    return result;
+  }
+};
 
 TEST_F(AsioReentrantFaultTest, ACancelledAttemptIsUndoneBehindItself) {
   options_.command_timeout = 30s;  // the undo must not wait for the link to time out
   Client client(options_);
-  ReentrantMutex warm(client, "async:warm", LockOptions().ttl(60s));
   ReentrantMutex tree(client, "async:cancelled", LockOptions().ttl(60s));
-  Got warmed = wait_for(start<Hold>([&](auto token) { async_try_lock(warm, std::move(token)); }));
-  ASSERT_TRUE(warmed.hold) << warmed.ec.message();
-  EXPECT_EQ(release(warmed.hold).second, Release::released);
-  proxy_->stall(testing::FaultProxy::Direction::to_client);
-  proxy_->sync();
   asio::cancellation_signal cancel;
-  std::future<Got> pending =
-      start<Hold>([&](auto token) { async_try_lock(tree, std::move(token)); }, cancel.slot());
-  ASSERT_TRUE(eventually([&] { return key_exists(tree.key()); }));  // the attempt was applied
+  std::future<Got> pending = attempt_unanswered(tree, cancel.slot());
   asio::post(io_, [&] { cancel.emit(asio::cancellation_type::terminal); });
   const Got tried = wait_for(std::move(pending));
   EXPECT_EQ(tried.ec, asio::error::operation_aborted);
@@ -275,6 +284,38 @@ TEST_F(AsioReentrantFaultTest, ACancelledAttemptIsUndoneBehindItself) {
   EXPECT_TRUE(eventually([&] { return !key_exists(tree.key()); }));
   proxy_->release(testing::FaultProxy::Direction::to_client);
   EXPECT_FALSE(detail::GivenBackElsewhere::any());
+}
+
+TEST_F(AsioReentrantFaultTest, AConnectionResetUnderAnAttemptIsUndoneApart) {
+  Client client(options_);
+  ReentrantMutex tree(client, "async:reset", LockOptions().ttl(60s));
+  std::future<Got> pending = attempt_unanswered(tree, {});
+  proxy_->reset_all();
+  proxy_->sync();
+  proxy_->release(testing::FaultProxy::Direction::to_client);
+  const Got tried = wait_for(std::move(pending));
+  EXPECT_EQ(tried.ec, Errc::io_error) << tried.ec.message();
+  EXPECT_FALSE(tried.hold);
+  // Nothing written behind on a reset connection arrives: the connector
+  // gave the hold back on a connection of its own (undo_on).
+  EXPECT_TRUE(eventually([&] { return !key_exists(tree.key()); }));
+  EXPECT_FALSE(detail::GivenBackElsewhere::any());
+}
+
+// A server silent past the command timeout: an outage, and the attempt,
+// applied, is undone behind itself as the link breaks.
+TEST_F(AsioReentrantFaultTest, NoReplyWithinTheCommandTimeoutIsTimedOutAndUndone) {
+  options_.command_timeout = 300ms;
+  Client client(options_);
+  ReentrantMutex tree(client, "async:silent", LockOptions().ttl(60s));
+  const Got tried = wait_for(attempt_unanswered(tree, {}));
+  EXPECT_EQ(tried.ec, Errc::timed_out) << tried.ec.message();
+  EXPECT_FALSE(tried.hold);
+  EXPECT_TRUE(eventually([&] { return !key_exists(tree.key()); }));
+  proxy_->release(testing::FaultProxy::Direction::to_client);
+  Got again = wait_for(start<Hold>([&](auto token) { async_try_lock(tree, std::move(token)); }));
+  ASSERT_FALSE(again.ec) << again.ec.message();  // on a new link
+  EXPECT_TRUE(again.hold);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/acl_rules.hpp"
 #include "support/asio_fixture.hpp"
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
@@ -172,6 +173,24 @@ TEST_F(AsioTest, AReleaseOfNothingIsNotHeld) {
   const auto [ec, outcome] = release(empty);
   EXPECT_EQ(ec, Errc::not_held);
   EXPECT_EQ(outcome, Release::lost);
+}
+
+// A release the server refuses (here its ACL: no scripts) completes with
+// the server's error, as the blocking release throws it, not as a reply
+// the library misread.
+TEST_F(AsioTest, AReleaseTheServerRefusesIsTheServersError) {
+  testing::acl::set_user(server(), "app", {"+@all", "-evalsha", "-eval", "~*", "&*"});
+  ClientOptions options = client_options(server());
+  options.username = "app";
+  options.password = "pw";
+  Client client(options);
+  Mutex mutex(client, "async:refused", LockOptions().ttl(30s).wake_on_release(false));
+  Tried taken = try_lock(mutex);  // SET NX PX: no script
+  ASSERT_TRUE(taken.hold) << taken.ec.message();
+  const auto [ec, outcome] = release(taken.hold);
+  EXPECT_EQ(ec, Errc::server_error) << ec.message();
+  EXPECT_EQ(outcome, Release::lost);
+  EXPECT_TRUE(key_exists(mutex.key()));  // left to its lease
 }
 
 // A minimum hold is kept by an extend, not a release: async_release

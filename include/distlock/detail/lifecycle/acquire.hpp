@@ -103,9 +103,10 @@ inline Attempt granted_on_nil(const Reply& reply, const char* what) {
 
 /// How a token-checked release or extend script answers: 1 (or 2: a
 /// Redisson-layout hold that stays) done, 0 no key (or the hold's own lease
-/// had run out), -1 another owner.
+/// had run out), -1 another owner. An error reply (a link's answer may be
+/// one: an ACL refusal) is thrown as the ServerError it is.
 inline TokenCheck token_check(const Reply& reply, const char* what) {
-  const long long answer = reply.expect_integer(what);
+  const long long answer = reply.throw_if_error().expect_integer(what);
   if (answer >= 1) return TokenCheck::done;
   return answer == 0 ? TokenCheck::no_key : TokenCheck::other_token;
 }
