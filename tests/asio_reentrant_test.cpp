@@ -32,17 +32,17 @@ namespace {
 using namespace std::chrono_literals;
 using testing::client_options;
 using testing::eventually;
-using Hold = AsyncHold<ReentrantMutex>;
-using Got = testing::Got<Hold>;
+using ReentrantHold = AsyncHold<ReentrantMutex>;
+using GotReentrant = testing::Got<ReentrantHold>;
 
 class AsioReentrantTest : public testing::AsioTest {
  protected:
-  std::future<Got> start_try(ReentrantMutex& lock, asio::cancellation_slot slot = {}) {
-    return start<Hold>([&](auto token) { async_try_lock(lock, std::move(token)); }, slot);
+  std::future<GotReentrant> start_try(ReentrantMutex& lock, asio::cancellation_slot slot = {}) {
+    return start<ReentrantHold>([&](auto token) { async_try_lock(lock, std::move(token)); }, slot);
   }
-  Got try_lock(ReentrantMutex& lock) { return wait_for(start_try(lock)); }
-  std::future<Got> start_lock(ReentrantMutex& lock) {
-    return start<Hold>([&](auto token) { async_lock(lock, std::move(token)); });
+  GotReentrant try_lock(ReentrantMutex& lock) { return wait_for(start_try(lock)); }
+  std::future<GotReentrant> start_lock(ReentrantMutex& lock) {
+    return start<ReentrantHold>([&](auto token) { async_lock(lock, std::move(token)); });
   }
 
   std::string field(const ReentrantMutex& lock, const std::string& owner) {
@@ -59,7 +59,7 @@ class AsioReentrantTest : public testing::AsioTest {
 TEST_F(AsioReentrantTest, AnAsyncHoldIsAnOwnerOfItsOwnInRedissonsLayout) {
   Client client(client_options(server()));
   ReentrantMutex tree(client, "async:tree", LockOptions().ttl(30s));
-  Got got = try_lock(tree);
+  GotReentrant got = try_lock(tree);
   ASSERT_FALSE(got.ec) << got.ec.message();
   ASSERT_TRUE(got.hold);
   const std::string owner = got.hold.id();
@@ -81,9 +81,9 @@ TEST_F(AsioReentrantTest, AsyncHoldsNeverReenterAndExcludeThreads) {
   Client client(client_options(server()));
   ReentrantMutex tree(client, "async:exclusive", LockOptions().ttl(30s));
   ReentrantMutex other(client, "async:exclusive", LockOptions().ttl(30s));
-  Got first = try_lock(tree);
+  GotReentrant first = try_lock(tree);
   ASSERT_TRUE(first.hold) << first.ec.message();
-  Got second = try_lock(tree);
+  GotReentrant second = try_lock(tree);
   EXPECT_FALSE(second.ec) << second.ec.message();
   EXPECT_FALSE(second.hold);
   EXPECT_FALSE(tree.try_lock());
@@ -91,7 +91,7 @@ TEST_F(AsioReentrantTest, AsyncHoldsNeverReenterAndExcludeThreads) {
   first.hold.unlock();
   ASSERT_TRUE(eventually([&] { return !key_exists(tree.key()); }));
   ASSERT_TRUE(tree.try_lock());
-  Got behind = try_lock(other);
+  GotReentrant behind = try_lock(other);
   EXPECT_FALSE(behind.ec) << behind.ec.message();
   EXPECT_FALSE(behind.hold);
   tree.unlock();
@@ -104,7 +104,7 @@ TEST_F(AsioReentrantTest, AWaiterIsWokenByTheReleaseAnnouncement) {
   ReentrantMutex holder(client, "async:woken", LockOptions().ttl(60s));
   ReentrantMutex waiter(client, "async:woken", LockOptions().ttl(60s));
   ASSERT_TRUE(holder.try_lock());
-  std::future<Got> waiting = start_lock(waiter);
+  std::future<GotReentrant> waiting = start_lock(waiter);
   const std::string channel = waiter.channel();
   ASSERT_TRUE(eventually([&] {
     const std::string numsub = server().command({"PUBSUB", "NUMSUB", channel});
@@ -112,7 +112,7 @@ TEST_F(AsioReentrantTest, AWaiterIsWokenByTheReleaseAnnouncement) {
   }));
   EXPECT_EQ(waiting.wait_for(100ms), std::future_status::timeout);
   holder.unlock();
-  Got got = wait_for(std::move(waiting));  // long before the holder's 60 s lease
+  GotReentrant got = wait_for(std::move(waiting));  // long before the holder's 60 s lease
   ASSERT_TRUE(got.hold) << got.ec.message();
   EXPECT_EQ(field(waiter, got.hold.id()), "1");
   got.hold.unlock();
@@ -127,7 +127,7 @@ TEST_F(AsioReentrantTest, GivingBackAnAsyncHoldTouchesNoThreadsCounts) {
   Client client(client_options(server()));
   {
     ReentrantMutex tree(client, "async:counts", LockOptions().ttl(30s));
-    Got got = try_lock(tree);
+    GotReentrant got = try_lock(tree);
     ASSERT_TRUE(got.hold) << got.ec.message();
     std::thread([&] { got.hold.unlock(); }).join();
     ASSERT_TRUE(eventually([&] { return !key_exists(tree.key()); }));
@@ -136,7 +136,7 @@ TEST_F(AsioReentrantTest, GivingBackAnAsyncHoldTouchesNoThreadsCounts) {
     EXPECT_EQ(release(got.hold).second, Release::released);
     got = try_lock(tree);
     ASSERT_TRUE(got.hold) << got.ec.message();
-    got.hold = Hold();  // given back without waiting
+    got.hold = ReentrantHold();  // given back without waiting
     ASSERT_TRUE(eventually([&] { return !key_exists(tree.key()); }));
     got = try_lock(tree);
     ASSERT_TRUE(got.hold) << got.ec.message();
@@ -158,7 +158,7 @@ TEST_F(AsioReentrantTest, GivingBackAnAsyncHoldTouchesNoThreadsCounts) {
 TEST_F(AsioReentrantTest, AReleaseWithinAMinimumHoldKeepsTheHash) {
   Client client(client_options(server()));
   ReentrantMutex cron(client, "async:cron", LockOptions().ttl(10s).min_hold(30s));
-  Got got = try_lock(cron);
+  GotReentrant got = try_lock(cron);
   ASSERT_TRUE(got.hold) << got.ec.message();
   const std::string owner = got.hold.id();
   EXPECT_EQ(release(got.hold), std::make_pair(std::error_code(), Release::kept));
@@ -172,13 +172,13 @@ TEST_F(AsioReentrantTest, AReleaseWithinAMinimumHoldKeepsTheHash) {
 TEST_F(AsioReentrantTest, AFencedHoldHasTheFenceOfItsGrant) {
   Client client(client_options(server()));
   ReentrantMutex tree(client, "async:fenced", LockOptions().ttl(30s).fencing(true));
-  Got first = try_lock(tree);
+  GotReentrant first = try_lock(tree);
   ASSERT_TRUE(first.hold) << first.ec.message();
   const long long fence = first.hold.fence();
   EXPECT_GT(fence, 0);
   first.hold.unlock();
   ASSERT_TRUE(eventually([&] { return !key_exists(tree.key()); }));
-  Got second = try_lock(tree);
+  GotReentrant second = try_lock(tree);
   ASSERT_TRUE(second.hold) << second.ec.message();
   EXPECT_GT(second.hold.fence(), fence);
 }
@@ -189,7 +189,7 @@ TEST_F(AsioReentrantTest, AKeyThatIsNoLockIsAnErrorAndUntouched) {
   Client client(client_options(server()));
   server().command({"SET", "async:string", "data"});
   ReentrantMutex on_string(client, "async:string");
-  Got got = try_lock(on_string);
+  GotReentrant got = try_lock(on_string);
   EXPECT_TRUE(got.ec);
   EXPECT_FALSE(got.hold);
   EXPECT_EQ(server().command({"GET", "async:string"}), "data");
@@ -210,8 +210,8 @@ TEST_F(AsioReentrantTest, TheRunningThreadsOwnerIdAndCountsAreUntouched) {
   ReentrantMutex tree(client, "async:mine", LockOptions().ttl(30s).min_hold(30s));
   const std::string before = tree.owner_id();
   asio::io_context here;  // run by this thread
-  Hold held;
-  async_try_lock(tree, asio::bind_executor(here, [&](std::error_code ec, Hold hold) {
+  ReentrantHold held;
+  async_try_lock(tree, asio::bind_executor(here, [&](std::error_code ec, ReentrantHold hold) {
                    EXPECT_FALSE(ec) << ec.message();
                    held = std::move(hold);
                  }));
@@ -237,7 +237,7 @@ TEST_F(AsioReentrantTest, TheRunningThreadsOwnerIdAndCountsAreUntouched) {
 TEST_F(AsioReentrantTest, AnAsyncHoldIsRenewedAndItsLossNoticed) {
   Client client(client_options(server()));
   ReentrantMutex tree(client, "async:renewed", LockOptions().ttl(600ms).auto_renew(true));
-  Got got = try_lock(tree);
+  GotReentrant got = try_lock(tree);
   ASSERT_TRUE(got.hold) << got.ec.message();
   long long last = pttl(tree);
   EXPECT_TRUE(eventually([&] {
@@ -257,14 +257,15 @@ class AsioReentrantFaultTest : public testing::AsioFaultTest {
  protected:
   // Starts async_try_lock() with its replies held back, and waits until
   // its hash is on the server (the link connected before).
-  std::future<Got> attempt_unanswered(ReentrantMutex& lock, asio::cancellation_slot slot) {
-    Got warmed = wait_for(start<Hold>([&](auto token) { async_try_lock(lock, std::move(token)); }));
+  std::future<GotReentrant> attempt_unanswered(ReentrantMutex& lock, asio::cancellation_slot slot) {
+    GotReentrant warmed =
+        wait_for(start<ReentrantHold>([&](auto token) { async_try_lock(lock, std::move(token)); }));
     EXPECT_TRUE(warmed.hold) << warmed.ec.message();
     EXPECT_EQ(release(warmed.hold).second, Release::released);
     proxy_->stall(testing::FaultProxy::Direction::to_client);
     proxy_->sync();
-    std::future<Got> result =
-        start<Hold>([&](auto token) { async_try_lock(lock, std::move(token)); }, slot);
+    std::future<GotReentrant> result =
+        start<ReentrantHold>([&](auto token) { async_try_lock(lock, std::move(token)); }, slot);
     EXPECT_TRUE(eventually([&] { return key_exists(lock.key()); }));  // the attempt was applied
     return result;
   }
@@ -275,9 +276,9 @@ TEST_F(AsioReentrantFaultTest, ACancelledAttemptIsUndoneBehindItself) {
   Client client(options_);
   ReentrantMutex tree(client, "async:cancelled", LockOptions().ttl(60s));
   asio::cancellation_signal cancel;
-  std::future<Got> pending = attempt_unanswered(tree, cancel.slot());
+  std::future<GotReentrant> pending = attempt_unanswered(tree, cancel.slot());
   asio::post(io_, [&] { cancel.emit(asio::cancellation_type::terminal); });
-  const Got tried = wait_for(std::move(pending));
+  const GotReentrant tried = wait_for(std::move(pending));
   EXPECT_EQ(tried.ec, asio::error::operation_aborted);
   EXPECT_FALSE(tried.hold);
   // Replies still held: the undo went out behind the attempt, and ran.
@@ -289,11 +290,11 @@ TEST_F(AsioReentrantFaultTest, ACancelledAttemptIsUndoneBehindItself) {
 TEST_F(AsioReentrantFaultTest, AConnectionResetUnderAnAttemptIsUndoneApart) {
   Client client(options_);
   ReentrantMutex tree(client, "async:reset", LockOptions().ttl(60s));
-  std::future<Got> pending = attempt_unanswered(tree, {});
+  std::future<GotReentrant> pending = attempt_unanswered(tree, {});
   proxy_->reset_all();
   proxy_->sync();
   proxy_->release(testing::FaultProxy::Direction::to_client);
-  const Got tried = wait_for(std::move(pending));
+  const GotReentrant tried = wait_for(std::move(pending));
   EXPECT_EQ(tried.ec, Errc::io_error) << tried.ec.message();
   EXPECT_FALSE(tried.hold);
   // Nothing written behind on a reset connection arrives: the connector
@@ -308,12 +309,13 @@ TEST_F(AsioReentrantFaultTest, NoReplyWithinTheCommandTimeoutIsTimedOutAndUndone
   options_.command_timeout = 300ms;
   Client client(options_);
   ReentrantMutex tree(client, "async:silent", LockOptions().ttl(60s));
-  const Got tried = wait_for(attempt_unanswered(tree, {}));
+  const GotReentrant tried = wait_for(attempt_unanswered(tree, {}));
   EXPECT_EQ(tried.ec, Errc::timed_out) << tried.ec.message();
   EXPECT_FALSE(tried.hold);
   EXPECT_TRUE(eventually([&] { return !key_exists(tree.key()); }));
   proxy_->release(testing::FaultProxy::Direction::to_client);
-  Got again = wait_for(start<Hold>([&](auto token) { async_try_lock(tree, std::move(token)); }));
+  GotReentrant again =
+      wait_for(start<ReentrantHold>([&](auto token) { async_try_lock(tree, std::move(token)); }));
   ASSERT_FALSE(again.ec) << again.ec.message();  // on a new link
   EXPECT_TRUE(again.hold);
 }
