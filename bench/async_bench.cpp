@@ -1,10 +1,9 @@
 // The async cycle (distlock/asio.hpp: async_try_lock, then async_release)
 // against the blocking one (try_lock, then unlock) in turns (paired.hpp),
-// on one server, each with a Mutex of its own. The async cycle runs on an
-// io_context that this thread runs until both calls completed, so the
-// ratio counts everything the async path adds: the link's strand and
-// socket waits, the completion posts, and the release's round trip through
-// the backend's connector thread.
+// on one server, each with a lock of its own (a Mutex, a ReentrantMutex). The async cycle runs on
+// an io_context that this thread runs until both calls completed, so the ratio counts everything
+// the async path adds: the link's strand and socket waits, the completion posts, and the release's
+// round trip through the backend's connector thread.
 #include <benchmark/benchmark.h>
 
 #include <asio/bind_executor.hpp>
@@ -19,26 +18,28 @@
 #include "bench_support.hpp"
 #include "distlock/asio.hpp"
 #include "distlock/mutex.hpp"
+#include "distlock/reentrant_mutex.hpp"
 #include "paired.hpp"
 
 namespace distlock::bench {
 namespace {
 
-void BM_Paired_Async_Mutex_LockUnlock(benchmark::State& state) {
+template <class Lock>
+void paired_async_cycle(benchmark::State& state) {
   Client client(server_options());
-  Mutex sync_lock(client, "bench:sync");
-  Mutex async_lock(client, "bench:async");
+  Lock sync_lock(client, "bench:sync");
+  Lock async_lock(client, "bench:async");
   asio::io_context io;
   const auto async_cycle = [&] {
     bool released = false;
     std::error_code failed;
     async_try_lock(
-        async_lock, asio::bind_executor(io, [&](std::error_code ec, AsyncHold<Mutex> hold) {
+        async_lock, asio::bind_executor(io, [&](std::error_code ec, AsyncHold<Lock> hold) {
           if (ec || !hold) {
             failed = ec ? ec : make_error_code(Errc::lock_lost);
             return;
           }
-          auto held = std::make_shared<AsyncHold<Mutex>>(std::move(hold));
+          auto held = std::make_shared<AsyncHold<Lock>>(std::move(hold));
           async_release(*held,
                         asio::bind_executor(io, [&, held](std::error_code rc, Release outcome) {
                           released = !rc && outcome == Release::released;
@@ -51,7 +52,16 @@ void BM_Paired_Async_Mutex_LockUnlock(benchmark::State& state) {
   };
   run_paired(state, async_cycle, lock_unlock_cycle(state, sync_lock));
 }
+
+void BM_Paired_Async_Mutex_LockUnlock(benchmark::State& state) { paired_async_cycle<Mutex>(state); }
 BENCHMARK(BM_Paired_Async_Mutex_LockUnlock)->UseManualTime();
+
+// The same for a ReentrantMutex: Redisson's scripts, an async owner of
+// its own against the thread's.
+void BM_Paired_Async_ReentrantMutex_LockUnlock(benchmark::State& state) {
+  paired_async_cycle<ReentrantMutex>(state);
+}
+BENCHMARK(BM_Paired_Async_ReentrantMutex_LockUnlock)->UseManualTime();
 
 // A field of /proc/self/status ("Threads", "VmRSS" in kB).
 long proc_status(const std::string& field) {

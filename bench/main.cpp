@@ -78,6 +78,7 @@ const std::vector<Paired> paired = {
     {"BM_Paired_Cluster_Mutex_LockUnlock", "SET NX PX + EVALSHA, at the owner", 1.1},
     {"BM_Paired_Cluster_Mutex_LockUnlock_SameCommands", "what Mutex sends, raw", 1.05},
     {"BM_Paired_Async_Mutex_LockUnlock", "try_lock + unlock, blocking", 1.15},
+    {"BM_Paired_Async_ReentrantMutex_LockUnlock", "try_lock + unlock, blocking", 1.15},
 };
 
 // Prints as the console reporter does, and remembers each benchmark's time.
