@@ -25,7 +25,8 @@
 //     undo or a release that reaches Redis after the owner's next grant,
 //     on another connection, takes nothing from it, whichever thread sent
 //     it (a destructor gives back every thread's holds);
-// and under every fault: every try_lock_for returns by its deadline + 50 ms,
+// and under every fault: every try_lock_for returns by its deadline + 50 ms
+// (200 ms under the sanitizers: support/sanitized.hpp),
 // every contender exits, and no lock key outlives its lease.
 //
 // Sizes: a fixed seed and about a second per run in CI (half that under the
@@ -81,8 +82,7 @@ using testing::RedisServerOptions;
 using testing::Shared;
 using testing::WorkloadOptions;
 
-// The slack a call with a deadline may take past it.
-constexpr milliseconds deadline_slack{50};
+using testing::deadline_slack;
 
 // ---- the lock types, as a contender uses them ----------------------------
 

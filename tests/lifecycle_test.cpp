@@ -34,6 +34,7 @@
 #include "support/faults.hpp"
 #include "support/fixture.hpp"
 #include "support/options.hpp"
+#include "support/sanitized.hpp"
 
 namespace distlock {
 namespace {
@@ -42,8 +43,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// The slack a call with a deadline may take past it.
-constexpr milliseconds deadline_slack{50};
+using testing::deadline_slack;
 
 // What a test needs of a lock type, over the Clients of its masters. The
 // holder side of a kind is what keeps its waiter out: the same kind, except
