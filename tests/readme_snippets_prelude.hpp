@@ -30,5 +30,6 @@ inline std::vector<Step> steps;
 inline void run_export() {}
 inline void run_report() {}
 inline void send_mail() {}
+inline void render() {}
 
 }  // namespace readme

@@ -16,8 +16,9 @@
 // Semaphore's and the RateLimiter's calls in asio_counting.hpp.
 //
 // So far: async_try_lock, async_try_lock_for/_until and async_lock for
-// Mutex, ReentrantMutex (and a Semaphore's PermitLock), async_acquire and
-// its timed forms for Semaphore and RateLimiter, async_run_locked over
+// Mutex, ReentrantMutex, SharedMutex (and a Semaphore's PermitLock), the
+// read side's async_lock_shared and its kin for SharedMutex, async_acquire
+// and its timed forms for Semaphore and RateLimiter, async_run_locked over
 // those locks or a Semaphore, on a Client (one endpoint), without
 // LockOptions::replicas; other lock types and backends do not compile or
 // complete with Errc::invalid_argument. An async hold belongs to no
@@ -26,7 +27,8 @@
 // back. Of a ReentrantMutex, each async acquire is an owner of its own
 // ("<client id>:a<n>" in the hash): it never re-enters (a second async
 // acquire through the object waits like any other owner), it excludes
-// every thread's holds, and only the AsyncHold gives it back.
+// every thread's holds, and only the AsyncHold gives it back. So is each
+// of a SharedMutex, on either side.
 #pragma once
 
 // A standard header before Asio's: Asio's configuration reads libstdc++'s
@@ -113,14 +115,48 @@ auto async_lock(Lock& lock, Token&& token) {
                                std::forward<Token>(token));
 }
 
+/// async_try_lock, for a SharedMutex's read side: completes with
+/// (error_code, AsyncSharedHold), the hold empty when a writer holds it.
+template <class Lock, class Token>
+auto async_try_lock_shared(Lock& lock, Token&& token) {
+  return detail::start_acquire<detail::Side::shared>(lock, detail::SteadyClock::now(),
+                                                     /*wait=*/false, std::forward<Token>(token));
+}
+
+/// async_try_lock_for, for a SharedMutex's read side.
+template <class Lock, class Rep, class Period, class Token>
+auto async_try_lock_shared_for(Lock& lock, const std::chrono::duration<Rep, Period>& timeout,
+                               Token&& token) {
+  return detail::start_acquire<detail::Side::shared>(lock, detail::deadline_after(timeout),
+                                                     /*wait=*/true, std::forward<Token>(token));
+}
+
+/// async_try_lock_until, for a SharedMutex's read side.
+template <class Lock, class Clock, class Duration, class Token>
+auto async_try_lock_shared_until(Lock& lock,
+                                 const std::chrono::time_point<Clock, Duration>& deadline,
+                                 Token&& token) {
+  return detail::start_acquire<detail::Side::shared>(lock, detail::to_steady_deadline(deadline),
+                                                     /*wait=*/true, std::forward<Token>(token));
+}
+
+/// async_lock, for a SharedMutex's read side.
+template <class Lock, class Token>
+auto async_lock_shared(Lock& lock, Token&& token) {
+  return detail::start_acquire<detail::Side::shared>(lock, detail::no_deadline, /*wait=*/true,
+                                                     std::forward<Token>(token));
+}
+
 /// release() without blocking: completes with (error_code, Release), as
 /// release() answers or throws; the hold is empty from the call on.
 /// Not cancellable: a release once asked for is sent.
-template <class Lock, class Token>
-auto async_release(AsyncHold<Lock>& hold, Token&& token) {
+template <class Lock, detail::Side side, class Token>
+auto async_release(AsyncHold<Lock, side>& hold, Token&& token) {
   return asio::async_initiate<Token, void(std::error_code, Release)>(
-      [](auto handler, detail::HoldParts<Lock> parts) {
-        detail::release_async(std::move(parts.first), std::move(parts.second), std::move(handler));
+      [](auto handler, detail::HoldParts<Lock, side> parts) {
+        constexpr auto kind = detail::LifeTraits<detail::LifeOf<Lock>>::template kind<side>();
+        detail::release_async(std::move(parts.first), kind, std::move(parts.second),
+                              std::move(handler));
       },
       token, detail::AsyncAccess::take(hold));
 }

@@ -31,8 +31,9 @@ namespace distlock {
 /// co_await too) and releasing on destruction, but without blocking (the
 /// release goes out on the link the hold was acquired on; see unlock()).
 /// Empty when the lock was busy. It keeps the lock's state alive, so it may
-/// outlive the lock object, and its context.
-template <class Lock>
+/// outlive the lock object, and its context. `side` is the lock's
+/// exclusive side, or a SharedMutex's read side (AsyncSharedHold).
+template <class Lock, detail::Side side>
 class AsyncHold {
   using Life = detail::LifeOf<Lock>;
 
@@ -87,7 +88,7 @@ class AsyncHold {
     const std::string id = std::move(id_);
     if (life->protocol().forked()) return;  // the parent's hold: the child sends nothing
     try {
-      detail::release_on_link(life, id, link, [life](std::error_code ec, Release) {
+      detail::release_on_link(life, kind, id, link, [life](std::error_code ec, Release) {
         if (!ec) return;
         detail::emit_unlock_failed(life->protocol().events(), life->protocol().key(), ec.message());
       });
@@ -97,7 +98,7 @@ class AsyncHold {
 
  private:
   friend struct detail::AsyncAccess;
-  static constexpr typename Life::Kind kind = detail::LifeTraits<Life>::exclusive;
+  static constexpr typename Life::Kind kind = detail::LifeTraits<Life>::template kind<side>();
 
   AsyncHold(std::shared_ptr<Life> life, std::string id,
             const std::shared_ptr<detail::AsioLink>& link) noexcept
@@ -110,26 +111,31 @@ class AsyncHold {
   std::weak_ptr<detail::AsioLink> link_;
 };
 
+/// A hold of a SharedMutex's read side, as an async read acquire takes it.
+template <class Lock>
+using AsyncSharedHold = AsyncHold<Lock, detail::Side::shared>;
+
 namespace detail {
 // Starts an AcquireOp. It carries the deadline itself: an initiation with
 // no state, handed on by reference, draws a false "maybe uninitialized"
 // from g++ 12.
-template <class Lock>
+template <class Lock, Side side>
 struct InitiateAcquire {
   SteadyClock::time_point deadline;
   bool wait;
   template <class Handler>
   void operator()(Handler handler, std::shared_ptr<LifeOf<Lock>> life) const {
-    std::make_shared<AcquireOp<Lock, Handler>>(std::move(life), std::move(handler), deadline, wait)
+    std::make_shared<AcquireOp<Lock, side, Handler>>(std::move(life), std::move(handler), deadline,
+                                                     wait)
         ->start();
   }
 };
-// An acquire on `source`, a lock or a Semaphore (see HeldLock).
-template <class Source, class Token>
+// An acquire of `side` on `source`, a lock or a Semaphore (see HeldLock).
+template <Side side = Side::exclusive, class Source, class Token>
 auto start_acquire(Source& source, SteadyClock::time_point deadline, bool wait, Token&& token) {
   using Lock = HeldLockOf<Source>;
-  return asio::async_initiate<Token, void(std::error_code, AsyncHold<Lock>)>(
-      InitiateAcquire<Lock>{deadline, wait}, token, AsyncAccess::life_of(source));
+  return asio::async_initiate<Token, void(std::error_code, AsyncHold<Lock, side>)>(
+      InitiateAcquire<Lock, side>{deadline, wait}, token, AsyncAccess::life_of(source));
 }
 
 }  // namespace detail

@@ -106,7 +106,7 @@ class ReentrantProtocol : public HashFieldCore<ReentrantKind> {
   // The steps on a link (distlock/asio.hpp), for an async owner: the
   // owner id is the attempt's alone, so its undo, written behind it, can
   // take no other hold.
-  Link::Ticket send_attempt(Link& link, const std::string& owner, Link::Sink sink) const {
+  Link::Ticket send_attempt(Kind, Link& link, const std::string& owner, Link::Sink sink) const {
     if (fencing_) {
       return link.send_script(scripts::reentrant_acquire_fenced, {this->key_, fence_key_},
                               {this->ttl_, owner}, std::move(sink));
@@ -116,21 +116,21 @@ class ReentrantProtocol : public HashFieldCore<ReentrantKind> {
   }
   // The scripts fail with WRONGTYPE on a key of another type: a
   // ServerError, as the blocking path's (which names the type found).
-  Attempt attempt_answer(const Reply& reply) const {
+  Attempt attempt_answer(Kind, const Reply& reply) const {
     Attempt attempt = acquire_answer(reply);
     if (!attempt.acquired) check_expires(this->key_, "hash", attempt.holder);
     return attempt;
   }
-  void send_undo(Link& link, const std::string& owner) const {
+  void send_undo(Kind, Link& link, const std::string& owner) const {
     link.undo_eval(scripts::reentrant_release, {this->key_, this->channel_}, {owner});
   }
-  Link::Ticket send_release(Link& link, const std::string& owner, Link::Sink sink) const {
+  Link::Ticket send_release(Kind, Link& link, const std::string& owner, Link::Sink sink) const {
     return link.send_script(scripts::reentrant_release, {this->key_, this->channel_}, {owner},
                             std::move(sink));
   }
-  static TokenCheck release_answer(const Reply& reply) { return field_check(reply); }
+  static TokenCheck release_answer(Kind, const Reply& reply) { return field_check(reply); }
   // The undo on a connection of its own, answered (the connector's).
-  void undo_on(Connection& connection, const std::string& owner) const {
+  void undo_on(Kind, Connection& connection, const std::string& owner) const {
     static_cast<void>(
         connection.eval(scripts::reentrant_release, {this->key_, this->channel_}, {owner}));
   }

@@ -39,20 +39,26 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 
 #include "distlock/acquire_policy.hpp"
 #include "distlock/client.hpp"
+#include "distlock/detail/base/args.hpp"
 #include "distlock/detail/base/config.hpp"
 #include "distlock/detail/base/lease_state.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/exclusive_lock.hpp"
 #include "distlock/detail/lifecycle/field_hold.hpp"
+#include "distlock/detail/lifecycle/holder_lease.hpp"
+#include "distlock/detail/lifecycle/key_type.hpp"
 #include "distlock/detail/wire/connection.hpp"
+#include "distlock/detail/wire/link.hpp"
 #include "distlock/detail/wire/scripts.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
+#include "distlock/reply.hpp"
 
 namespace distlock {
 
@@ -68,6 +74,7 @@ class SharedProtocol : public HashFieldCore<SharedKind> {
  public:
   using Kind = SharedKind;
   static constexpr Kind exclusive = Kind::write;
+  static constexpr Kind shared = Kind::read;
   // Read first: a write release then finds no readers left and frees the
   // lock with one announcement.
   static constexpr bool given_back_first(Kind kind) noexcept { return kind == Kind::read; }
@@ -98,39 +105,17 @@ class SharedProtocol : public HashFieldCore<SharedKind> {
 
   std::optional<Attempt> attempt(Kind kind, const std::string& field,
                                  SteadyClock::time_point deadline) {
-    if (kind == Kind::read) {
-      const std::string stem = timeout_stem(field);
-      return this->attempt_field(
-          kind, scripts::read_release, {this->key_, this->channel_, stem, timeout_stem_}, {field},
-          deadline, [&](Connection& connection) {
-            return granted_on_nil(connection.eval(scripts::read_acquire, {this->key_, stem},
-                                                  {this->ttl_, field, field + ":write"}),
-                                  "shared acquire");
-          });
-    }
-    const std::string owner = owner_of(field);
-    const std::string stem = timeout_stem(owner);
-    return this->attempt_field(
-        kind, scripts::write_release, {this->key_, this->channel_, stem}, {field, owner}, deadline,
-        [&](Connection& connection) {
-          const Reply reply =
-              connection.eval(scripts::write_acquire, {this->key_}, {this->ttl_, field, owner});
-          if (reply.is_string()) throw upgrade_refused();  // through another object of this thread
-          return granted_on_nil(reply, "shared acquire");
-        });
+    return with_release(kind, field, [&](const Script& undo, Args undo_keys, Args undo_args) {
+      return this->attempt_field(kind, undo, undo_keys, undo_args, deadline,
+                                 [&](Connection& connection) {
+                                   return acquire_answer(kind, acquire_on(kind, connection, field));
+                                 });
+    });
   }
 
   TokenCheck release(Kind kind, const std::string& field) {
     return this->released(field, [&](Connection& connection) {
-      if (kind == Kind::read) {
-        return field_check(connection.eval(
-            scripts::read_release, {this->key_, this->channel_, timeout_stem(field), timeout_stem_},
-            {field}));
-      }
-      const std::string owner = owner_of(field);
-      return field_check(connection.eval(scripts::write_release,
-                                         {this->key_, this->channel_, timeout_stem(owner)},
-                                         {field, owner}));
+      return field_check(release_on(kind, connection, field));
     });
   }
 
@@ -158,6 +143,43 @@ class SharedProtocol : public HashFieldCore<SharedKind> {
 
   static std::string describe(Kind kind) { return kind == Kind::read ? "read lock" : "write lock"; }
 
+  // The steps on a link (distlock/asio.hpp), for an async owner: its field
+  // is the attempt's alone, so an undo written behind it takes no other
+  // hold, and it holds no read lock a write attempt could be refused for.
+  Link::Ticket send_attempt(Kind kind, Link& link, const std::string& field,
+                            Link::Sink sink) const {
+    return with_acquire(kind, field, [&](const Script& script, Args keys, Args args) {
+      return link.send_script(script, keys, args, std::move(sink));
+    });
+  }
+  // The scripts fail with WRONGTYPE on a key of another type: a
+  // ServerError, as the blocking path's (which names the type found).
+  Attempt attempt_answer(Kind kind, const Reply& reply) const {
+    Attempt attempt = acquire_answer(kind, reply);
+    if (!attempt.acquired) check_expires(this->key_, "hash", attempt.holder);
+    return attempt;
+  }
+  void send_undo(Kind kind, Link& link, const std::string& field) const {
+    with_release(kind, field, [&](const Script& script, Args keys, Args args) {
+      link.undo_eval(script, keys, args);
+    });
+  }
+  Link::Ticket send_release(Kind kind, Link& link, const std::string& field,
+                            Link::Sink sink) const {
+    return with_release(kind, field, [&](const Script& script, Args keys, Args args) {
+      return link.send_script(script, keys, args, std::move(sink));
+    });
+  }
+  static TokenCheck release_answer(Kind, const Reply& reply) { return field_check(reply); }
+  // The undo on a connection of its own, answered (the connector's).
+  void undo_on(Kind kind, Connection& connection, const std::string& field) const {
+    static_cast<void>(release_on(kind, connection, field));
+  }
+  // read_holder() on a link: the replies to PTTL and TYPE of the key.
+  HolderLease holder_answer(const Reply& pttl, const Reply& type) const {
+    return holder_of_type(this->key_, pttl, type, "hash");
+  }
+
  private:
   static const LockOptions& no_fencing(const LockOptions& options) {
     if (options.fencing()) {
@@ -171,6 +193,52 @@ class SharedProtocol : public HashFieldCore<SharedKind> {
                              this->key_ +
                                  ": this thread holds the read lock; taking the write lock "
                                  "too would wait for itself (unlock_shared() first)");
+  }
+
+  // The acquire script of `kind` for `field`, with its keys and arguments,
+  // handed to `use`.
+  template <class Use>
+  auto with_acquire(Kind kind, const std::string& field, Use&& use) const
+      -> std::invoke_result_t<Use, const Script&, Args, Args> {
+    if (kind == Kind::read) {
+      const std::string stem = timeout_stem(field);
+      return use(scripts::read_acquire, Args{this->key_, stem},
+                 Args{this->ttl_, field, field + ":write"});
+    }
+    const std::string owner = owner_of(field);
+    return use(scripts::write_acquire, Args{this->key_}, Args{this->ttl_, field, owner});
+  }
+  Reply acquire_on(Kind kind, Connection& connection, const std::string& field) const {
+    return with_acquire(kind, field, [&](const Script& script, Args keys, Args args) {
+      return connection.eval(script, keys, args);
+    });
+  }
+  // Granted: nil; refused: the holder's PTTL; to a write attempt, a
+  // string: the field's owner holds the read lock (an upgrade, refused).
+  Attempt acquire_answer(Kind kind, const Reply& reply) const {
+    if (kind == Kind::write && reply.is_string()) throw upgrade_refused();
+    return granted_on_nil(reply, "shared acquire");
+  }
+
+  // The release script of a hold of `kind`, with its keys and arguments,
+  // handed to `use`: a read hold drops its shortest lease key; a write
+  // hold's field names its owner, whose read leases it keeps.
+  template <class Use>
+  auto with_release(Kind kind, const std::string& field, Use&& use) const
+      -> std::invoke_result_t<Use, const Script&, Args, Args> {
+    if (kind == Kind::read) {
+      const std::string stem = timeout_stem(field);
+      return use(scripts::read_release, Args{this->key_, this->channel_, stem, timeout_stem_},
+                 Args{field});
+    }
+    const std::string owner = owner_of(field);
+    const std::string stem = timeout_stem(owner);
+    return use(scripts::write_release, Args{this->key_, this->channel_, stem}, Args{field, owner});
+  }
+  Reply release_on(Kind kind, Connection& connection, const std::string& field) const {
+    return with_release(kind, field, [&](const Script& script, Args keys, Args args) {
+      return connection.eval(script, keys, args);
+    });
   }
 
   // The owner of a write field "<owner>:write" (the hold's, not the calling

@@ -87,8 +87,8 @@ class AsioTest : public RedisTest {
     return future.get();
   }
 
-  template <class Lock>
-  std::pair<std::error_code, Release> release(AsyncHold<Lock>& hold) {
+  template <class Lock, distlock::detail::Side side>
+  std::pair<std::error_code, Release> release(AsyncHold<Lock, side>& hold) {
     auto done = std::make_shared<std::promise<std::pair<std::error_code, Release>>>();
     std::future<std::pair<std::error_code, Release>> result = done->get_future();
     async_release(hold, asio::bind_executor(io_, [done](std::error_code ec, Release outcome) {

@@ -47,17 +47,18 @@
 
 namespace distlock::detail {
 
-template <class Lock, class Handler>
-class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> {
+template <class Lock, Side side, class Handler>
+class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Handler>> {
   using Life = LifeOf<Lock>;
   using Protocol = typename LifeTraits<Life>::Protocol;
   using Waiter = typename Life::Waiter;
   using Next = typename Life::Next;
   using Step = typename Life::Step;
   using clock = SteadyClock;
-  static constexpr auto kind = LifeTraits<Life>::exclusive;
+  using Hold = AsyncHold<Lock, side>;
+  static constexpr auto kind = LifeTraits<Life>::template kind<side>();
   static_assert(HasLinkSteps<Protocol>::value,
-                "async locks take a Mutex, a ReentrantMutex or a Semaphore so far");
+                "async locks take a Mutex, a ReentrantMutex, a SharedMutex or a Semaphore so far");
 
  public:
   /// `wait` false: one attempt (async_try_lock), `deadline` ignored.
@@ -151,7 +152,7 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
     begin(Phase::attempt, by);
     on_link([](const std::shared_ptr<AcquireOp>& self, Link& link) {
       self->steps_.in_flight = self->life_->protocol().send_attempt(
-          link, self->id_, [self, at = self->steps_.current()](LinkAnswer answer) {
+          kind, link, self->id_, [self, at = self->steps_.current()](LinkAnswer answer) {
             if (self->steps_.current() == at) self->attempt_answered(std::move(answer));
           });
     });
@@ -175,7 +176,7 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
     try {
       Attempt attempt;
       try {
-        attempt = protocol.attempt_answer(*answer.reply);
+        attempt = protocol.attempt_answer(kind, *answer.reply);
       } catch (const ServerError&) {
         throw;  // refused by the server: nothing was applied
       } catch (const InvalidArgument&) {
@@ -322,13 +323,13 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
   // and apart too where the connection closed under it, on a connection of
   // the connector's own (a pooled one may have been closed with it).
   void undo(bool apart) noexcept {
-    if (Link* on = link().current()) life_->protocol().send_undo(*on, id_);
+    if (Link* on = link().current()) life_->protocol().send_undo(kind, *on, id_);
     if (!apart) return;
     try {
       life_->protocol().site()->connector().post([life = life_, id = id_] {
         try {
           Connection fresh(life->protocol().site()->options());
-          life->protocol().undo_on(fresh, id);
+          life->protocol().undo_on(kind, fresh, id);
         } catch (...) {  // best effort: the lease runs out otherwise
         }
       });
@@ -349,16 +350,16 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, Handler>> 
   void finish(Outcome outcome) {
     switch (outcome) {
       case Outcome::acquired:
-        return complete({}, AsyncAccess::hold<Lock>(life_, id_, steps_.link()));
-      case Outcome::timed_out: return complete({}, AsyncHold<Lock>());
+        return complete({}, AsyncAccess::hold<Lock, side>(life_, id_, steps_.link()));
+      case Outcome::timed_out: return complete({}, Hold());
       case Outcome::unanswered: return finish(make_error_code(Errc::timed_out));
       case Outcome::cancelled: return finish(make_error_code(Errc::cancelled));
     }
   }
-  void finish(std::error_code ec) { complete(ec, AsyncHold<Lock>()); }
+  void finish(std::error_code ec) { complete(ec, Hold()); }
 
   // Once, on the handler's executor (see OpSteps::complete).
-  void complete(std::error_code ec, AsyncHold<Lock> hold) {
+  void complete(std::error_code ec, Hold hold) {
     if (steps_.finished()) return;
     end();
     steps_.complete(work_, handler_, ec, std::move(hold));

@@ -17,7 +17,13 @@
 
 namespace distlock {
 
-template <class Lock>
+namespace detail {
+/// Which side of a lock an async hold is: the exclusive one of every lock,
+/// or a SharedMutex's read side.
+enum class Side { exclusive, shared };
+}  // namespace detail
+
+template <class Lock, detail::Side side = detail::Side::exclusive>
 class AsyncHold;
 
 namespace detail {
@@ -28,6 +34,16 @@ template <class P>
 struct LifeTraits<Lifecycle<P>> {
   using Protocol = P;
   static constexpr typename P::Kind exclusive = P::exclusive;
+  /// The protocol's kind of hold for `side` (a shared one only where the
+  /// protocol has one).
+  template <Side side>
+  static constexpr typename P::Kind kind() noexcept {
+    if constexpr (side == Side::shared) {
+      return P::shared;
+    } else {
+      return P::exclusive;
+    }
+  }
 };
 
 /// What an async acquire on `Source` holds: a hold of the lock `Source`,
@@ -55,17 +71,17 @@ struct AsyncAccess {
       return source.permit_life();
     }
   }
-  template <class Lock, class Life, class Link>
-  static AsyncHold<Lock> hold(std::shared_ptr<Life> life, std::string id,
-                              const std::shared_ptr<Link>& link) noexcept {
-    return AsyncHold<Lock>(std::move(life), std::move(id), link);
+  template <class Lock, Side side, class Life, class Link>
+  static AsyncHold<Lock, side> hold(std::shared_ptr<Life> life, std::string id,
+                                    const std::shared_ptr<Link>& link) noexcept {
+    return AsyncHold<Lock, side>(std::move(life), std::move(id), link);
   }
-  template <class Lock>
-  static auto parts(const AsyncHold<Lock>& hold) {
+  template <class Lock, Side side>
+  static auto parts(const AsyncHold<Lock, side>& hold) {
     return std::make_pair(hold.life_, hold.id_);
   }
-  template <class Lock>
-  static auto take(AsyncHold<Lock>& hold) noexcept {
+  template <class Lock, Side side>
+  static auto take(AsyncHold<Lock, side>& hold) noexcept {
     return std::make_pair(std::move(hold.life_), std::move(hold.id_));
   }
 };
@@ -75,14 +91,14 @@ struct AsyncAccess {
 template <class P, class = void>
 struct HasLinkSteps : std::false_type {};
 template <class P>
-struct HasLinkSteps<
-    P, std::void_t<decltype(std::declval<const P&>().attempt_answer(std::declval<const Reply&>()))>>
+struct HasLinkSteps<P, std::void_t<decltype(std::declval<const P&>().attempt_answer(
+                           std::declval<typename P::Kind>(), std::declval<const Reply&>()))>>
     : std::true_type {};
 
 template <class Source>
 using LifeOf = typename decltype(AsyncAccess::life_of(std::declval<Source&>()))::element_type;
-template <class Lock>
-using HoldParts = decltype(AsyncAccess::take(std::declval<AsyncHold<Lock>&>()));
+template <class Lock, Side side = Side::exclusive>
+using HoldParts = decltype(AsyncAccess::take(std::declval<AsyncHold<Lock, side>&>()));
 
 /// The error code an exception from a step stands for.
 inline std::error_code code_of(const std::exception_ptr& failure) noexcept {

@@ -44,10 +44,11 @@ void tell_release(GiveBack&& give_back, Done& done) {
 
 // On the connector thread: release() of the hold, its outcome to `done`.
 template <class Life, class Done>
-void release_apart(std::shared_ptr<Life> life, std::string id, Done done) {
+void release_apart(std::shared_ptr<Life> life, typename Life::Kind kind, std::string id,
+                   Done done) {
   auto shared = std::make_shared<Done>(std::move(done));  // the connector's jobs copy
-  life->protocol().site()->connector().post([life, id = std::move(id), shared] {
-    tell_release([&] { return life->release_hold(LifeTraits<Life>::exclusive, id); }, *shared);
+  life->protocol().site()->connector().post([life, kind, id = std::move(id), shared] {
+    tell_release([&] { return life->release_hold(kind, id); }, *shared);
   });
 }
 
@@ -68,28 +69,27 @@ struct Unsent {
   bool sent = false;
 };
 
-/// Gives the hold `id` back on `link` (see the top of file); `done(ec,
-/// Release)` runs once, on the link's strand, on the connector thread, or
-/// inside this call for a hold that is gone already.
+/// Gives the hold `id` of `kind` back on `link` (see the top of file);
+/// `done(ec, Release)` runs once, on the link's strand, on the connector
+/// thread, or inside this call for a hold that is gone already.
 template <class Life, class Done>
-void release_on_link(const std::shared_ptr<Life>& life, const std::string& id,
-                     const std::shared_ptr<AsioLink>& link, Done done) {
-  constexpr auto kind = LifeTraits<Life>::exclusive;
+void release_on_link(const std::shared_ptr<Life>& life, typename Life::Kind kind,
+                     const std::string& id, const std::shared_ptr<AsioLink>& link, Done done) {
   std::optional<typename Life::Unheld> unheld;
   try {
     if (link) unheld = life->unhold(kind, id);
   } catch (...) {
     return done(code_of(std::current_exception()), Release::lost);
   }
-  if (!unheld) return release_apart(life, id, std::move(done));
+  if (!unheld) return release_apart(life, kind, id, std::move(done));
   if (!unheld->send) return done(std::error_code(), Release::lost);
   auto shared = std::make_shared<Done>(std::move(done));  // for both of submit's callbacks
   const auto acquired = unheld->acquired;
-  auto answered = [life, acquired, shared](LinkAnswer answer) {
+  auto answered = [life, kind, acquired, shared](LinkAnswer answer) {
     tell_release(
         [&] {
           if (answer.failure) std::rethrow_exception(answer.failure);
-          const Release outcome = to_release(life->protocol().release_answer(*answer.reply));
+          const Release outcome = to_release(life->protocol().release_answer(kind, *answer.reply));
           life->told_released(acquired, outcome);
           return outcome;
         },
@@ -98,8 +98,8 @@ void release_on_link(const std::shared_ptr<Life>& life, const std::string& id,
   // Given back apart, on the connector thread through the backend's pool:
   // when the context is gone, or shuts down with the write still queued
   // (the write's last copy then goes unrun).
-  auto apart = [life, id, acquired, shared] {
-    life->protocol().site()->connector().post([life, id, acquired, shared] {
+  auto apart = [life, kind, id, acquired, shared] {
+    life->protocol().site()->connector().post([life, kind, id, acquired, shared] {
       tell_release(
           [&] {
             const Release outcome = to_release(life->protocol().release(kind, id));
@@ -112,9 +112,9 @@ void release_on_link(const std::shared_ptr<Life>& life, const std::string& id,
   auto unsent = std::make_shared<Unsent<decltype(apart)>>(apart);
   const bool queued = link->submit_if_open(
       life->protocol().site(),
-      [life, id, answered, unsent](Link& on) {
+      [life, kind, id, answered, unsent](Link& on) {
         unsent->sent = true;
-        life->protocol().send_release(on, id, answered);
+        life->protocol().send_release(kind, on, id, answered);
       },
       [shared, unsent](const std::exception_ptr& failure) {
         unsent->sent = true;  // no link to be had: told, and the lease runs out
@@ -171,7 +171,8 @@ class OffContext {
 /// async_release(): release_on_link() on the link of the handler's
 /// context, completing on the handler's executor (kept running meanwhile).
 template <class Life, class Handler>
-void release_async(std::shared_ptr<Life> life, std::string id, Handler handler) {
+void release_async(std::shared_ptr<Life> life, typename Life::Kind kind, std::string id,
+                   Handler handler) {
   const asio::any_io_executor work =
       asio::prefer(asio::any_io_executor(asio::get_associated_executor(handler)),
                    asio::execution::outstanding_work.tracked);
@@ -189,7 +190,7 @@ void release_async(std::shared_ptr<Life> life, std::string id, Handler handler) 
                             asio::prefer(work, asio::execution::outstanding_work.untracked));
   }
   auto pending = std::make_shared<OffContext<Handler>>(work, std::move(handler), service.gate());
-  release_on_link(life, id, link, [pending](std::error_code ec, Release outcome) {
+  release_on_link(life, kind, id, link, [pending](std::error_code ec, Release outcome) {
     pending->complete(ec, outcome);
   });
 }

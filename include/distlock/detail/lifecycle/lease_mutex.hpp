@@ -96,29 +96,29 @@ class LeaseProtocol : public SingleServer, public OneKindProtocol {
   // Templates, so that an explicit instantiation over a Wire without them
   // (SimpleMutex's, so far) leaves them out.
   template <class W = Wire>
-  Link::Ticket send_attempt(Link& link, const std::string& token, Link::Sink sink) const {
+  Link::Ticket send_attempt(Kind, Link& link, const std::string& token, Link::Sink sink) const {
     return W::send_acquire(link, keys(), token, ttl_, fencing_, std::move(sink));
   }
   template <class W = Wire>
-  auto attempt_answer(const Reply& reply) const
+  auto attempt_answer(Kind, const Reply& reply) const
       -> decltype(W::acquire_answer(reply, LeaseKeys(), false)) {
     return W::acquire_answer(reply, keys(), fencing_);
   }
   template <class W = Wire>
-  void send_undo(Link& link, const std::string& token) const {
+  void send_undo(Kind, Link& link, const std::string& token) const {
     W::send_undo(link, keys(), token);
   }
   // The release on a link, and its answer.
   template <class W = Wire>
-  Link::Ticket send_release(Link& link, const std::string& token, Link::Sink sink) const {
+  Link::Ticket send_release(Kind, Link& link, const std::string& token, Link::Sink sink) const {
     return W::send_release(link, keys(), token, std::move(sink));
   }
   template <class W = Wire>
-  auto release_answer(const Reply& reply) const -> decltype(W::release_answer(reply)) {
+  auto release_answer(Kind, const Reply& reply) const -> decltype(W::release_answer(reply)) {
     return W::release_answer(reply);
   }
   // The undo on a connection of its own, answered (the connector's).
-  void undo_on(Connection& connection, const std::string& token) const {
+  void undo_on(Kind, Connection& connection, const std::string& token) const {
     static_cast<void>(Wire::release(connection, keys(), token));
   }
   // read_holder() on a link: the replies to PTTL and TYPE of key().

@@ -71,12 +71,14 @@ class SemaphoreProtocol : public SingleServer, public OneKindProtocol {
 
   std::string id_for(Kind) const { return make_token(); }
 
-  std::optional<Attempt> attempt(Kind, const std::string& id, SteadyClock::time_point deadline) {
+  std::optional<Attempt> attempt(Kind kind, const std::string& id,
+                                 SteadyClock::time_point deadline) {
     return attempt_or_undo(
         *site_, deadline,
         [&](Connection& connection) {
-          return attempt_answer(connection.eval(
-              scripts::semaphore_acquire, {this->key_, count_key_}, {id, this->ttl_, permits_}));
+          return attempt_answer(
+              kind, connection.eval(scripts::semaphore_acquire, {this->key_, count_key_},
+                                    {id, this->ttl_, permits_}));
         },
         [&](Connection& connection) {
           connection.send_eval_behind(scripts::semaphore_release,
@@ -86,13 +88,13 @@ class SemaphoreProtocol : public SingleServer, public OneKindProtocol {
 
   // The steps on a link (an event loop's, distlock/asio.hpp): each written,
   // its answer decoded apart; an attempt's undo written behind it.
-  Link::Ticket send_attempt(Link& link, const std::string& id, Link::Sink sink) const {
+  Link::Ticket send_attempt(Kind, Link& link, const std::string& id, Link::Sink sink) const {
     return link.send_script(scripts::semaphore_acquire, {this->key_, count_key_},
                             {id, this->ttl_, permits_}, std::move(sink));
   }
   // {1, _} granted; {0, pttl} refused, pttl the first live permit's lease;
   // {-1, count} the name's count is not this object's (InvalidArgument).
-  Attempt attempt_answer(const Reply& reply) const {
+  Attempt attempt_answer(Kind, const Reply& reply) const {
     reply.throw_if_error();
     if (reply.size() != 2)
       throw ConnectionError(Errc::protocol_error, "bad semaphore acquire reply");
@@ -105,16 +107,16 @@ class SemaphoreProtocol : public SingleServer, public OneKindProtocol {
     }
     return attempt;
   }
-  void send_undo(Link& link, const std::string& id) const {
+  void send_undo(Kind, Link& link, const std::string& id) const {
     link.undo_eval(scripts::semaphore_release, {this->key_, this->channel_, count_key_}, {id});
   }
-  Link::Ticket send_release(Link& link, const std::string& id, Link::Sink sink) const {
+  Link::Ticket send_release(Kind, Link& link, const std::string& id, Link::Sink sink) const {
     return link.send_script(scripts::semaphore_release, {this->key_, this->channel_, count_key_},
                             {id}, std::move(sink));
   }
-  static TokenCheck release_answer(const Reply& reply) { return permit_check(reply); }
+  static TokenCheck release_answer(Kind, const Reply& reply) { return permit_check(reply); }
   // The undo on a connection of its own, answered (the connector's).
-  void undo_on(Connection& connection, const std::string& id) const {
+  void undo_on(Kind, Connection& connection, const std::string& id) const {
     static_cast<void>(connection.eval(scripts::semaphore_release,
                                       {this->key_, this->channel_, count_key_}, {id}));
   }
