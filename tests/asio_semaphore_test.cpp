@@ -355,19 +355,12 @@ TEST_F(AsioSemaphoreTest, AsyncAndBlockingHoldersNeverExceedTheCount) {
 // server whose answer never comes is undone, as a Mutex's is.
 class AsioSemaphoreFaultTest : public testing::AsioFaultTest {
  protected:
-  // Starts async_try_acquire() with its replies held back, and waits until
-  // its permit is in the set (the link connected before).
+  // async_try_acquire() with its replies held back, once its permit is
+  // in the set.
   std::future<Got> attempt_unanswered(Semaphore& semaphore, asio::cancellation_slot slot) {
-    Got warmed = wait_for(
-        start<AsyncPermit>([&](auto token) { async_try_acquire(semaphore, std::move(token)); }));
-    EXPECT_TRUE(warmed.hold) << warmed.ec.message();
-    EXPECT_EQ(release(warmed.hold).second, Release::released);
-    proxy_->stall(testing::FaultProxy::Direction::to_client);
-    proxy_->sync();
-    std::future<Got> result = start<AsyncPermit>(
-        [&](auto token) { async_try_acquire(semaphore, std::move(token)); }, slot);
-    EXPECT_TRUE(eventually([&] { return live(semaphore) == 1; }));  // the attempt was applied
-    return result;
+    return testing::AsioFaultTest::attempt_unanswered<AsyncPermit>(
+        [&](auto token) { async_try_acquire(semaphore, std::move(token)); },
+        [&] { return live(semaphore) == 1; }, slot);
   }
   long long live(const Semaphore& semaphore) {
     return std::stoll(server().command({"ZCARD", semaphore.key()}));

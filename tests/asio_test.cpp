@@ -317,10 +317,9 @@ TEST_F(AsioTest, AServerRestartedBetweenCallsIsReconnectedTo) {
 TEST_F(AsioFaultTest, ACancelledAttemptIsUndoneBehindItself) {
   options_.command_timeout = 30s;  // the undo must not wait for the link to time out
   Client client(options_);
-  Mutex warm(client, "async:warm");
   Mutex mutex(client, "async:cancelled", LockOptions().ttl(60s));
   asio::cancellation_signal cancel;
-  std::future<Tried> pending = attempt_unanswered(warm, mutex, cancel.slot());
+  std::future<Tried> pending = try_unanswered<Hold>(mutex, cancel.slot());
 
   asio::post(io_, [&] { cancel.emit(asio::cancellation_type::terminal); });
   const Tried tried = wait_for(std::move(pending));
@@ -340,10 +339,9 @@ TEST_F(AsioFaultTest, ACancelledAttemptIsUndoneBehindItself) {
 TEST_F(AsioFaultTest, NoReplyWithinTheCommandTimeoutIsTimedOutAndUndone) {
   options_.command_timeout = 300ms;
   Client client(options_);
-  Mutex warm(client, "async:warm");
   Mutex mutex(client, "async:silent", LockOptions().ttl(60s));
   const auto sent = std::chrono::steady_clock::now();
-  const Tried tried = wait_for(attempt_unanswered(warm, mutex, {}));
+  const Tried tried = wait_for(try_unanswered<Hold>(mutex, {}));
   EXPECT_EQ(tried.ec, Errc::timed_out) << tried.ec.message();
   EXPECT_GE(std::chrono::steady_clock::now() - sent, options_.command_timeout);
   EXPECT_FALSE(tried.hold);
@@ -357,9 +355,8 @@ TEST_F(AsioFaultTest, NoReplyWithinTheCommandTimeoutIsTimedOutAndUndone) {
 
 TEST_F(AsioFaultTest, AConnectionResetUnderAnAttemptIsAnErrorAndUndoneApart) {
   Client client(options_);
-  Mutex warm(client, "async:warm");
   Mutex mutex(client, "async:reset", LockOptions().ttl(60s));
-  std::future<Tried> pending = attempt_unanswered(warm, mutex, {});
+  std::future<Tried> pending = try_unanswered<Hold>(mutex, {});
   proxy_->reset_all();
   proxy_->sync();
   proxy_->release(Direction::to_client);  // for the connection the grant is given back on

@@ -49,9 +49,7 @@ class AsioWaitTest : public testing::AsioTest {
   }
 
   long long subscribers(const Mutex& mutex) {
-    const std::string answer =
-        server().command({"PUBSUB", "NUMSUB", detail::companion_key(mutex.key(), "released")});
-    return std::stoll(answer.substr(answer.find('\n') + 1));
+    return AsioTest::subscribers(detail::companion_key(mutex.key(), "released"));
   }
   // An async waiter is asleep on the release channel, its subscription
   // confirmed.

@@ -16,15 +16,18 @@
 // Semaphore's and the RateLimiter's calls in asio_counting.hpp.
 //
 // So far: async_try_lock, async_try_lock_for/_until and async_lock for
-// Mutex, ReentrantMutex, SharedMutex (and a Semaphore's PermitLock), the
-// read side's async_lock_shared and its kin for SharedMutex, async_acquire
-// and its timed forms for Semaphore and RateLimiter, async_run_locked over
+// Mutex, SimpleMutex, ReentrantMutex, SharedMutex (and a Semaphore's
+// PermitLock), the read side's async_lock_shared and its kin for
+// SharedMutex, async_acquire and its timed forms for Semaphore and
+// RateLimiter, async_run_locked over
 // those locks or a Semaphore, on a Client (one endpoint), without
 // LockOptions::replicas; other lock types and backends do not compile or
 // complete with Errc::invalid_argument. An async hold belongs to no
 // thread. Of a Mutex, a thread of the same object that locks waits for
 // it, as for a hold of another thread, and any thread's unlock() gives it
-// back. Of a ReentrantMutex, each async acquire is an owner of its own
+// back (a SimpleMutex's release, a read and then a transaction on one
+// connection, goes through the backend's connector thread). Of a
+// ReentrantMutex, each async acquire is an owner of its own
 // ("<client id>:a<n>" in the hash): it never re-enters (a second async
 // acquire through the object waits like any other owner), it excludes
 // every thread's holds, and only the AsyncHold gives it back. So is each

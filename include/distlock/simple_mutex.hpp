@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -50,24 +51,39 @@ struct TransactionalLease {
   static Attempt acquire(Connection& connection, const LeaseKeys& keys, const std::string& token,
                          const Decimal& ttl, bool fencing) {
     if (!fencing) return set_if_absent(connection, keys, token, ttl);
-    Attempt attempt;
-    connection.append("MULTI");
-    connection.append("SET", keys.key, token, "NX", "PX", ttl);
-    connection.append("INCR", keys.fence);
-    connection.append("EXEC");
+    append_fenced_acquire(connection, keys, token, ttl);
     for (int queued = 0; queued < 3; ++queued) connection.read_reply().throw_if_error();
     const Reply& exec = connection.read_reply().throw_if_error();
-    if (exec.size() != 2) throw ConnectionError(Errc::protocol_error, "bad EXEC reply");
-    attempt.acquired = exec[0].is_ok();
-    if (exec[1].is_error()) {
+    try {
+      return exec_answer(exec);
+    } catch (const UnfencedGrant& unfenced) {
       // A transaction does not roll back: the SET stands though the INCR
       // failed. Take the unfenced lock away again before reporting.
-      const ServerError error(exec[1].str());
-      if (attempt.acquired) static_cast<void>(release(connection, keys, token));
-      throw error;
+      static_cast<void>(release(connection, keys, token));
+      throw ServerError(unfenced.what());
     }
-    if (attempt.acquired) attempt.fence = exec[1].integer();
-    return attempt;
+  }
+
+  // The same on a link (an event loop's): the fenced acquire is one MULTI
+  // whose four commands are queued together, so no other step on the link
+  // comes between them; the EXEC's reply is the answer.
+  static Link::Ticket send_acquire(Link& link, const LeaseKeys& keys, const std::string& token,
+                                   const Decimal& ttl, bool fencing, Link::Sink sink) {
+    if (!fencing) return send_set_if_absent(link, keys, token, ttl, std::move(sink));
+    link.send({"MULTI"}, nullptr);
+    link.send({"SET", keys.key, token, "NX", "PX", ttl}, nullptr);
+    link.send({"INCR", keys.fence}, nullptr);
+    return link.send({"EXEC"}, std::move(sink));
+  }
+  // An unfenced grant (the INCR failed after the SET) is an Error, but no
+  // ServerError: the grant stands, so the async caller gives it back.
+  static Attempt acquire_answer(const Reply& reply, const LeaseKeys&, bool fencing) {
+    if (!fencing) return set_answer(reply);
+    try {
+      return exec_answer(reply.throw_if_error());
+    } catch (const UnfencedGrant& unfenced) {
+      throw Error(Errc::server_error, unfenced.what());
+    }
   }
 
   // See the top of this file: read, then delete, on a connection of its own.
@@ -91,6 +107,10 @@ struct TransactionalLease {
                             const std::string& token) {
     return release_by(connection, keys, token, no_deadline);
   }
+  // No send_undo nor send_release: a token-checked delete takes a read and
+  // then a transaction on one connection, whose WATCH another step on a
+  // shared link could clear (UNWATCH, EXEC) in between. The async calls
+  // give a late grant back, and release, on a connection of their own.
 
   static TokenCheck extend(Connection& connection, const LeaseKeys& keys, const std::string& token,
                            const Decimal& ttl) {
@@ -147,6 +167,30 @@ struct TransactionalLease {
       exec[0].throw_if_error();
       return TokenCheck::done;
     }
+  }
+
+  // A fenced grant's INCR failed: the grant stands, without a fence.
+  struct UnfencedGrant : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
+  static void append_fenced_acquire(Connection& connection, const LeaseKeys& keys,
+                                    const std::string& token, const Decimal& ttl) {
+    connection.append("MULTI");
+    connection.append("SET", keys.key, token, "NX", "PX", ttl);
+    connection.append("INCR", keys.fence);
+    connection.append("EXEC");
+  }
+  // EXEC's reply to the fenced acquire: [OK or nil, fence].
+  static Attempt exec_answer(const Reply& exec) {
+    if (exec.size() != 2) throw ConnectionError(Errc::protocol_error, "bad EXEC reply");
+    Attempt attempt;
+    attempt.acquired = exec[0].is_ok();
+    if (exec[1].is_error()) {
+      if (attempt.acquired) throw UnfencedGrant(std::string(exec[1].str()));
+      throw ServerError(exec[1].str());
+    }
+    if (attempt.acquired) attempt.fence = exec[1].integer();
+    return attempt;
   }
 
   // Renews with no script. The leases go in chunks of watch_size: WATCH

@@ -98,6 +98,11 @@ class AsioTest : public RedisTest {
   }
 
   bool key_exists(const std::string& key) { return server().command({"EXISTS", key}) == "1"; }
+  // The clients subscribed to `channel` (a waiter's subscription, made).
+  long long subscribers(const std::string& channel) {
+    const std::string answer = server().command({"PUBSUB", "NUMSUB", channel});
+    return std::stoll(answer.substr(answer.find('\n') + 1));
+  }
 
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(io_);
@@ -121,19 +126,27 @@ class AsioFaultTest : public AsioTest {
     proxy_.reset();
   }
 
-  // Starts async_try_lock() with its replies held back, and waits until
-  // its attempt reached the server (the link connected before).
-  std::future<Tried> attempt_unanswered(Mutex& warm, Mutex& mutex, asio::cancellation_slot slot) {
-    Tried warmed = try_lock(warm);
+  // Starts `initiate` (an async try completing with a `Held`) with its
+  // replies held back, once a first one was answered and given back (the
+  // link connected), and waits until `applied()` says the attempt reached
+  // the server.
+  template <class Held, class Initiate, class Applied>
+  std::future<Got<Held>> attempt_unanswered(Initiate initiate, Applied applied,
+                                            asio::cancellation_slot slot) {
+    Got<Held> warmed = wait_for(start<Held>(initiate));
     EXPECT_TRUE(warmed.hold) << warmed.ec.message();
     EXPECT_EQ(release(warmed.hold).second, Release::released);
     proxy_->stall(FaultProxy::Direction::to_client);
     proxy_->sync();
-    const std::uint64_t before = proxy_->bytes_to_server();
-    std::future<Tried> result = start_try_lock(mutex, slot);
-    EXPECT_TRUE(eventually([&] { return proxy_->bytes_to_server() > before; }));
-    EXPECT_TRUE(eventually([&] { return key_exists(mutex.key()); }));  // the SET was applied
+    std::future<Got<Held>> result = start<Held>(initiate, slot);
+    EXPECT_TRUE(eventually(applied));
     return result;
+  }
+  // The same for async_try_lock(lock), applied once the key is there.
+  template <class Held, class Lock>
+  std::future<Got<Held>> try_unanswered(Lock& lock, asio::cancellation_slot slot) {
+    return attempt_unanswered<Held>([&](auto token) { async_try_lock(lock, std::move(token)); },
+                                    [&] { return key_exists(lock.key()); }, slot);
   }
 
   std::unique_ptr<FaultProxy> proxy_;

@@ -57,8 +57,10 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
   using clock = SteadyClock;
   using Hold = AsyncHold<Lock, side>;
   static constexpr auto kind = LifeTraits<Life>::template kind<side>();
+  static constexpr bool undoes_behind = UndoesBehind<Protocol>::value;
   static_assert(HasLinkSteps<Protocol>::value,
-                "async locks take a Mutex, a ReentrantMutex, a SharedMutex or a Semaphore so far");
+                "async locks take a Mutex, a SimpleMutex, a ReentrantMutex, a SharedMutex or a "
+                "Semaphore so far");
 
  public:
   /// `wait` false: one attempt (async_try_lock), `deadline` ignored.
@@ -153,7 +155,8 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
     on_link([](const std::shared_ptr<AcquireOp>& self, Link& link) {
       self->steps_.in_flight = self->life_->protocol().send_attempt(
           kind, link, self->id_, [self, at = self->steps_.current()](LinkAnswer answer) {
-            if (self->steps_.current() == at) self->attempt_answered(std::move(answer));
+            if (self->steps_.current() == at) return self->attempt_answered(std::move(answer));
+            if constexpr (!undoes_behind) self->answered_late(answer);
           });
     });
   }
@@ -312,19 +315,45 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
   }
 
   // The step in flight is not waited for any longer; an attempt's undo
-  // follows it on the same connection.
+  // follows it on the same connection. Where none can (!undoes_behind),
+  // the attempt's answer still comes to it: answered_late().
   void forget_in_flight(bool undo_it) {
+    if constexpr (!undoes_behind) {
+      if (undo_it) return steps_.in_flight.reset();
+    }
     steps_.forget_in_flight([&] {
       if (undo_it) undo(false);
     });
   }
 
+  // The answer to an attempt nobody waits for any longer: a grant (or an
+  // answer that may hide one, or none at all) is given back apart.
+  void answered_late(const LinkAnswer& answer) noexcept {
+    bool granted = true;
+    if (answer.reply) {
+      try {
+        granted = life_->protocol().attempt_answer(kind, *answer.reply).acquired;
+      } catch (...) {  // an answer that may hide a grant
+      }
+    }
+    if (granted) undo_apart();
+  }
+
   // The attempt in flight may have been applied: undo it behind itself,
-  // and apart too where the connection closed under it, on a connection of
-  // the connector's own (a pooled one may have been closed with it).
+  // and apart too where the connection closed under it. A protocol that
+  // cannot undo behind (a SimpleMutex) always undoes apart: its delete
+  // checks the token first.
   void undo(bool apart) noexcept {
-    if (Link* on = link().current()) life_->protocol().send_undo(kind, *on, id_);
-    if (!apart) return;
+    if constexpr (undoes_behind) {
+      if (Link* on = link().current()) life_->protocol().send_undo(kind, *on, id_);
+      if (!apart) return;
+    }
+    undo_apart();
+  }
+
+  // On a connection of the connector's own (a pooled one may have been
+  // closed with the link).
+  void undo_apart() noexcept {
     try {
       life_->protocol().site()->connector().post([life = life_, id = id_] {
         try {

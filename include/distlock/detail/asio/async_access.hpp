@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "distlock/detail/lifecycle/lifecycle.hpp"
+#include "distlock/detail/wire/link.hpp"
 #include "distlock/error.hpp"
 #include "distlock/reply.hpp"
 
@@ -94,6 +95,26 @@ template <class P>
 struct HasLinkSteps<P, std::void_t<decltype(std::declval<const P&>().attempt_answer(
                            std::declval<typename P::Kind>(), std::declval<const Reply&>()))>>
     : std::true_type {};
+
+/// Whether a Protocol writes an attempt's undo behind it on the link
+/// (send_undo). One that cannot (a SimpleMutex: its token-checked delete
+/// reads first) gives a late grant back on a connection of its own.
+template <class P, class = void>
+struct UndoesBehind : std::false_type {};
+template <class P>
+struct UndoesBehind<P, std::void_t<decltype(std::declval<const P&>().send_undo(
+                           std::declval<typename P::Kind>(), std::declval<Link&>(),
+                           std::declval<const std::string&>()))>> : std::true_type {};
+
+/// Whether a Protocol releases on a link (send_release); one that does not
+/// releases on a connection of its own, through the backend's connector.
+template <class P, class = void>
+struct ReleasesOnLink : std::false_type {};
+template <class P>
+struct ReleasesOnLink<P, std::void_t<decltype(std::declval<const P&>().send_release(
+                             std::declval<typename P::Kind>(), std::declval<Link&>(),
+                             std::declval<const std::string&>(), Link::Sink()))>> : std::true_type {
+};
 
 template <class Source>
 using LifeOf = typename decltype(AsyncAccess::life_of(std::declval<Source&>()))::element_type;

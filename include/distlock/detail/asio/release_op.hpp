@@ -69,12 +69,10 @@ struct Unsent {
   bool sent = false;
 };
 
-/// Gives the hold `id` of `kind` back on `link` (see the top of file);
-/// `done(ec, Release)` runs once, on the link's strand, on the connector
-/// thread, or inside this call for a hold that is gone already.
+// release_on_link() for a protocol that releases on a link.
 template <class Life, class Done>
-void release_on_link(const std::shared_ptr<Life>& life, typename Life::Kind kind,
-                     const std::string& id, const std::shared_ptr<AsioLink>& link, Done done) {
+void write_release(const std::shared_ptr<Life>& life, typename Life::Kind kind,
+                   const std::string& id, const std::shared_ptr<AsioLink>& link, Done done) {
   std::optional<typename Life::Unheld> unheld;
   try {
     if (link) unheld = life->unhold(kind, id);
@@ -123,6 +121,20 @@ void release_on_link(const std::shared_ptr<Life>& life, typename Life::Kind kind
   if (!queued) {
     unsent->sent = true;
     apart();
+  }
+}
+
+/// Gives the hold `id` of `kind` back on `link` (see the top of file), or,
+/// for a protocol without a release on a link (SimpleMutex), apart;
+/// `done(ec, Release)` runs once, on the link's strand, on the connector
+/// thread, or inside this call for a hold that is gone already.
+template <class Life, class Done>
+void release_on_link(const std::shared_ptr<Life>& life, typename Life::Kind kind,
+                     const std::string& id, const std::shared_ptr<AsioLink>& link, Done done) {
+  if constexpr (ReleasesOnLink<typename LifeTraits<Life>::Protocol>::value) {
+    write_release(life, kind, id, link, std::move(done));
+  } else {
+    release_apart(life, kind, id, std::move(done));
   }
 }
 

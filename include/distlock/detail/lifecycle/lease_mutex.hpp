@@ -91,10 +91,11 @@ class LeaseProtocol : public SingleServer, public OneKindProtocol {
         key_);
   }
 
-  // The attempt for an event loop (distlock/asio.hpp), where the Wire has
-  // one: written on a link, its answer decoded apart, undone behind it.
-  // Templates, so that an explicit instantiation over a Wire without them
-  // (SimpleMutex's, so far) leaves them out.
+  // The steps for an event loop (distlock/asio.hpp), where the Wire has
+  // them: written on a link, each answer decoded apart, an attempt undone
+  // behind it. Templates, so that an explicit instantiation over a Wire
+  // without some (SimpleMutex's has no undo nor release on a link) leaves
+  // them out, and the async calls can tell (detail/asio/async_access.hpp).
   template <class W = Wire>
   Link::Ticket send_attempt(Kind, Link& link, const std::string& token, Link::Sink sink) const {
     return W::send_acquire(link, keys(), token, ttl_, fencing_, std::move(sink));
@@ -105,12 +106,14 @@ class LeaseProtocol : public SingleServer, public OneKindProtocol {
     return W::acquire_answer(reply, keys(), fencing_);
   }
   template <class W = Wire>
-  void send_undo(Kind, Link& link, const std::string& token) const {
+  auto send_undo(Kind, Link& link, const std::string& token) const
+      -> decltype(W::send_undo(link, LeaseKeys(), token)) {
     W::send_undo(link, keys(), token);
   }
   // The release on a link, and its answer.
   template <class W = Wire>
-  Link::Ticket send_release(Kind, Link& link, const std::string& token, Link::Sink sink) const {
+  auto send_release(Kind, Link& link, const std::string& token, Link::Sink sink) const
+      -> decltype(W::send_release(link, LeaseKeys(), token, std::move(sink))) {
     return W::send_release(link, keys(), token, std::move(sink));
   }
   template <class W = Wire>
