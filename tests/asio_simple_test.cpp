@@ -8,6 +8,7 @@
 // deleted on a connection of its own, never deleted blindly.
 #include <gtest/gtest.h>
 
+#include <asio/bind_executor.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
@@ -96,13 +97,32 @@ TEST_F(AsioSimpleTest, AFencedHoldHasTheFenceOfItsGrant) {
   ASSERT_TRUE(first.hold) << first.ec.message();
   const long long fence = first.hold.fence();
   EXPECT_GT(fence, 0);
-  GotSimple refused = try_lock(report);  // its INCR counts too: fences have gaps
+  SimpleMutex other(client, "async:fenced", LockOptions().ttl(30s).fencing(true));
+  GotSimple refused = try_lock(other);  // its INCR counts too: fences have gaps
+  EXPECT_FALSE(refused.ec) << refused.ec.message();
   EXPECT_FALSE(refused.hold);
   first.hold.unlock();
   ASSERT_TRUE(eventually([&] { return !key_exists(report.key()); }));
   GotSimple second = try_lock(report);
   ASSERT_TRUE(second.hold) << second.ec.message();
-  EXPECT_GT(second.hold.fence(), fence);
+  EXPECT_EQ(second.hold.fence(), fence + 2);
+}
+
+// A fenced grant whose INCR fails (the fence key holds no number) stands,
+// since a transaction does not roll back: it is given back, and the call
+// says why, blocking or not.
+TEST_F(AsioSimpleTest, AGrantWithoutItsFenceIsGivenBack) {
+  Client client(client_options(server()));
+  SimpleMutex report(client, "async:unfenced", LockOptions().ttl(30s).fencing(true));
+  const std::string fence_key = detail::companion_key(report.key(), "fence");
+  server().command({"SET", fence_key, "not a number"});
+  GotSimple got = try_lock(report);
+  EXPECT_EQ(got.ec, Errc::server_error) << got.ec.message();
+  EXPECT_FALSE(got.hold);
+  EXPECT_TRUE(eventually([&] { return !key_exists(report.key()); }));
+  EXPECT_THROW(static_cast<void>(report.try_lock()), ServerError);
+  EXPECT_FALSE(key_exists(report.key()));
+  EXPECT_EQ(server().command({"GET", fence_key}), "not a number");
 }
 
 TEST_F(AsioSimpleTest, AReleaseWithinAMinimumHoldKeepsTheKey) {
@@ -132,7 +152,40 @@ TEST_F(AsioSimpleFaultTest, ACancelledAttemptIsGivenBackWhenItsGrantArrives) {
   const GotSimple tried = wait_for(std::move(pending));
   EXPECT_EQ(tried.ec, asio::error::operation_aborted);
   EXPECT_FALSE(tried.hold);
+  EXPECT_TRUE(key_exists(report.key()));                       // nothing deleted blindly meanwhile
   proxy_->release(testing::FaultProxy::Direction::to_client);  // the grant arrives
+  EXPECT_TRUE(eventually([&] { return !key_exists(report.key()); }));
+}
+
+// A context shut down while an attempt is owed its answer: the link goes
+// with it, and the attempt's sink, its only way back (no undo is written
+// behind it), with the link; the attempt is read and deleted apart.
+TEST_F(AsioSimpleFaultTest, AnAttemptOwedWhenItsContextGoesIsGivenBackApart) {
+  options_.command_timeout = 30s;
+  Client client(options_);
+  SimpleMutex report(client, "async:teardown", LockOptions().ttl(60s));
+  {
+    asio::io_context own;  // run by this thread
+    GotSimple warm;
+    bool done = false;
+    async_try_lock(report, asio::bind_executor(own, [&](std::error_code ec, SimpleHold hold) {
+                     warm = GotSimple{ec, std::move(hold)};
+                     done = true;
+                   }));
+    while (!done && own.run_one() > 0) {
+    }
+    ASSERT_TRUE(warm.hold) << warm.ec.message();  // the link is connected
+    warm.hold.unlock();
+    ASSERT_TRUE(eventually([&] { return !key_exists(report.key()); }));
+    proxy_->stall(testing::FaultProxy::Direction::to_client);
+    proxy_->sync();
+    async_try_lock(report, asio::bind_executor(own, [](std::error_code, SimpleHold) {}));
+    ASSERT_TRUE(eventually([&] {
+      own.poll();
+      return key_exists(report.key());  // applied, its answer held back
+    }));
+  }
+  proxy_->release(testing::FaultProxy::Direction::to_client);
   EXPECT_TRUE(eventually([&] { return !key_exists(report.key()); }));
 }
 

@@ -71,9 +71,15 @@ struct TransactionalLease {
                                    const Decimal& ttl, bool fencing, Link::Sink sink) {
     if (!fencing) return send_set_if_absent(link, keys, token, ttl, std::move(sink));
     link.send({"MULTI"}, nullptr);
-    link.send({"SET", keys.key, token, "NX", "PX", ttl}, nullptr);
-    link.send({"INCR", keys.fence}, nullptr);
-    return link.send({"EXEC"}, std::move(sink));
+    try {
+      link.send({"SET", keys.key, token, "NX", "PX", ttl}, nullptr);
+      link.send({"INCR", keys.fence}, nullptr);
+      return link.send({"EXEC"}, std::move(sink));
+    } catch (...) {
+      // Half a transaction queued (no memory): other steps would run in it.
+      link.fail(std::current_exception());
+      throw;
+    }
   }
   // An unfenced grant (the INCR failed after the SET) is an Error, but no
   // ServerError: the grant stands, so the async caller gives it back.

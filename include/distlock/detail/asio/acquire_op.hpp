@@ -34,6 +34,7 @@
 #include <system_error>
 #include <utility>
 
+#include "distlock/connection_options.hpp"
 #include "distlock/detail/asio/async_access.hpp"
 #include "distlock/detail/asio/link_service.hpp"
 #include "distlock/detail/asio/op_steps.hpp"
@@ -153,12 +154,36 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
   void send_attempt(clock::time_point by) {
     begin(Phase::attempt, by);
     on_link([](const std::shared_ptr<AcquireOp>& self, Link& link) {
-      self->steps_.in_flight = self->life_->protocol().send_attempt(
-          kind, link, self->id_, [self, at = self->steps_.current()](LinkAnswer answer) {
-            if (self->steps_.current() == at) return self->attempt_answered(std::move(answer));
-            if constexpr (!undoes_behind) self->answered_late(answer);
-          });
+      auto answered = [self, at = self->steps_.current(),
+                       unanswered = self->unanswered_guard()](LinkAnswer answer) {
+        if constexpr (!undoes_behind) unanswered->answered = true;
+        if (self->steps_.current() == at) return self->attempt_answered(std::move(answer));
+        if constexpr (!undoes_behind) self->answered_late(answer);
+      };
+      self->steps_.in_flight =
+          self->life_->protocol().send_attempt(kind, link, self->id_, std::move(answered));
     });
+  }
+
+  // Where no undo can be written behind an attempt, its sink is the only
+  // way a late grant comes back: if the link lets it go unrun (its context
+  // shut down with the attempt queued), the attempt is undone apart.
+  struct Unanswered {
+    explicit Unanswered(std::shared_ptr<AcquireOp> of) noexcept : op(std::move(of)) {}
+    ~Unanswered() {
+      if (!answered) op->undo_apart();
+    }
+    Unanswered(const Unanswered&) = delete;
+    Unanswered& operator=(const Unanswered&) = delete;
+    std::shared_ptr<AcquireOp> op;
+    bool answered = false;
+  };
+  auto unanswered_guard() {
+    if constexpr (undoes_behind) {
+      return nullptr;
+    } else {
+      return std::make_shared<Unanswered>(this->shared_from_this());
+    }
   }
 
   void attempt_answered(LinkAnswer answer) {
@@ -352,12 +377,15 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
   }
 
   // On a connection of the connector's own (a pooled one may have been
-  // closed with the link).
+  // closed with the link), connected and answered within one command
+  // timeout each: the connector's other jobs (the links' connects) wait
+  // behind it.
   void undo_apart() noexcept {
     try {
       life_->protocol().site()->connector().post([life = life_, id = id_] {
         try {
-          Connection fresh(life->protocol().site()->options());
+          const ConnectionOptions& options = life->protocol().site()->options();
+          Connection fresh(cut_to(options, SteadyClock::now() + options.command_timeout));
           life->protocol().undo_on(kind, fresh, id);
         } catch (...) {  // best effort: the lease runs out otherwise
         }
