@@ -37,14 +37,6 @@ using GotReentrant = testing::Got<ReentrantHold>;
 
 class AsioReentrantTest : public testing::AsioTest {
  protected:
-  std::future<GotReentrant> start_try(ReentrantMutex& lock, asio::cancellation_slot slot = {}) {
-    return start<ReentrantHold>([&](auto token) { async_try_lock(lock, std::move(token)); }, slot);
-  }
-  GotReentrant try_lock(ReentrantMutex& lock) { return wait_for(start_try(lock)); }
-  std::future<GotReentrant> start_lock(ReentrantMutex& lock) {
-    return start<ReentrantHold>([&](auto token) { async_lock(lock, std::move(token)); });
-  }
-
   std::string field(const ReentrantMutex& lock, const std::string& owner) {
     return server().command({"HGET", lock.key(), owner});
   }
@@ -256,7 +248,7 @@ TEST_F(AsioReentrantFaultTest, ACancelledAttemptIsUndoneBehindItself) {
   Client client(options_);
   ReentrantMutex tree(client, "async:cancelled", LockOptions().ttl(60s));
   asio::cancellation_signal cancel;
-  std::future<GotReentrant> pending = try_unanswered<ReentrantHold>(tree, cancel.slot());
+  std::future<GotReentrant> pending = try_unanswered(tree, cancel.slot());
   asio::post(io_, [&] { cancel.emit(asio::cancellation_type::terminal); });
   const GotReentrant tried = wait_for(std::move(pending));
   EXPECT_EQ(tried.ec, asio::error::operation_aborted);
@@ -270,7 +262,7 @@ TEST_F(AsioReentrantFaultTest, ACancelledAttemptIsUndoneBehindItself) {
 TEST_F(AsioReentrantFaultTest, AConnectionResetUnderAnAttemptIsUndoneApart) {
   Client client(options_);
   ReentrantMutex tree(client, "async:reset", LockOptions().ttl(60s));
-  std::future<GotReentrant> pending = try_unanswered<ReentrantHold>(tree, {});
+  std::future<GotReentrant> pending = try_unanswered(tree, {});
   proxy_->reset_all();
   proxy_->sync();
   proxy_->release(testing::FaultProxy::Direction::to_client);
@@ -289,13 +281,12 @@ TEST_F(AsioReentrantFaultTest, NoReplyWithinTheCommandTimeoutIsTimedOutAndUndone
   options_.command_timeout = 300ms;
   Client client(options_);
   ReentrantMutex tree(client, "async:silent", LockOptions().ttl(60s));
-  const GotReentrant tried = wait_for(try_unanswered<ReentrantHold>(tree, {}));
+  const GotReentrant tried = wait_for(try_unanswered(tree, {}));
   EXPECT_EQ(tried.ec, Errc::timed_out) << tried.ec.message();
   EXPECT_FALSE(tried.hold);
   EXPECT_TRUE(eventually([&] { return !key_exists(tree.key()); }));
   proxy_->release(testing::FaultProxy::Direction::to_client);
-  GotReentrant again =
-      wait_for(start<ReentrantHold>([&](auto token) { async_try_lock(tree, std::move(token)); }));
+  GotReentrant again = try_lock(tree);
   ASSERT_FALSE(again.ec) << again.ec.message();  // on a new link
   EXPECT_TRUE(again.hold);
 }

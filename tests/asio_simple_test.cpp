@@ -37,13 +37,6 @@ using GotSimple = testing::Got<SimpleHold>;
 
 class AsioSimpleTest : public testing::AsioTest {
  protected:
-  std::future<GotSimple> start_try(SimpleMutex& lock) {
-    return start<SimpleHold>([&](auto token) { async_try_lock(lock, std::move(token)); });
-  }
-  GotSimple try_lock(SimpleMutex& lock) { return wait_for(start_try(lock)); }
-  std::future<GotSimple> start_lock(SimpleMutex& lock) {
-    return start<SimpleHold>([&](auto token) { async_lock(lock, std::move(token)); });
-  }
   bool subscribed(const SimpleMutex& lock) {
     return subscribers(detail::companion_key(lock.key(), "released")) > 0;
   }
@@ -147,7 +140,7 @@ TEST_F(AsioSimpleFaultTest, ACancelledAttemptIsGivenBackWhenItsGrantArrives) {
   Client client(options_);
   SimpleMutex report(client, "async:cancelled", LockOptions().ttl(60s));
   asio::cancellation_signal cancel;
-  std::future<GotSimple> pending = try_unanswered<SimpleHold>(report, cancel.slot());
+  std::future<GotSimple> pending = try_unanswered(report, cancel.slot());
   asio::post(io_, [&] { cancel.emit(asio::cancellation_type::terminal); });
   const GotSimple tried = wait_for(std::move(pending));
   EXPECT_EQ(tried.ec, asio::error::operation_aborted);
@@ -192,7 +185,7 @@ TEST_F(AsioSimpleFaultTest, AnAttemptOwedWhenItsContextGoesIsGivenBackApart) {
 TEST_F(AsioSimpleFaultTest, AConnectionResetUnderAnAttemptIsReadAndDeletedApart) {
   Client client(options_);
   SimpleMutex report(client, "async:reset", LockOptions().ttl(60s));
-  std::future<GotSimple> pending = try_unanswered<SimpleHold>(report, {});
+  std::future<GotSimple> pending = try_unanswered(report, {});
   proxy_->reset_all();
   proxy_->sync();
   proxy_->release(testing::FaultProxy::Direction::to_client);
@@ -209,13 +202,12 @@ TEST_F(AsioSimpleFaultTest, NoReplyWithinTheCommandTimeoutIsTimedOutAndNeverKept
   options_.command_timeout = 300ms;
   Client client(options_);
   SimpleMutex report(client, "async:silent", LockOptions().ttl(1s).auto_renew(true));
-  const GotSimple tried = wait_for(try_unanswered<SimpleHold>(report, {}));
+  const GotSimple tried = wait_for(try_unanswered(report, {}));
   EXPECT_EQ(tried.ec, Errc::timed_out) << tried.ec.message();
   EXPECT_FALSE(tried.hold);
   proxy_->release(testing::FaultProxy::Direction::to_client);
   EXPECT_TRUE(eventually([&] { return !key_exists(report.key()); }, 5s));
-  GotSimple again =
-      wait_for(start<SimpleHold>([&](auto token) { async_try_lock(report, std::move(token)); }));
+  GotSimple again = try_lock(report);
   ASSERT_FALSE(again.ec) << again.ec.message();  // on a new link
   EXPECT_TRUE(again.hold);
 }

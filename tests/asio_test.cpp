@@ -319,7 +319,7 @@ TEST_F(AsioFaultTest, ACancelledAttemptIsUndoneBehindItself) {
   Client client(options_);
   Mutex mutex(client, "async:cancelled", LockOptions().ttl(60s));
   asio::cancellation_signal cancel;
-  std::future<Tried> pending = try_unanswered<Hold>(mutex, cancel.slot());
+  std::future<Tried> pending = try_unanswered(mutex, cancel.slot());
 
   asio::post(io_, [&] { cancel.emit(asio::cancellation_type::terminal); });
   const Tried tried = wait_for(std::move(pending));
@@ -341,7 +341,7 @@ TEST_F(AsioFaultTest, NoReplyWithinTheCommandTimeoutIsTimedOutAndUndone) {
   Client client(options_);
   Mutex mutex(client, "async:silent", LockOptions().ttl(60s));
   const auto sent = std::chrono::steady_clock::now();
-  const Tried tried = wait_for(try_unanswered<Hold>(mutex, {}));
+  const Tried tried = wait_for(try_unanswered(mutex, {}));
   EXPECT_EQ(tried.ec, Errc::timed_out) << tried.ec.message();
   EXPECT_GE(std::chrono::steady_clock::now() - sent, options_.command_timeout);
   EXPECT_FALSE(tried.hold);
@@ -356,7 +356,7 @@ TEST_F(AsioFaultTest, NoReplyWithinTheCommandTimeoutIsTimedOutAndUndone) {
 TEST_F(AsioFaultTest, AConnectionResetUnderAnAttemptIsAnErrorAndUndoneApart) {
   Client client(options_);
   Mutex mutex(client, "async:reset", LockOptions().ttl(60s));
-  std::future<Tried> pending = try_unanswered<Hold>(mutex, {});
+  std::future<Tried> pending = try_unanswered(mutex, {});
   proxy_->reset_all();
   proxy_->sync();
   proxy_->release(Direction::to_client);  // for the connection the grant is given back on

@@ -39,9 +39,6 @@ using testing::Tried;
 
 class AsioWaitTest : public testing::AsioTest {
  protected:
-  std::future<Tried> start_lock(Mutex& mutex, asio::cancellation_slot slot = {}) {
-    return start([&](auto token) { async_lock(mutex, std::move(token)); }, slot);
-  }
   template <class Duration>
   std::future<Tried> start_lock_for(Mutex& mutex, Duration timeout,
                                     asio::cancellation_slot slot = {}) {

@@ -51,7 +51,10 @@ struct TransactionalLease {
   static Attempt acquire(Connection& connection, const LeaseKeys& keys, const std::string& token,
                          const Decimal& ttl, bool fencing) {
     if (!fencing) return set_if_absent(connection, keys, token, ttl);
-    append_fenced_acquire(connection, keys, token, ttl);
+    connection.append("MULTI");
+    connection.append("SET", keys.key, token, "NX", "PX", ttl);
+    connection.append("INCR", keys.fence);
+    connection.append("EXEC");
     for (int queued = 0; queued < 3; ++queued) connection.read_reply().throw_if_error();
     const Reply& exec = connection.read_reply().throw_if_error();
     try {
@@ -179,13 +182,6 @@ struct TransactionalLease {
   struct UnfencedGrant : std::runtime_error {
     using std::runtime_error::runtime_error;
   };
-  static void append_fenced_acquire(Connection& connection, const LeaseKeys& keys,
-                                    const std::string& token, const Decimal& ttl) {
-    connection.append("MULTI");
-    connection.append("SET", keys.key, token, "NX", "PX", ttl);
-    connection.append("INCR", keys.fence);
-    connection.append("EXEC");
-  }
   // EXEC's reply to the fenced acquire: [OK or nil, fence].
   static Attempt exec_answer(const Reply& exec) {
     if (exec.size() != 2) throw ConnectionError(Errc::protocol_error, "bad EXEC reply");

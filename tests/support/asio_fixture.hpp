@@ -59,12 +59,20 @@ class AsioTest : public RedisTest {
     runners_.clear();
   }
 
-  // async_try_lock(), its completion waited for here (10 s at most).
-  Tried try_lock(Mutex& mutex, asio::cancellation_slot slot = {}) {
-    return wait_for(start_try_lock(mutex, slot));
+  // async_try_lock(lock), its completion waited for here (10 s at most).
+  template <class Lock>
+  Got<AsyncHold<Lock>> try_lock(Lock& lock, asio::cancellation_slot slot = {}) {
+    return wait_for(start_try_lock(lock, slot));
   }
-  std::future<Tried> start_try_lock(Mutex& mutex, asio::cancellation_slot slot = {}) {
-    return start([&](auto token) { async_try_lock(mutex, std::move(token)); }, slot);
+  template <class Lock>
+  std::future<Got<AsyncHold<Lock>>> start_try_lock(Lock& lock, asio::cancellation_slot slot = {}) {
+    return start<AsyncHold<Lock>>([&](auto token) { async_try_lock(lock, std::move(token)); },
+                                  slot);
+  }
+  // async_lock(lock), its completion given by the future.
+  template <class Lock>
+  std::future<Got<AsyncHold<Lock>>> start_lock(Lock& lock, asio::cancellation_slot slot = {}) {
+    return start<AsyncHold<Lock>>([&](auto token) { async_lock(lock, std::move(token)); }, slot);
   }
   // Starts an async acquire, `initiate(token)`, whose completion (with a
   // `Held`) the future gives.
@@ -143,10 +151,11 @@ class AsioFaultTest : public AsioTest {
     return result;
   }
   // The same for async_try_lock(lock), applied once the key is there.
-  template <class Held, class Lock>
-  std::future<Got<Held>> try_unanswered(Lock& lock, asio::cancellation_slot slot) {
-    return attempt_unanswered<Held>([&](auto token) { async_try_lock(lock, std::move(token)); },
-                                    [&] { return key_exists(lock.key()); }, slot);
+  template <class Lock>
+  std::future<Got<AsyncHold<Lock>>> try_unanswered(Lock& lock, asio::cancellation_slot slot) {
+    return attempt_unanswered<AsyncHold<Lock>>(
+        [&](auto token) { async_try_lock(lock, std::move(token)); },
+        [&] { return key_exists(lock.key()); }, slot);
   }
 
   std::unique_ptr<FaultProxy> proxy_;
