@@ -13,7 +13,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -24,6 +23,7 @@
 #include "distlock/mutex.hpp"
 #include "distlock/reentrant_mutex.hpp"
 #include "distlock/shared_mutex.hpp"
+#include "support/eventually.hpp"
 #include "support/fixture.hpp"
 #include "support/test_certs.hpp"
 #include "support/tool_process.hpp"
@@ -36,14 +36,10 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
+using testing::eventually;
 using testing::read_file;
 using testing::Tool;
 using testing::tool_path;
-
-/// Polls `done` until it holds or `limit` passes; true if it held.
-bool eventually(const std::function<bool()>& done, std::chrono::milliseconds limit = 5s) {
-  return testing::eventually(done, limit);
-}
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
