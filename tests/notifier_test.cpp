@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <future>
 #include <iostream>
 #include <memory>
@@ -416,6 +417,33 @@ TEST_F(NotifierTest, WaitersOfANewChannelAndOfTheSameOneJoinASleepingWaiter) {
   client().command("PUBLISH", "a", "released");
   EXPECT_TRUE(first.result.get().first);
   EXPECT_TRUE(third.result.get().first);
+}
+
+// A wait beside the turn (a wait on any stripe, which may take another
+// lock) looks again after a release since its look, as a thread does, but
+// leaves a release nobody was armed for to the waiter whose turn it is.
+TEST_F(NotifierTest, AWaitBesideTheTurnLeavesAMissedReleaseToTheWaiterInTurn) {
+  struct Counted final : detail::Wake {
+    void fire() noexcept override { ++fired; }
+    int fired = 0;
+  };
+  Notifier& notifier = client().notifier();
+  const std::string channel = "missed:released";
+  Notifier::Subscription beside_sub = notifier.subscribe(channel, Clock::now() + 5s);
+  Notifier::Subscription own_sub = notifier.subscribe(channel, Clock::now() + 5s);
+  ASSERT_TRUE(own_sub.active());
+  const std::uint64_t seen = own_sub.generation();
+  client().command("PUBLISH", channel, "0");  // with nobody armed: missed
+  const auto deadline = Clock::now() + 5s;
+  while (own_sub.generation() == seen && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  ASSERT_NE(own_sub.generation(), seen);
+  Counted beside;
+  beside.exclusive = false;
+  Counted own;
+  EXPECT_FALSE(beside_sub.sleep_on(beside, seen));  // it looks again
+  EXPECT_FALSE(own_sub.sleep_on(own, seen));        // and the release is still this one's
+  beside_sub.disarm(beside);
+  own_sub.disarm(own);
 }
 
 TEST_F(NotifierTest, AMessageOfAnotherChannelDoesNotWakeTheLoneWaiter) {

@@ -12,6 +12,7 @@
 #include <distlock/asio.hpp>
 #endif
 
+#include <cstddef>
 #include <iostream>
 #include <vector>
 
@@ -30,6 +31,7 @@ inline std::vector<Step> steps;
 inline void run_export() {}
 inline void run_report() {}
 inline void send_mail() {}
+inline void sell_from(std::size_t) {}
 inline void render() {}
 
 }  // namespace readme

@@ -13,14 +13,16 @@
 // steps are the blocking calls' own (detail/lifecycle/acquire_steps.hpp),
 // so an async try_lock answers as try_lock() does. Here: the lock calls,
 // async_release and async_run_locked; AsyncHold is in asio_hold.hpp, the
-// Semaphore's and the RateLimiter's calls in asio_counting.hpp.
+// Semaphore's and the RateLimiter's calls in asio_counting.hpp, the
+// StripedMutex's waits for any stripe in asio_striped.hpp.
 //
 // So far: async_try_lock, async_try_lock_for/_until and async_lock for
 // Mutex, SimpleMutex, ReentrantMutex, SharedMutex (and a Semaphore's
 // PermitLock), the read side's async_lock_shared and its kin for
 // SharedMutex, async_acquire and its timed forms for Semaphore and
-// RateLimiter, async_run_locked over
-// those locks or a Semaphore, on a Client (one endpoint), without
+// RateLimiter, async_lock_any and its kin for StripedMutex,
+// async_run_locked over those locks or a Semaphore, on a Client (one
+// endpoint), without
 // LockOptions::replicas; other lock types and backends do not compile or
 // complete with Errc::invalid_argument. An async hold belongs to no
 // thread. Of a Mutex, a thread of the same object that locks waits for
@@ -49,6 +51,7 @@
 
 #include "distlock/asio_counting.hpp"
 #include "distlock/asio_hold.hpp"
+#include "distlock/asio_striped.hpp"
 #include "distlock/detail/asio/async_access.hpp"
 #include "distlock/detail/asio/release_op.hpp"
 #include "distlock/detail/asio/run_locked_op.hpp"

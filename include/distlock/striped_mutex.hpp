@@ -63,6 +63,69 @@ constexpr std::uint32_t fnv1a32(std::string_view bytes) noexcept {
   return hash;
 }
 
+namespace detail {
+struct AsyncAccess;
+
+/// What a StripedMutex's waits share with it: an async wait
+/// (distlock/asio.hpp) keeps it, and may outlive the object.
+struct Stripes {
+  std::vector<std::unique_ptr<distlock::Mutex>> locks;
+  std::vector<SitePtr> sites;                       // each stripe's, for waiting on any
+  std::atomic<std::size_t> home{max_stripe_count};  // the stripe taken last; none yet
+  Cancellation cancellation;                        // ends the waits on any stripe
+
+  static constexpr std::size_t max_stripe_count = 65536;
+};
+
+/// 0 to n-1: every stripe of n.
+inline std::vector<std::size_t> all_stripes(std::size_t n) {
+  std::vector<std::size_t> every(n);
+  for (std::size_t i = 0; i < n; ++i) every[i] = i;
+  return every;
+}
+
+/// The order of one pass over the stripes listed in `among`: first the one
+/// taken last (`home`), then the others in order from a random start. The
+/// stripe taken last was free then, and is likely free again: a contender
+/// that keeps its own object settles on a stripe of its own instead of
+/// meeting the others at random ones, and contenders spread out instead of
+/// all queueing on the first stripe listed.
+class StripePass {
+ public:
+  StripePass(const std::vector<std::size_t>& among, std::size_t home)
+      : among_(among),
+        home_(home),
+        has_home_(std::find(among.begin(), among.end(), home) != among.end()),
+        start_(among.empty() ? 0 : random_below(among.size())) {}
+
+  /// The next stripe to try; nullopt once the pass is over.
+  std::optional<std::size_t> next() {
+    if (has_home_ && !home_tried_) {
+      home_tried_ = true;
+      return home_;
+    }
+    while (tried_ < among_.size()) {
+      const std::size_t i = among_[(start_ + tried_++) % among_.size()];
+      if (!(has_home_ && i == home_)) return i;  // home was tried first
+    }
+    return std::nullopt;
+  }
+
+  /// At random in [0, n), n > 0.
+  static std::size_t random_below(std::size_t n) noexcept {
+    return std::min(static_cast<std::size_t>(jitter_unit() * static_cast<double>(n)), n - 1);
+  }
+
+ private:
+  const std::vector<std::size_t>& among_;
+  const std::size_t home_;
+  const bool has_home_;
+  const std::size_t start_;
+  bool home_tried_ = false;
+  std::size_t tried_ = 0;
+};
+}  // namespace detail
+
 /// K stripes of Mutex on any Backend, waiting by any AcquirePolicy. Shared by threads
 /// as a Mutex is: each stripe has at most one holder through this object.
 class StripedMutex {
@@ -84,29 +147,29 @@ class StripedMutex {
                              LockOptions options = {}, AcquirePolicy policy = {});
   DISTLOCK_DECL ~StripedMutex();
 
-  static constexpr std::size_t max_stripes = 65536;
+  static constexpr std::size_t max_stripes = detail::Stripes::max_stripe_count;
 
-  std::size_t size() const noexcept { return stripes_.size(); }
+  std::size_t size() const noexcept { return stripes_->locks.size(); }
 
   /// The stripe `key` maps to: fnv1a32(key) % size().
   std::size_t stripe_of(std::string_view key) const noexcept {
-    return static_cast<std::size_t>(fnv1a32(key) % stripes_.size());
+    return static_cast<std::size_t>(fnv1a32(key) % size());
   }
 
   /// Stripe `i` itself, a Mutex (its own lock(), try_lock_for(), lost(),
   /// fence()...). Throws std::out_of_range past size().
-  Stripe& stripe(std::size_t i) { return *stripes_.at(i); }
-  const Stripe& stripe(std::size_t i) const { return *stripes_.at(i); }
+  Stripe& stripe(std::size_t i) { return *stripes_->locks.at(i); }
+  const Stripe& stripe(std::size_t i) const { return *stripes_->locks.at(i); }
 
   /// The Mutex for `key`'s stripe; lock it as any Mutex:
   ///   std::unique_lock guard{segments.of("item:42")};
-  Stripe& of(std::string_view key) { return *stripes_[stripe_of(key)]; }
+  Stripe& of(std::string_view key) { return *stripes_->locks[stripe_of(key)]; }
 
   /// Locks `key`'s stripe (Mutex::lock(): throws Error(cancelled) after
   /// cancel_waits()) and returns its index.
   std::size_t lock(std::string_view key) {
     const std::size_t i = stripe_of(key);
-    stripes_[i]->lock();
+    stripes_->locks[i]->lock();
     return i;
   }
   /// One attempt at `key`'s stripe (Mutex::try_lock()).
@@ -125,7 +188,7 @@ class StripedMutex {
     return of(key).try_lock_until(deadline);
   }
   /// Gives `key`'s stripe back if held (Mutex::unlock(), never throws).
-  void unlock(std::string_view key) noexcept { stripes_[stripe_of(key)]->unlock(); }
+  void unlock(std::string_view key) noexcept { of(key).unlock(); }
 
   /// One attempt at every stripe not held through this object: first the
   /// one this object took last, then the others in order from a random
@@ -136,19 +199,9 @@ class StripedMutex {
   /// As try_lock_any(), among the stripes listed in `among` only (a sale
   /// skips the segments it knows are sold out).
   std::optional<std::size_t> try_lock_any(const std::vector<std::size_t>& among) {
-    if (among.empty()) return std::nullopt;
-    // The stripe taken last was free then, and is likely free again: a
-    // contender that keeps its own object settles on a stripe of its own
-    // instead of meeting the others at random ones.
-    const std::size_t home = home_.load(std::memory_order_relaxed);
-    const bool has_home =
-        home < stripes_.size() && std::find(among.begin(), among.end(), home) != among.end();
-    if (has_home && take(home)) return home;
-    const std::size_t start = random_below(among.size());
-    for (std::size_t n = 0; n < among.size(); ++n) {
-      const std::size_t i = among[(start + n) % among.size()];
-      if (has_home && i == home) continue;  // refused just now
-      if (take(i)) return i;
+    detail::StripePass pass(among, stripes_->home.load(std::memory_order_relaxed));
+    while (const std::optional<std::size_t> i = pass.next()) {
+      if (take(*i)) return i;
     }
     return std::nullopt;
   }
@@ -181,7 +234,8 @@ class StripedMutex {
   Taken try_lock_any_until(const std::chrono::time_point<Clock, Duration>& deadline,
                            const std::vector<std::size_t>& among) {
     const clock::time_point until = detail::to_steady_deadline(deadline);
-    const std::uint64_t cancel_seen = cancellation_.generation();
+    detail::Cancellation& cancellation = stripes_->cancellation;
+    const std::uint64_t cancel_seen = cancellation.generation();
     std::optional<Notifier::Subscription> subscription;
     auto pause = std::chrono::milliseconds(1);
     for (;;) {
@@ -191,10 +245,11 @@ class StripedMutex {
         return Taken{*i, std::unique_lock<Stripe>(stripe(*i), std::adopt_lock)};
       }
       const clock::time_point now = clock::now();
-      if (among.empty() || now >= until || cancellation_.since(cancel_seen)) return Taken{};
-      if (!subscription && stripes_.front()->options().wake_on_release()) {
+      if (among.empty() || now >= until || cancellation.since(cancel_seen)) return Taken{};
+      if (!subscription && stripe(0).options().wake_on_release()) {
         // Confirmed before the next pass: no release after it goes unseen.
-        Notifier::Subscription made = subscribe(among[random_below(among.size())], until);
+        Notifier::Subscription made =
+            subscribe(among[detail::StripePass::random_below(among.size())], until);
         if (!made.moved()) {
           subscription.emplace(std::move(made));
           continue;
@@ -208,9 +263,9 @@ class StripedMutex {
         // wakes that stripe's release channel, the one subscribed to.
         subscription->wait(seen, wake);
       } else {
-        cancellation_.sleep_until(cancel_seen, wake);
+        cancellation.sleep_until(cancel_seen, wake);
       }
-      if (cancellation_.since(cancel_seen)) return Taken{};
+      if (cancellation.since(cancel_seen)) return Taken{};
       pause = std::min(pause * 2, std::chrono::milliseconds(50));
       // A cluster node dropped it (the stripe's slot moved): again, where
       // the slot is now, on the next pass.
@@ -225,22 +280,20 @@ class StripedMutex {
   /// from any thread; waits that start later are unaffected.
   void cancel_waits() {
     // First, so that a waiter on any stripe woken below sees it.
-    cancellation_.cancel();
-    for (const std::unique_ptr<Stripe>& each : stripes_) each->cancel_waits();
+    stripes_->cancellation.cancel();
+    for (const std::unique_ptr<Stripe>& each : stripes_->locks) each->cancel_waits();
   }
 
  private:
-  std::vector<std::size_t> all() const {
-    std::vector<std::size_t> every(stripes_.size());
-    for (std::size_t i = 0; i < every.size(); ++i) every[i] = i;
-    return every;
-  }
+  friend struct detail::AsyncAccess;
+
+  std::vector<std::size_t> all() const { return detail::all_stripes(size()); }
 
   // Subscribes to the release channel of `watched`. On a cluster, at the
   // node that owns the stripe's slot (the stripes of one name spread over
   // the slots), reading the slot map again there if that node refuses.
   Notifier::Subscription subscribe(std::size_t i, clock::time_point until) {
-    return sites_[i]->subscribe(detail::companion_key(stripe(i).key(), "released"), until);
+    return stripes_->sites[i]->subscribe(detail::companion_key(stripe(i).key(), "released"), until);
   }
 
   // One attempt at stripe i; remembered as home when taken.
@@ -248,19 +301,11 @@ class StripedMutex {
     // Held through this object (perhaps by the calling thread, for whom
     // a try_lock() would be a deadlock error): not free.
     if (stripe(i).owns_lock() || !stripe(i).try_lock()) return false;
-    home_.store(i, std::memory_order_relaxed);
+    stripes_->home.store(i, std::memory_order_relaxed);
     return true;
   }
 
-  static std::size_t random_below(std::size_t n) noexcept {
-    return std::min(static_cast<std::size_t>(detail::jitter_unit() * static_cast<double>(n)),
-                    n - 1);
-  }
-
-  std::vector<std::unique_ptr<Stripe>> stripes_;
-  std::vector<detail::SitePtr> sites_;          // each stripe's, for waiting on any
-  std::atomic<std::size_t> home_{max_stripes};  // none yet
-  detail::Cancellation cancellation_;           // ends try_lock_any_for/until
+  std::shared_ptr<detail::Stripes> stripes_;
 };
 
 #if DISTLOCK_DEFINES_BODIES
@@ -272,12 +317,13 @@ DISTLOCK_DECL StripedMutex::StripedMutex(const Backend& backend, std::string_vie
                           " stripes, not " + std::to_string(stripes));
   }
   const std::string base = detail::lock_key(LockOptions{}, name);
-  stripes_.reserve(stripes);
-  sites_.reserve(stripes);
+  stripes_ = std::make_shared<detail::Stripes>();
+  stripes_->locks.reserve(stripes);
+  stripes_->sites.reserve(stripes);
   for (std::size_t i = 0; i < stripes; ++i) {
-    stripes_.push_back(
+    stripes_->locks.push_back(
         std::make_unique<Stripe>(backend, base + ':' + std::to_string(i), options, policy));
-    sites_.push_back(backend.site_for(stripes_.back()->key()));
+    stripes_->sites.push_back(backend.site_for(stripes_->locks.back()->key()));
   }
 }
 

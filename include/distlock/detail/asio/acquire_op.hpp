@@ -266,8 +266,7 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
     pending_.emplace(std::move(*made));
     const auto give_up = clock::now() + life_->protocol().site()->options().command_timeout;
     begin(Phase::subscribing, std::min(by, give_up));
-    wakes_.arm_release(*pending_, steps_.current());
-    if (pending_->active() || pending_->moved()) subscription_settled();
+    if (wakes_.confirmed_or_armed(*pending_, steps_.current())) subscription_settled();
   }
 
   void subscription_settled() {
@@ -305,10 +304,8 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
   void woken_at(unsigned at, bool release) {
     if (steps_.finished() || at != steps_.current()) return;
     if (phase_ == Phase::subscribing) {
-      if (!pending_->active() && !pending_->moved()) {
-        wakes_.arm_release(*pending_, steps_.current());  // another change: wait on
-        if (!pending_->active() && !pending_->moved()) return;
-      }
+      // Another change than the confirmation: wait on.
+      if (!wakes_.confirmed_or_armed(*pending_, steps_.current())) return;
       return subscription_settled();
     }
     if (phase_ != Phase::sleeping) return;

@@ -72,6 +72,11 @@ struct AsyncAccess {
       return source.permit_life();
     }
   }
+  /// A StripedMutex's stripes, which its async waits share.
+  template <class Striped>
+  static auto stripes_of(Striped& striped) {
+    return striped.stripes_;
+  }
   template <class Lock, Side side, class Life, class Link>
   static AsyncHold<Lock, side> hold(std::shared_ptr<Life> life, std::string id,
                                     const std::shared_ptr<Link>& link) noexcept {

@@ -35,11 +35,18 @@ class OpWakes {
     }
   }
 
-  /// For the confirmation of `subscription`, or any change of its channel.
-  void arm_release(Notifier::Subscription& subscription, unsigned wait) {
-    release_.wait = wait;
-    armed_on_ = &subscription;
-    subscription.arm(release_);
+  /// A release fires the release wake beside the waiter next in turn, not
+  /// as that waiter (detail/base/wake.hpp): for a wait that may take
+  /// another lock than the one whose channel it watches.
+  void wait_beside() noexcept { release_.exclusive = false; }
+
+  /// While `pending` awaits the server's confirmation: true once it is
+  /// confirmed (or moved); else the release wake is armed for its next
+  /// change, numbered `wait`.
+  bool confirmed_or_armed(Notifier::Subscription& pending, unsigned wait) {
+    if (pending.active() || pending.moved()) return true;
+    arm_release(pending, wait);
+    return pending.active() || pending.moved();
   }
   /// For a release in turn after generation `seen`; false (not armed) if
   /// one went unclaimed meanwhile.
@@ -75,6 +82,13 @@ class OpWakes {
   }
 
  private:
+  // For the confirmation of `subscription`, or any change of its channel.
+  void arm_release(Notifier::Subscription& subscription, unsigned wait) {
+    release_.wait = wait;
+    armed_on_ = &subscription;
+    subscription.arm(release_);
+  }
+
   struct Armed final : Wake {
     explicit Armed(bool on_release) : release(on_release) {}
     std::weak_ptr<Op> op;

@@ -116,11 +116,13 @@ class Notifier {
     }
     /// Arms `wake` for a sleep, unless, since generation `seen`, a change
     /// every waiter looks at came, or a release nobody was armed for: false
-    /// then, and the caller attempts at once.
+    /// then, and the caller attempts at once. A wake that is not exclusive
+    /// (a wait on any of several locks) looks again after any change, as a
+    /// thread's wait() does, and leaves a missed release to a waiter in turn.
     bool sleep_on(detail::Wake& wake, std::uint64_t seen) {
       detail::MutexLock lock(notifier_->mutex_);
       if (channel_->generation != seen &&
-          (channel_->looked_again > seen || channel_->armed.claim_missed())) {
+          (!wake.exclusive || channel_->looked_again > seen || channel_->armed.claim_missed())) {
         return false;
       }
       channel_->armed.arm(wake);
