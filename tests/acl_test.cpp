@@ -372,6 +372,20 @@ TEST_F(AclTest, MutexFailsWithoutItsRules) {
 TEST_F(AclTest, SimpleMutexFailsWithoutItsRules) {
   expect_fails_without(simple_mutex_rules, "+watch", simple_mutex_paths);
 }
+// Without +multi, a fenced SimpleMutex acquire is refused (its MULTI),
+// and the SET that then ran on its own is deleted again at once rather
+// than left to its lease: a key the caller was told it did not get.
+TEST_F(AclTest, AFencedSimpleMutexWhoseMultiIsRefusedLeavesNoKey) {
+  set_user(server(), "app", without(simple_mutex_rules, "+multi"));
+  Client client(as_user(server(), "app"));
+  SimpleMutex simple(client, "jobs:simple", LockOptions().ttl(30s).fencing(true));
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    EXPECT_THROW(static_cast<void>(simple.try_lock()), ServerError) << attempt;
+    EXPECT_EQ(server().command({"EXISTS", "jobs:simple"}), "0") << attempt;
+  }
+  EXPECT_FALSE(simple.owns_lock());
+}
+
 TEST_F(AclTest, ReentrantMutexFailsWithoutItsRules) {
   expect_fails_without(reentrant_rules, "&redisson_lock__channel:{jobs:*}", reentrant_paths);
 }

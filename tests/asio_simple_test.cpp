@@ -83,6 +83,25 @@ TEST_F(AsioSimpleTest, EveryAsyncCallWorksForAUserWithoutScripting) {
   EXPECT_EQ(testing::acl::refusals(server()), "");
 }
 
+// Without +multi, a fenced attempt fails (its MULTI refused), and the SET
+// that then ran on its own is given back apart (read, then deleted).
+TEST_F(AsioSimpleTest, AFencedAttemptWhoseMultiIsRefusedLeavesNoKey) {
+  testing::acl::set_user(server(), "app",
+                         testing::acl::without(testing::acl::simple_mutex_rules, "+multi"));
+  ClientOptions options = client_options(server());
+  options.username = "app";
+  options.password = "pw";
+  Client client(options);
+  SimpleMutex report(client, "jobs:simple", LockOptions().ttl(30s).fencing(true));
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    GotSimple got = try_lock(report);
+    EXPECT_EQ(got.ec, Errc::server_error) << got.ec.message();
+    EXPECT_FALSE(got.hold);
+    EXPECT_TRUE(eventually([&] { return !key_exists(report.key()); })) << attempt;
+    EXPECT_EQ(server().command({"DBSIZE"}), "1");  // the fence counter only
+  }
+}
+
 TEST_F(AsioSimpleTest, AFencedHoldHasTheFenceOfItsGrant) {
   Client client(client_options(server()));
   SimpleMutex report(client, "async:fenced", LockOptions().ttl(30s).fencing(true));

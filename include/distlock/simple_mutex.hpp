@@ -28,7 +28,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
+#include <exception>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -51,14 +54,32 @@ struct TransactionalLease {
   static Attempt acquire(Connection& connection, const LeaseKeys& keys, const std::string& token,
                          const Decimal& ttl, bool fencing) {
     if (!fencing) return set_if_absent(connection, keys, token, ttl);
+    const SteadyClock::time_point sent = SteadyClock::now();
     connection.append("MULTI");
     connection.append("SET", keys.key, token, "NX", "PX", ttl);
     connection.append("INCR", keys.fence);
     connection.append("EXEC");
-    for (int queued = 0; queued < 3; ++queued) connection.read_reply().throw_if_error();
-    const Reply& exec = connection.read_reply().throw_if_error();
+    // Every reply is read before any is reported: MULTI's, the SET's, the INCR's.
+    std::string refused;
+    bool multi_refused = false;
+    bool set_alone = false;
+    for (int step = 0; step < 3; ++step) {
+      const Reply& reply = connection.read_reply();
+      if (step == 1) set_alone = multi_refused && reply.is_ok();
+      if (!reply.is_error() || !refused.empty()) continue;
+      refused = std::string(reply.str());
+      multi_refused = step == 0;
+    }
+    const Reply& exec = connection.read_reply();
+    if (set_alone && young(sent, ttl, connection.options().command_timeout)) {
+      try {
+        static_cast<void>(connection.command("DEL", keys.key));
+      } catch (const Error&) {  // the lease runs out instead
+      }
+    }
+    if (!refused.empty()) throw ServerError(refused);
     try {
-      return exec_answer(exec);
+      return exec_answer(exec.throw_if_error());
     } catch (const UnfencedGrant& unfenced) {
       // A transaction does not roll back: the SET stands though the INCR
       // failed. Take the unfenced lock away again before reporting.
@@ -69,15 +90,26 @@ struct TransactionalLease {
 
   // The same on a link (an event loop's): the fenced acquire is one MULTI
   // whose four commands are queued together, so no other step on the link
-  // comes between them; the EXEC's reply is the answer.
+  // comes between them; the EXEC's reply is the answer. A MULTI the server
+  // refused is a failure rather than a refusal: the SET may have run on
+  // its own, so the attempt is given back apart (read, then deleted).
   static Link::Ticket send_acquire(Link& link, const LeaseKeys& keys, const std::string& token,
                                    const Decimal& ttl, bool fencing, Link::Sink sink) {
     if (!fencing) return send_set_if_absent(link, keys, token, ttl, std::move(sink));
-    link.send({"MULTI"}, nullptr);
+    auto refused = std::make_shared<std::string>();  // MULTI's refusal
+    link.send({"MULTI"}, [refused](LinkAnswer answer) {
+      if (answer.reply && answer.reply->is_error()) *refused = answer.reply->str();
+    });
     try {
       link.send({"SET", keys.key, token, "NX", "PX", ttl}, nullptr);
       link.send({"INCR", keys.fence}, nullptr);
-      return link.send({"EXEC"}, std::move(sink));
+      return link.send({"EXEC"}, [refused, sink = std::move(sink)](LinkAnswer answer) {
+        if (!refused->empty() && answer.reply) {
+          answer.reply.reset();
+          answer.failure = std::make_exception_ptr(Error(Errc::server_error, *refused));
+        }
+        sink(std::move(answer));
+      });
     } catch (...) {
       // Half a transaction queued (no memory): other steps would run in it.
       link.fail(std::current_exception());
@@ -176,6 +208,20 @@ struct TransactionalLease {
       exec[0].throw_if_error();
       return TokenCheck::done;
     }
+  }
+
+  // A MULTI the server refused (a user whose ACL rules lack it) lets the
+  // SET and the INCR behind it run on their own. A grant so made is deleted
+  // at once on the same connection, with no check of its token (a check
+  // takes a MULTI): nobody else can have set the key (NX) before its lease
+  // ends, so the DEL goes only while half the lease is left past a command
+  // timeout more; else the lease runs out.
+  static bool young(SteadyClock::time_point sent, const Decimal& ttl,
+                    std::chrono::milliseconds command_timeout) {
+    long long lease = 0;
+    const std::string_view text = ttl.view();
+    std::from_chars(text.data(), text.data() + text.size(), lease);
+    return (SteadyClock::now() - sent) + command_timeout < std::chrono::milliseconds(lease) / 2;
   }
 
   // A fenced grant's INCR failed: the grant stands, without a fence.
