@@ -195,6 +195,21 @@ TEST(AcquireStepsTest, ALastAttemptAfterWaitingMayRunALastStepPastTheDeadline) {
   expect_done(next, Outcome::timed_out);
 }
 
+// The busy/outage verdict at a deadline (detail/lifecycle/heard.hpp): a
+// fast server's last answer 20 ms before the deadline is busy (a client's
+// own delays, a loaded host's, must not read as an outage); one 30 ms
+// before it, with nothing since, is an outage; a call never answered is
+// one too.
+TEST(AcquireStepsTest, AnAnswerWithinTheProbeFloorBeforeTheDeadlineIsBusy) {
+  Heard heard;
+  heard.answered(Clock::now() - 1ms);  // a 1 ms round trip, answered now
+  const Clock::time_point answered = Clock::now();
+  EXPECT_EQ(heard.outcome_at(answered + 20ms), Outcome::timed_out);
+  EXPECT_EQ(heard.outcome_at(answered + probe_floor - 1ms), Outcome::timed_out);
+  EXPECT_EQ(heard.outcome_at(answered + 30ms), Outcome::unanswered);
+  EXPECT_EQ(Heard().outcome_at(answered), Outcome::unanswered);
+}
+
 TEST(AcquireStepsTest, CancelWaitsEndsASleepingWaiterWithoutAnotherAttempt) {
   Steps steps;
   Steps::Waiter waiter = steps.waiter(Clock::now() + 10s);
