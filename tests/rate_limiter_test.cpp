@@ -17,6 +17,7 @@
 #include "support/fixture.hpp"
 #include "support/lock_helpers.hpp"
 #include "support/options.hpp"
+#include "support/sanitized.hpp"
 
 namespace distlock {
 namespace {
@@ -140,6 +141,22 @@ TEST_F(RateLimiterTest, TryAcquireUntilGivesUpAtOnceWhenTheNextChanceIsPastTheDe
   EXPECT_FALSE(d.allowed);
   EXPECT_GT(d.retry_after, 50s);
   EXPECT_LT(Clock::now() - start, 1s);  // did not sleep towards the deadline
+}
+
+// A stopped server: the timed call ends by its deadline with TimeoutError,
+// an outage told apart from a refusal, not an empty refusal that reads as
+// "rate limited".
+TEST_F(RateLimiterTest, AStoppedServerIsAnOutageByTheDeadlineNotARefusal) {
+  ClientOptions where = client_options(server());
+  where.command_timeout = 1000ms;
+  Client quiet(where);
+  RateLimiter limiter(quiet, "a", RateOptions{}.fixed_window(10, 60s));
+  ASSERT_TRUE(limiter.try_acquire().allowed);  // a connection is pooled before the stop
+  server().pause();
+  const Clock::time_point deadline = Clock::now() + 200ms;
+  EXPECT_THROW(limiter.try_acquire_until(deadline), TimeoutError);
+  EXPECT_LT(Clock::now(), deadline + testing::deadline_slack);
+  server().resume();
 }
 
 TEST_F(RateLimiterTest, TryAcquireForWithNoTimeLeftIsOneAttemptOfCostOne) {

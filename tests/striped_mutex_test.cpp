@@ -10,12 +10,14 @@
 #include <future>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/eventually.hpp"
 #include "support/fixture.hpp"
 #include "support/lock_helpers.hpp"
 #include "support/options.hpp"
+#include "support/sanitized.hpp"
 
 namespace distlock {
 namespace {
@@ -158,6 +160,87 @@ TEST_F(StripedMutexTest, TryLockAnyForTakesTheStripeReleasedWhileItWaits) {
   holder.stripe(3).unlock();
   EXPECT_EQ(waiting.get(), 3);  // the holders' leases are 60 s: a release woke it
   EXPECT_EQ(client().command("EXISTS", "s:3").integer(), 0);  // the guard gave it back
+}
+
+// A stopped server: the wait ends by its deadline with TimeoutError (an
+// outage, not busy stripes), not one command timeout (1 s here) per
+// attempt later; the attempt cut short is undone once the server wakes.
+TEST_F(StripedMutexTest, AServerStoppedMidWaitIsAnOutageByTheDeadline) {
+  ClientOptions where = client_options(server());
+  where.command_timeout = 1000ms;
+  Client seeking(where);
+  StripedMutex holder(client(), "s", 3, LockOptions{}.ttl(60s));
+  StripedMutex seeker(seeking, "s", 3, LockOptions{}.ttl(60s));
+  for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(holder.stripe(i).try_lock());
+  const Clock::time_point deadline = Clock::now() + 600ms;
+  auto waiting = std::async(std::launch::async, [&] {
+    try {
+      return seeker.try_lock_any_until(deadline).guard.owns_lock() ? "taken" : "busy";
+    } catch (const TimeoutError& e) {
+      return e.code() == Errc::timed_out ? "outage" : "another timeout";
+    }
+  });
+  EXPECT_EQ(waiting.wait_for(100ms), std::future_status::timeout);
+  server().pause();
+  EXPECT_STREQ(waiting.get(), "outage");
+  EXPECT_LT(Clock::now(), deadline + testing::deadline_slack);
+  server().resume();
+}
+
+TEST_F(StripedMutexTest, AServerStoppedBeforeTheCallIsAnOutageByTheDeadline) {
+  ClientOptions where = client_options(server());
+  where.command_timeout = 1000ms;
+  Client seeking(where);
+  StripedMutex seeker(seeking, "s", 3, LockOptions{}.ttl(60s));
+  seeker.try_lock_any_for(1s).guard.unlock();  // a connection is pooled before the stop
+  server().pause();
+  const Clock::time_point deadline = Clock::now() + 100ms;
+  EXPECT_THROW(seeker.try_lock_any_until(deadline), TimeoutError);
+  EXPECT_LT(Clock::now(), deadline + testing::deadline_slack);
+  server().resume();
+  // The attempt cut short was undone behind itself once the server woke.
+  EXPECT_TRUE(eventually([&] { return client().command("DBSIZE").integer() == 0; }));
+}
+
+// Stopped 10 ms before the deadline, after answering the wait all along:
+// busy (Redis answered within the probe window), not an outage.
+TEST_F(StripedMutexTest, AServerStoppedJustBeforeTheDeadlineLeavesTheStripesBusy) {
+  StripedMutex holder(client(), "s", 3, LockOptions{}.ttl(60s));
+  StripedMutex seeker(client(), "s", 3, LockOptions{}.ttl(60s));
+  for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(holder.stripe(i).try_lock());
+  const Clock::time_point deadline = Clock::now() + 300ms;
+  auto waiting = std::async(std::launch::async, [&] {
+    try {
+      return seeker.try_lock_any_until(deadline).guard.owns_lock() ? "taken" : "busy";
+    } catch (const TimeoutError&) {
+      return "outage";
+    }
+  });
+  std::this_thread::sleep_until(deadline - 10ms);
+  server().pause();
+  EXPECT_STREQ(waiting.get(), "busy");
+  EXPECT_LT(Clock::now(), deadline + testing::deadline_slack);
+  server().resume();
+}
+
+// A stripe freed during the last sleep is taken by the pass after it,
+// which gets a last step's few milliseconds past the deadline.
+TEST_F(StripedMutexTest, AStripeFreedInTheLastSleepIsTakenByTheLastPass) {
+  StripedMutex holder(client(), "s", 2, LockOptions{}.ttl(30s));
+  StripedMutex seeker(client(), "s", 2, LockOptions{}.ttl(30s).wake_on_release(false));
+  int taken = 0;
+  for (int round = 0; round < 5; ++round) {
+    for (std::size_t i = 0; i < 2; ++i) ASSERT_TRUE(holder.stripe(i).try_lock());
+    const Clock::time_point deadline = Clock::now() + 120ms;
+    auto waiting = std::async(
+        std::launch::async, [&] { return seeker.try_lock_any_until(deadline).guard.owns_lock(); });
+    std::this_thread::sleep_until(deadline - 3ms);
+    holder.stripe(1).unlock();
+    if (waiting.get()) ++taken;
+    EXPECT_LT(Clock::now(), deadline + testing::deadline_slack);
+    holder.stripe(0).unlock();
+  }
+  EXPECT_GE(taken, 1);
 }
 
 TEST_F(StripedMutexTest, TryLockForAndUntilTakeTheKeysStripe) {

@@ -41,6 +41,7 @@
 #include "distlock/detail/base/config.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
+#include "distlock/detail/lifecycle/heard.hpp"
 #include "distlock/detail/wire/connection.hpp"
 #include "distlock/detail/wire/counting_scripts.hpp"
 #include "distlock/error.hpp"
@@ -163,9 +164,11 @@ class RateLimiter {
   /// steady clock, sleeping for each refusal's retry_after. A zero or
   /// negative timeout is try_acquire(). Returns the last decision: refused
   /// at once, without sleeping, when the next chance would come after the
-  /// deadline; refused (the last refusal, or an empty decision when none
-  /// came) when the deadline cut a call to Redis short or cancel_waits()
-  /// was called. Throws as try_acquire().
+  /// deadline; refused (the last refusal) when cancel_waits() was called,
+  /// or when the deadline cut a call to Redis short and Redis had answered
+  /// lately, as a lock's wait tells busy (heard.hpp). Throws TimeoutError
+  /// when Redis left the wait unanswered (an outage, not a refusal), and
+  /// otherwise as try_acquire().
   template <class Rep, class Period>
   RateDecision try_acquire_for(const std::chrono::duration<Rep, Period>& timeout,
                                std::uint64_t cost = 1) {
@@ -231,18 +234,28 @@ class RateLimiter {
     check_cost(cost);
     const std::uint64_t seen = cancellation_.generation();
     Waited waited;
+    detail::Heard heard;
     for (bool first = true;; first = false) {
+      const clock::time_point sent = clock::now();
       const std::optional<RateDecision> decision =
           attempt(cost, first && detail::deadline_reached(until) ? detail::no_deadline : until);
-      if (!decision) return waited;  // the deadline cut the call short: the last refusal
+      if (!decision) {  // the deadline cut the call short
+        if (heard.outcome_at(until) == detail::Outcome::unanswered) throw unanswered();
+        return waited;  // the last refusal
+      }
+      heard.answered(sent);
       waited.decision = *decision;
       if (decision->allowed) return waited;
       const clock::time_point next = clock::now() + decision->retry_after;
       if (next > until) return waited;
+      // Until retry_after has passed, or, where Redis has not answered
+      // lately, early enough to hear from it before the deadline (an
+      // attempt before retry_after is refused, and counts nothing).
       // Interruptible, and woken early by nothing else: a spurious wake-up
-      // sleeps again rather than asking Redis before retry_after.
-      while (!cancellation_.since(seen) && clock::now() < next) {
-        cancellation_.sleep_until(seen, next);
+      // sleeps again rather than asking Redis before then.
+      const clock::time_point wake = heard.probe_by(next, until);
+      while (!cancellation_.since(seen) && clock::now() < wake) {
+        cancellation_.sleep_until(seen, wake);
       }
       if (cancellation_.since(seen)) {
         waited.cancelled = true;
@@ -262,6 +275,13 @@ class RateLimiter {
       if (detail::deadline_reached(deadline)) return std::nullopt;
       throw;
     }
+  }
+
+  TimeoutError unanswered() const {
+    return TimeoutError(Errc::timed_out, key_ +
+                                             ": Redis did not answer before the deadline (an "
+                                             "outage, not a refusal); the call cut short may "
+                                             "have been counted");
   }
 
   const Script& script() const noexcept {

@@ -28,7 +28,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <chrono>
 #include <exception>
 #include <memory>
@@ -218,10 +217,8 @@ struct TransactionalLease {
   // timeout more; else the lease runs out.
   static bool young(SteadyClock::time_point sent, const Decimal& ttl,
                     std::chrono::milliseconds command_timeout) {
-    long long lease = 0;
-    const std::string_view text = ttl.view();
-    std::from_chars(text.data(), text.data() + text.size(), lease);
-    return (SteadyClock::now() - sent) + command_timeout < std::chrono::milliseconds(lease) / 2;
+    return (SteadyClock::now() - sent) + command_timeout <
+           std::chrono::milliseconds(ttl.value()) / 2;
   }
 
   // A fenced grant's INCR failed: the grant stands, without a fence.

@@ -45,6 +45,7 @@
 #include "distlock/detail/base/config.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
+#include "distlock/detail/lifecycle/heard.hpp"
 #include "distlock/detail/lifecycle/single_server.hpp"
 #include "distlock/detail/runtime/notifier.hpp"
 #include "distlock/error.hpp"
@@ -66,6 +67,11 @@ constexpr std::uint32_t fnv1a32(std::string_view bytes) noexcept {
 namespace detail {
 struct AsyncAccess;
 
+/// At random in [0, n), n > 0.
+inline std::size_t random_below(std::size_t n) noexcept {
+  return std::min(static_cast<std::size_t>(jitter_unit() * static_cast<double>(n)), n - 1);
+}
+
 /// What a StripedMutex's waits share with it: an async wait
 /// (distlock/asio.hpp) keeps it, and may outlive the object.
 struct Stripes {
@@ -75,6 +81,30 @@ struct Stripes {
   Cancellation cancellation;                        // ends the waits on any stripe
 
   static constexpr std::size_t max_stripe_count = 65536;
+
+  /// A wait on any stripe watches the release channel of one listed in
+  /// `among` (not empty), chosen at random; on a cluster, at the node that
+  /// owns that stripe's slot, reading the slot map again there if that
+  /// node refuses. Releases of the others are seen at the next pass.
+  Notifier::Subscription subscribe_to_one_of(const std::vector<std::size_t>& among,
+                                             SteadyClock::time_point until) const {
+    const std::size_t i = among[random_below(among.size())];
+    return sites[i]->subscribe(companion_key(locks[i]->key(), "released"), until);
+  }
+};
+
+/// The sleep between two passes of a wait on any stripe: 1 ms at first,
+/// doubled after each up to 50 ms (a release announced on the channel
+/// watched ends it sooner), and never past the deadline.
+class PassPause {
+ public:
+  SteadyClock::time_point end(SteadyClock::time_point now, SteadyClock::time_point until) const {
+    return until - now < pause_ ? until : now + pause_;
+  }
+  void grow() { pause_ = std::min(pause_ * 2, std::chrono::milliseconds(50)); }
+
+ private:
+  std::chrono::milliseconds pause_{1};
 };
 
 /// 0 to n-1: every stripe of n.
@@ -109,11 +139,6 @@ class StripePass {
       if (!(has_home_ && i == home_)) return i;  // home was tried first
     }
     return std::nullopt;
-  }
-
-  /// At random in [0, n), n > 0.
-  static std::size_t random_below(std::size_t n) noexcept {
-    return std::min(static_cast<std::size_t>(jitter_unit() * static_cast<double>(n)), n - 1);
   }
 
  private:
@@ -210,9 +235,12 @@ class StripedMutex {
   /// or negative timeout is one pass of try_lock_any()). Between passes it
   /// sleeps until a release of one stripe chosen at random is announced,
   /// or a pause that grows from 1 ms to 50 ms ends (releases of the other
-  /// stripes are seen at the next pass). Every attempt is a try_lock(), so
-  /// it returns by the deadline plus one pass; at once, with nothing taken,
-  /// after cancel_waits(). Throws as try_lock().
+  /// stripes are seen at the next pass). Returns by the deadline, as a
+  /// lock's wait does: every attempt is cut there (one that lands late is
+  /// undone), and a last pass after the last sleep gets a last step's few
+  /// milliseconds. Empty when every stripe stayed busy or after
+  /// cancel_waits(); TimeoutError when Redis left the wait unanswered (an
+  /// outage, not busy stripes); otherwise throws as try_lock().
   template <class Rep, class Period>
   Taken try_lock_any_for(const std::chrono::duration<Rep, Period>& timeout) {
     return try_lock_any_until(detail::deadline_after(timeout), all());
@@ -237,19 +265,26 @@ class StripedMutex {
     detail::Cancellation& cancellation = stripes_->cancellation;
     const std::uint64_t cancel_seen = cancellation.generation();
     std::optional<Notifier::Subscription> subscription;
-    auto pause = std::chrono::milliseconds(1);
-    for (;;) {
+    detail::PassPause pause;
+    detail::Heard heard;
+    for (bool first = true;; first = false) {
       // Read before the pass, so a release announced after it ends the sleep.
       const std::uint64_t seen = subscription ? subscription->generation() : 0;
-      if (const std::optional<std::size_t> i = try_lock_any(among)) {
+      // Every attempt is cut at the deadline. A first pass past it is a
+      // try_lock_any(); after waiting, a last pass gets what little is
+      // left, as a lock's last attempt does.
+      clock::time_point now = clock::now();
+      const clock::time_point cut = now < until ? until
+                                    : first     ? detail::no_deadline
+                                                : now + detail::last_step;
+      if (const std::optional<std::size_t> i = pass(among, cut, until, heard)) {
         return Taken{*i, std::unique_lock<Stripe>(stripe(*i), std::adopt_lock)};
       }
-      const clock::time_point now = clock::now();
+      now = clock::now();
       if (among.empty() || now >= until || cancellation.since(cancel_seen)) return Taken{};
       if (!subscription && stripe(0).options().wake_on_release()) {
         // Confirmed before the next pass: no release after it goes unseen.
-        Notifier::Subscription made =
-            subscribe(among[detail::StripePass::random_below(among.size())], until);
+        Notifier::Subscription made = stripes_->subscribe_to_one_of(among, until);
         if (!made.moved()) {
           subscription.emplace(std::move(made));
           continue;
@@ -257,7 +292,9 @@ class StripedMutex {
         // Refused at once (a cluster node that no longer serves the slot):
         // this pass waits by its pause, the next subscribes again.
       }
-      const clock::time_point wake = until - now < pause ? until : now + pause;
+      // Where Redis has not answered lately, the next pass goes out early
+      // enough to hear from it before the deadline.
+      const clock::time_point wake = heard.probe_by(pause.end(now, until), until);
       if (subscription) {
         // cancel_waits() wakes it: the watched stripe's cancel_waits()
         // wakes that stripe's release channel, the one subscribed to.
@@ -266,7 +303,7 @@ class StripedMutex {
         cancellation.sleep_until(cancel_seen, wake);
       }
       if (cancellation.since(cancel_seen)) return Taken{};
-      pause = std::min(pause * 2, std::chrono::milliseconds(50));
+      pause.grow();
       // A cluster node dropped it (the stripe's slot moved): again, where
       // the slot is now, on the next pass.
       if (subscription && subscription->moved()) subscription.reset();
@@ -289,13 +326,6 @@ class StripedMutex {
 
   std::vector<std::size_t> all() const { return detail::all_stripes(size()); }
 
-  // Subscribes to the release channel of `watched`. On a cluster, at the
-  // node that owns the stripe's slot (the stripes of one name spread over
-  // the slots), reading the slot map again there if that node refuses.
-  Notifier::Subscription subscribe(std::size_t i, clock::time_point until) {
-    return stripes_->sites[i]->subscribe(detail::companion_key(stripe(i).key(), "released"), until);
-  }
-
   // One attempt at stripe i; remembered as home when taken.
   bool take(std::size_t i) {
     // Held through this object (perhaps by the calling thread, for whom
@@ -303,6 +333,32 @@ class StripedMutex {
     if (stripe(i).owns_lock() || !stripe(i).try_lock()) return false;
     stripes_->home.store(i, std::memory_order_relaxed);
     return true;
+  }
+
+  // One pass of a wait for any stripe, each attempt cut at `cut` (none at
+  // no_deadline), and none sent after it. An attempt the cut left
+  // unanswered ends the wait: busy if Redis answered it lately (`heard`,
+  // by the deadline `until`), else TimeoutError, as a lock's wait says.
+  std::optional<std::size_t> pass(const std::vector<std::size_t>& among, clock::time_point cut,
+                                  clock::time_point until, detail::Heard& heard) {
+    if (cut == detail::no_deadline) return try_lock_any(among);
+    detail::StripePass order(among, stripes_->home.load(std::memory_order_relaxed));
+    while (const std::optional<std::size_t> i = order.next()) {
+      if (stripe(*i).owns_lock()) continue;  // as take() says
+      const clock::time_point sent = clock::now();
+      if (sent >= cut) break;
+      switch (stripe(*i).attempt_until(cut)) {
+        case detail::Outcome::acquired:
+          stripes_->home.store(*i, std::memory_order_relaxed);
+          return i;
+        case detail::Outcome::unanswered:
+          detail::acquired_or_throw(heard.outcome_at(until), "try_lock_any_until",
+                                    stripe(*i).key());
+          return std::nullopt;
+        default: heard.answered(sent);  // busy
+      }
+    }
+    return std::nullopt;
   }
 
   std::shared_ptr<detail::Stripes> stripes_;

@@ -4,7 +4,8 @@
 // attempt, and after each refusal a sleep for its retry_after unless the
 // next chance comes after the deadline, the first attempt a try when the
 // deadline has passed, an attempt cut at the deadline ending the call with
-// the last refusal. The attempts are written on the link; one steady_timer
+// the last refusal, or Errc::timed_out where Redis has not answered lately
+// (Heard). The attempts are written on the link; one steady_timer
 // on the link's strand ends a sleep and cuts an attempt at the deadline;
 // a Wake on the limiter's Cancellation ends a sleep for cancel_waits().
 // Each attempt and sleep has a number (detail/asio/op_steps.hpp): a timer
@@ -33,6 +34,7 @@
 #include "distlock/detail/asio/op_steps.hpp"
 #include "distlock/detail/asio/op_wakes.hpp"
 #include "distlock/detail/base/time.hpp"
+#include "distlock/detail/lifecycle/heard.hpp"
 #include "distlock/detail/wire/link.hpp"
 #include "distlock/error.hpp"
 #include "distlock/rate_limiter.hpp"
@@ -108,6 +110,7 @@ class RateOp : public std::enable_shared_from_this<RateOp<Handler>> {
     const clock::time_point by =
         attempts_++ == 0 && deadline_reached(until_) ? no_deadline : until_;
     begin(Phase::attempt, by);
+    sent_ = clock::now();
     auto self = this->shared_from_this();
     steps_.link()->submit(
         limiter_.site_,
@@ -131,9 +134,10 @@ class RateOp : public std::enable_shared_from_this<RateOp<Handler>> {
     if (steps_.finished()) return;
     if (answer.failure) {
       // A link timeout at the deadline is the deadline's cut.
-      if (code_of(answer.failure) == Errc::timed_out && deadline_reached(by)) return finish({});
+      if (code_of(answer.failure) == Errc::timed_out && deadline_reached(by)) return cut();
       return fail(answer.failure);
     }
+    heard_.answered(sent_);
     try {
       decision_ = RateLimiter::decision_of(*answer.reply);
     } catch (...) {
@@ -142,7 +146,10 @@ class RateOp : public std::enable_shared_from_this<RateOp<Handler>> {
     if (decision_.allowed) return finish({});
     const clock::time_point next = clock::now() + decision_.retry_after;
     if (next > until_) return finish({});  // refused at once: no chance before the deadline
-    begin(Phase::sleeping, next);
+    // Where Redis has not answered lately, the next attempt goes out early
+    // enough to hear from it before the deadline (refused before
+    // retry_after, it counts nothing).
+    begin(Phase::sleeping, heard_.probe_by(next, until_));
     if (!wakes_.sleep_on(limiter_.cancellation_, steps_.current(), seen_)) cancelled();
   }
 
@@ -157,16 +164,23 @@ class RateOp : public std::enable_shared_from_this<RateOp<Handler>> {
   friend class OpSteps<RateOp>;
   void timed_out() {
     switch (phase_) {
-      case Phase::attempt:  // cut at the deadline: the last refusal
+      case Phase::attempt:  // cut at the deadline
         steps_.forget_in_flight([] {});
-        end();
-        return finish({});
+        return cut();
       case Phase::sleeping:  // retry_after has passed; a cancel first ends it
         if (limiter_.cancellation_.since(seen_)) return cancelled();
         end();
         return attempt();
       case Phase::none: return;
     }
+  }
+
+  // An attempt cut at the deadline: the last refusal if Redis answered
+  // lately, else an outage.
+  void cut() {
+    end();
+    finish(heard_.outcome_at(until_) == Outcome::unanswered ? make_error_code(Errc::timed_out)
+                                                            : std::error_code());
   }
 
   void cancelled() {
@@ -201,7 +215,9 @@ class RateOp : public std::enable_shared_from_this<RateOp<Handler>> {
   OpSteps<RateOp> steps_;       // their numbers, timer, request in flight, slot
   Phase phase_ = Phase::none;
   unsigned attempts_ = 0;
-  RateDecision decision_;  // the last one Redis gave
+  clock::time_point sent_;  // of the attempt in flight
+  Heard heard_;             // when Redis last answered
+  RateDecision decision_;   // the last one Redis gave
   OpWakes<RateOp> wakes_;
 };
 

@@ -190,16 +190,14 @@ class AnyStripeOp : public std::enable_shared_from_this<AnyStripeOp<Result, Hand
   // confirm it, so that no release after the next pass goes unseen.
   void subscribe() {
     try {
-      const std::size_t i = among_[StripePass::random_below(among_.size())];
-      Notifier::Subscription made = stripes_->sites[i]->subscribe(
-          companion_key(stripes_->locks[i]->key(), "released"), clock::now());
+      Notifier::Subscription made = stripes_->subscribe_to_one_of(among_, clock::now());
       // Refused at once (a node that no longer serves the slot): this
       // pass waits by its pause, the next subscribes again.
       if (made.moved()) return sleep(clock::now());
       subscription_.emplace(std::move(made));
       if (subscription_->active()) return pass();
       const clock::time_point give_up =
-          clock::now() + stripes_->sites[i]->options().command_timeout;
+          clock::now() + stripes_->sites.front()->options().command_timeout;
       begin(Phase::subscribing, std::min(until_, give_up));
       if (wakes_.confirmed_or_armed(*subscription_, steps_.current())) subscribed();
     } catch (...) {
@@ -214,7 +212,7 @@ class AnyStripeOp : public std::enable_shared_from_this<AnyStripeOp<Result, Hand
   // Until the pause ends, or, where Redis has not answered lately, early
   // enough for a last pass to hear from it before the deadline.
   void sleep(clock::time_point now) {
-    begin(Phase::sleeping, heard_.probe_by(until_ - now < pause_ ? until_ : now + pause_, until_));
+    begin(Phase::sleeping, heard_.probe_by(pause_.end(now, until_), until_));
     if (!wakes_.sleep_on(stripes_->cancellation, steps_.current(), cancel_seen_)) return slept();
     if (subscription_ && !wakes_.sleep_on(*subscription_, steps_.current(), seen_)) slept();
   }
@@ -222,7 +220,7 @@ class AnyStripeOp : public std::enable_shared_from_this<AnyStripeOp<Result, Hand
   void slept() {
     end();
     if (stripes_->cancellation.since(cancel_seen_)) return cancelled();
-    pause_ = std::min(pause_ * 2, std::chrono::milliseconds(50));
+    pause_.grow();
     // Dropped by a node (the stripe's slot moved): subscribed again, where
     // the slot is now, after the next pass.
     if (subscription_ && subscription_->moved()) subscription_.reset();
@@ -299,7 +297,7 @@ class AnyStripeOp : public std::enable_shared_from_this<AnyStripeOp<Result, Hand
   Heard heard_;                   // when Redis last answered an attempt, and how fast
   std::optional<Notifier::Subscription> subscription_;  // one stripe's release channel
   std::uint64_t seen_ = 0;                              // its generation before the pass
-  std::chrono::milliseconds pause_{1};
+  PassPause pause_;
   asio::cancellation_signal attempt_cancel_;  // the attempt in flight's
   OpWakes<AnyStripeOp> wakes_;
 };

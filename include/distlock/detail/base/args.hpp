@@ -37,14 +37,16 @@ class Args {
 /// The decimal text of an integer, kept in the object itself.
 class Decimal {
  public:
-  explicit Decimal(long long value) noexcept {
+  explicit Decimal(long long value) noexcept : value_(value) {
     size_ = static_cast<std::size_t>(std::to_chars(buffer_, buffer_ + sizeof buffer_, value).ptr -
                                      buffer_);
   }
+  long long value() const noexcept { return value_; }
   std::string_view view() const noexcept { return {buffer_, size_}; }
   operator std::string_view() const noexcept { return view(); }
 
  private:
+  long long value_;
   char buffer_[24];
   std::size_t size_;
 };

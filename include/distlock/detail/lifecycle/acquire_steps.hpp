@@ -192,12 +192,13 @@ class AcquireSteps : public HoldKeeper<Protocol> {
       waiter.local_holder = busy_here();
     }
     waiter.last_chance = !waiter.wait || waiter.sent >= waiter.deadline;
-    // A first attempt past the deadline is a try_lock(); after waiting, a last
-    // attempt gets what little is left, and a step that ends late ends the call.
+    // An attempt is cut at the deadline (one attempt of a wait that drives
+    // several locks, a StripedMutex's, has one ahead). A first attempt past
+    // it is a try_lock(); after waiting, a last attempt gets what little is
+    // left, and a step that ends late ends the call.
     waiter.step_deadline = waiter.deadline;
-    if (waiter.last_chance) {
-      waiter.step_deadline =
-          waiter.attempts == 1 ? no_deadline : std::max(waiter.deadline, waiter.sent + last_step);
+    if (waiter.sent >= waiter.deadline) {
+      waiter.step_deadline = waiter.attempts == 1 ? no_deadline : waiter.sent + last_step;
     }
     if (waiter.local_holder) return refused(waiter, behind_own_holder());
     return {Step::attempt, waiter.step_deadline};
@@ -252,11 +253,13 @@ class AcquireSteps : public HoldKeeper<Protocol> {
   // channel once (again when a cluster node dropped the subscription: the
   // slot moved), or goes to sleep.
   Next give_up_or_wait(Waiter& waiter) {
-    if (waiter.last_chance || clock::now() >= waiter.deadline) {
-      // Busy if Redis answered lately; a wait on this object's own holder
+    const clock::time_point now = clock::now();
+    if (waiter.last_chance || now >= waiter.deadline) {
+      // Busy if Redis answered lately (before the deadline, or just now for
+      // an attempt refused ahead of it); a wait on this object's own holder
       // asked Redis nothing.
       return done(waiter.local_holder ? Outcome::timed_out
-                                      : waiter.heard.outcome_at(waiter.deadline));
+                                      : waiter.heard.outcome_at(std::min(now, waiter.deadline)));
     }
     if (cancellation_.since(waiter.cancel_seen)) return done(Outcome::cancelled);
     if (waiter.subscription && waiter.subscription->moved()) {

@@ -25,6 +25,10 @@
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
 
+namespace distlock {
+class StripedMutex;
+}
+
 namespace distlock::detail {
 
 template <class Protocol>
@@ -173,6 +177,11 @@ class ExclusiveLock {
 
  private:
   friend struct AsyncAccess;
+  friend class distlock::StripedMutex;
+
+  // One attempt, cut at `cut` if that is ahead (a StripedMutex's wait, which
+  // tries one stripe after another, keeps the deadline and the verdict).
+  Outcome attempt_until(clock::time_point cut) { return life_->acquire(kind, cut, /*wait=*/false); }
 };
 
 // Defined out of the class, so that a program compiled separately
