@@ -14,6 +14,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -140,6 +141,12 @@ class SentinelSite final : public Site {
   Notifier& notifier() override { return sentinel_.notifier(); }
   Watchdog& watchdog() override { return sentinel_.watchdog(); }
   Connector& connector() override { return sentinel_.master_->runtime().connector(); }
+  // Every key lives at the master: async locks link to it, wherever it is.
+  bool one_endpoint() const noexcept override { return true; }
+  ConnectionOptions endpoint_now(clock::time_point deadline) override {
+    return sentinel_.master_->master(deadline).options();
+  }
+  std::uint64_t endpoint_epoch() const noexcept override { return sentinel_.master_->epoch(); }
   std::weak_ptr<const void> lifetime() const noexcept override { return sentinel_.master_; }
   const SharedEventHook& events() const noexcept override { return sentinel_.events(); }
 

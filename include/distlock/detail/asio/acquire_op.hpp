@@ -85,8 +85,8 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
       const std::shared_ptr<Site>& site = protocol.site();
       if (!site->one_endpoint() || protocol.waits_for_replicas()) {
         throw InvalidArgument(protocol.key() +
-                              ": async locks run on a Client without LockOptions::replicas "
-                              "so far (this lock is on " +
+                              ": async locks run on a Client or a SentinelClient without "
+                              "LockOptions::replicas so far (this lock is on " +
                               site->describe() + ")");
       }
       waiter_.async = true;
@@ -206,6 +206,7 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
       try {
         attempt = protocol.attempt_answer(kind, *answer.reply);
       } catch (const ServerError&) {
+        link().refused(*protocol.site(), answer.reply->str());
         throw;  // refused by the server: nothing was applied
       } catch (const InvalidArgument&) {
         throw;  // found by the script (a Semaphore's count): nothing was applied
@@ -381,8 +382,10 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
     try {
       life_->protocol().site()->connector().post([life = life_, id = id_] {
         try {
-          const ConnectionOptions& options = life->protocol().site()->options();
-          Connection fresh(cut_to(options, SteadyClock::now() + options.command_timeout));
+          const std::shared_ptr<Site>& site = life->protocol().site();
+          const SteadyClock::time_point deadline =
+              SteadyClock::now() + site->options().command_timeout;
+          Connection fresh(cut_to(site->endpoint_now(deadline), deadline));
           life->protocol().undo_on(kind, fresh, id);
         } catch (...) {  // best effort: the lease runs out otherwise
         }

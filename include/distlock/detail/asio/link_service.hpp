@@ -27,6 +27,7 @@
 #include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
 
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -36,12 +37,15 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "distlock/connection_options.hpp"
 #include "distlock/detail/backend/site.hpp"
+#include "distlock/detail/base/time.hpp"
 #include "distlock/detail/runtime/connector.hpp"
 #include "distlock/detail/wire/link.hpp"
+#include "distlock/error.hpp"
 
 namespace distlock::detail {
 
@@ -89,12 +93,8 @@ class AsioLink : public std::enable_shared_from_this<AsioLink> {
   using Write = std::function<void(Link&)>;
   using Failed = std::function<void(std::exception_ptr)>;
 
-  AsioLink(const asio::any_io_executor& executor, ConnectionOptions options,
-           std::shared_ptr<Gate> gate)
-      : strand_(asio::make_strand(executor)),
-        options_(std::move(options)),
-        gate_(std::move(gate)),
-        timer_(strand_) {}
+  AsioLink(const asio::any_io_executor& executor, std::shared_ptr<Gate> gate)
+      : strand_(asio::make_strand(executor)), gate_(std::move(gate)), timer_(strand_) {}
 
   ~AsioLink() { drop_link(); }
 
@@ -126,13 +126,23 @@ class AsioLink : public std::enable_shared_from_this<AsioLink> {
   /// The link the sink now running was called by (on the strand only).
   Link* current() noexcept { return link_.get(); }
 
+  /// On the strand: an error reply `reply` to a step sent through `site`.
+  /// READONLY (a master demoted to a replica: the step was not applied)
+  /// has the site look for the master again, and the link let go once
+  /// nothing is owed on it: the next step connects to where the site
+  /// names then.
+  void refused(Site& site, std::string_view reply) {
+    static_cast<void>(site.saw_error(reply));
+    if (classify_server_error(reply) == ServerErrorKind::readonly) retired_ = true;
+  }
+
   /// On the strand: writes what is queued, and waits for what the link
   /// needs next: the socket writable while writes are left, readable while
   /// replies are owed, and the command timeout. For a step queued on
   /// current() outside a sink (a cancellation's undo).
   void pump() {
     if (!link_) return;
-    if (link_->broken()) {
+    if (link_->broken() || (retired_ && link_->in_flight() == 0)) {
       drop_link();
       if (!queued_.empty()) connect();
       return;
@@ -175,11 +185,18 @@ class AsioLink : public std::enable_shared_from_this<AsioLink> {
 
   // On the strand from here on.
   void serve() {
-    if (link_ && (link_->broken() || (link_->in_flight() == 0 && link_->stale()))) drop_link();
+    // Made before the site's server may have moved: let go, once drained.
+    if (link_ && !queued_.empty() && queued_.front().site->endpoint_epoch() != epoch_) {
+      retired_ = true;
+    }
+    if (link_ && (link_->broken() || (link_->in_flight() == 0 && (retired_ || link_->stale())))) {
+      drop_link();
+    }
     if (!link_) {
       connect();
       return;
     }
+    if (retired_) return pump();  // which drops it once nothing is owed, and connects again
     while (!queued_.empty()) {
       Job job = std::move(queued_.front());
       queued_.pop_front();
@@ -196,28 +213,32 @@ class AsioLink : public std::enable_shared_from_this<AsioLink> {
     if (connecting_ || queued_.empty()) return;
     connecting_ = true;
     // The job holds no reference: should the context be gone when it
-    // ends, nothing of it (strand, timer, socket) may be touched.
-    queued_.front().site->connector().post(
-        [weak = weak_from_this(), options = options_, gate = gate_] {
-          std::unique_ptr<Link> made;
-          std::exception_ptr failure;
-          try {
-            made = std::make_unique<Link>(options);
-          } catch (...) {
-            failure = std::current_exception();
-          }
-          gate->run_if_open([&] {
-            std::shared_ptr<AsioLink> self = weak.lock();
-            if (!self) return;
-            const Strand strand = self->strand_;
-            asio::post(strand, [self = std::move(self), made = std::move(made), failure]() mutable {
-              self->connected(std::move(made), failure);
-            });
-          });
-        });
+    // ends, nothing of it (strand, timer, socket) may be touched. The site
+    // names the server (a SentinelClient's master may have moved).
+    const std::shared_ptr<Site>& site = queued_.front().site;
+    site->connector().post([weak = weak_from_this(), site, gate = gate_] {
+      std::unique_ptr<Link> made;
+      std::exception_ptr failure;
+      // Read first: a move during the connect is a later epoch.
+      const std::uint64_t epoch = site->endpoint_epoch();
+      try {
+        made = std::make_unique<Link>(
+            site->endpoint_now(SteadyClock::now() + site->options().connect_timeout));
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      gate->run_if_open([&] {
+        std::shared_ptr<AsioLink> self = weak.lock();
+        if (!self) return;
+        const Strand strand = self->strand_;
+        asio::post(strand, [self = std::move(self), made = std::move(made), failure,
+                            epoch]() mutable { self->connected(std::move(made), failure, epoch); });
+      });
+    });
   }
 
-  void connected(std::unique_ptr<Link> made, const std::exception_ptr& failure) {
+  void connected(std::unique_ptr<Link> made, const std::exception_ptr& failure,
+                 std::uint64_t epoch) {
     connecting_ = false;
     if (failure) {
       std::deque<Job> jobs;
@@ -226,6 +247,7 @@ class AsioLink : public std::enable_shared_from_this<AsioLink> {
       return;
     }
     link_ = std::move(made);
+    epoch_ = epoch;
     socket_.emplace(strand_, link_->fd());
     serve();
   }
@@ -251,6 +273,7 @@ class AsioLink : public std::enable_shared_from_this<AsioLink> {
       socket_.reset();
     }
     link_.reset();
+    retired_ = false;
     try {
       timer_.cancel();
     } catch (...) {  // the timer is then let run out
@@ -258,7 +281,6 @@ class AsioLink : public std::enable_shared_from_this<AsioLink> {
   }
 
   Strand strand_;
-  const ConnectionOptions options_;
   const std::shared_ptr<Gate> gate_;
   asio::steady_timer timer_;
   std::unique_ptr<Link> link_;
@@ -268,6 +290,8 @@ class AsioLink : public std::enable_shared_from_this<AsioLink> {
   bool writing_ = false;
   bool reading_ = false;
   bool timing_ = false;
+  bool retired_ = false;     // let go once nothing is owed on it (refused(), a later epoch)
+  std::uint64_t epoch_ = 0;  // the site's endpoint_epoch() when the link was made
 };
 
 /// One AsioLink per backend (its id) on each execution context.
@@ -284,7 +308,7 @@ class LinkService : public asio::execution_context::service {
     asio::use_service<asio::detail::strand_executor_service>(context);
   }
 
-  /// The link to the endpoint of `site` (a backend on one endpoint), made
+  /// The link to the server of `site` (a backend on one server), made
   /// on first use with `executor` (of this service's context). Links of
   /// backends that are gone are let go when a link is made.
   std::shared_ptr<AsioLink> link_for(const Site& site, const asio::any_io_executor& executor) {
@@ -296,7 +320,7 @@ class LinkService : public asio::execution_context::service {
       it = it->second.backend.expired() ? links_.erase(it) : std::next(it);
     }
     Entry& entry = links_[site.id()];
-    entry.link = std::make_shared<AsioLink>(executor, site.options(), gate_);
+    entry.link = std::make_shared<AsioLink>(executor, gate_);
     entry.backend = site.lifetime();
     return entry.link;
   }

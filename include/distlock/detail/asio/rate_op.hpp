@@ -73,8 +73,8 @@ class RateOp : public std::enable_shared_from_this<RateOp<Handler>> {
       site->check_process();  // a child of a fork has no link of its parent's
       if (!site->one_endpoint()) {
         throw InvalidArgument(limiter_.key_ +
-                              ": async rate limiters run on a Client so far (this "
-                              "one is on " +
+                              ": async rate limiters run on a Client or a SentinelClient "
+                              "so far (this one is on " +
                               site->describe() + ")");
       }
       steps_.bind(
@@ -138,6 +138,7 @@ class RateOp : public std::enable_shared_from_this<RateOp<Handler>> {
       return fail(answer.failure);
     }
     heard_.answered(sent_);
+    if (answer.reply->is_error()) steps_.link()->refused(*limiter_.site_, answer.reply->str());
     try {
       decision_ = RateLimiter::decision_of(*answer.reply);
     } catch (...) {

@@ -83,19 +83,11 @@ void write_release(const std::shared_ptr<Life>& life, typename Life::Kind kind,
   if (!unheld->send) return done(std::error_code(), Release::lost);
   auto shared = std::make_shared<Done>(std::move(done));  // for both of submit's callbacks
   const auto acquired = unheld->acquired;
-  auto answered = [life, kind, acquired, shared](LinkAnswer answer) {
-    tell_release(
-        [&] {
-          if (answer.failure) std::rethrow_exception(answer.failure);
-          const Release outcome = to_release(life->protocol().release_answer(kind, *answer.reply));
-          life->told_released(acquired, outcome);
-          return outcome;
-        },
-        *shared);
-  };
   // Given back apart, on the connector thread through the backend's pool:
   // when the context is gone, or shuts down with the write still queued
-  // (the write's last copy then goes unrun).
+  // (the write's last copy then goes unrun), or when a master demoted to a
+  // replica refused it (READONLY: not applied), where the backend finds the
+  // master again.
   auto apart = [life, kind, id, acquired, shared] {
     life->protocol().site()->connector().post([life, kind, id, acquired, shared] {
       tell_release(
@@ -106,6 +98,23 @@ void write_release(const std::shared_ptr<Life>& life, typename Life::Kind kind,
           },
           *shared);
     });
+  };
+  auto answered = [life, kind, acquired, shared, on = std::weak_ptr<AsioLink>(link),
+                   apart](LinkAnswer answer) {
+    if (answer.reply && answer.reply->is_error()) {
+      if (const std::shared_ptr<AsioLink> still = on.lock()) {
+        still->refused(*life->protocol().site(), answer.reply->str());
+      }
+      if (classify_server_error(answer.reply->str()) == ServerErrorKind::readonly) return apart();
+    }
+    tell_release(
+        [&] {
+          if (answer.failure) std::rethrow_exception(answer.failure);
+          const Release outcome = to_release(life->protocol().release_answer(kind, *answer.reply));
+          life->told_released(acquired, outcome);
+          return outcome;
+        },
+        *shared);
   };
   auto unsent = std::make_shared<Unsent<decltype(apart)>>(apart);
   const bool queued = link->submit_if_open(

@@ -96,9 +96,10 @@ class AnyStripeOp : public std::enable_shared_from_this<AnyStripeOp<Result, Hand
       const SitePtr& site = stripes_->sites.front();
       site->check_process();  // a child of a fork has no link of its parent's
       if (!site->one_endpoint()) {
-        throw InvalidArgument(stripes_->locks.front()->key() +
-                              ": async locks run on a Client so far (this one is on " +
-                              site->describe() + ")");
+        throw InvalidArgument(
+            stripes_->locks.front()->key() +
+            ": async locks run on a Client or a SentinelClient so far (this one is on " +
+            site->describe() + ")");
       }
       steps_.bind(
           asio::use_service<LinkService>(asio::query(work_, asio::execution::context))

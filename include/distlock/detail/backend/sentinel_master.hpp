@@ -34,6 +34,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -107,7 +108,15 @@ class SentinelMaster : public std::enable_shared_from_this<SentinelMaster> {
   }
 
   /// Marks the master to be looked for again before the next step.
-  void stale() noexcept { stale_.store(true, std::memory_order_release); }
+  void stale() noexcept {
+    if (!stale_.exchange(true, std::memory_order_acq_rel)) {
+      epoch_.fetch_add(1, std::memory_order_acq_rel);
+    }
+  }
+  /// How many times the master was marked stale: a connection made to the
+  /// master found at one epoch is let go at a later one (an async link,
+  /// which no pool hands out again).
+  std::uint64_t epoch() const noexcept { return epoch_.load(std::memory_order_acquire); }
 
   /// "host:port" of the master as last found; empty before.
   std::string address() const {
@@ -243,6 +252,7 @@ class SentinelMaster : public std::enable_shared_from_this<SentinelMaster> {
   std::string run_id_ DISTLOCK_GUARDED_BY(mutex_);
   std::vector<Client> pools_ DISTLOCK_GUARDED_BY(mutex_);  // one per address seen
   std::atomic<bool> stale_{false};
+  std::atomic<std::uint64_t> epoch_{0};  // stale() marks, see epoch()
   std::atomic<unsigned> switches_{0};
   std::atomic<unsigned> told_switches_{0};  // switches the hook heard of
   std::once_flag watch_started_;

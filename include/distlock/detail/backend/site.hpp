@@ -13,6 +13,7 @@
 // call per step costs nothing beside the round trip it makes.
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -68,9 +69,16 @@ class Site {
   virtual Watchdog& watchdog() = 0;
   /// The thread for the blocking work of async locks (connect, release).
   virtual Connector& connector() = 0;
-  /// Whether every key lives at the one endpoint options() names (a
-  /// Client): where async locks link to for now.
+  /// Whether every key lives at one server, the one endpoint_now() names
+  /// (a Client's own, a SentinelClient's master): where async locks link to.
   virtual bool one_endpoint() const noexcept { return false; }
+  /// Where that server is now. May ask around first (a SentinelClient asks
+  /// its Sentinels when the master moved), so it runs on the connector
+  /// thread, until `deadline` at most.
+  virtual ConnectionOptions endpoint_now(clock::time_point /*deadline*/) { return options(); }
+  /// Grows when that server may have moved (a SentinelClient's master
+  /// marked stale): a link made at an earlier epoch is let go.
+  virtual std::uint64_t endpoint_epoch() const noexcept { return 0; }
   /// Alive while the backend is (any copy of it): what outlives it, such
   /// as an async link to its server, lets go when this expires.
   virtual std::weak_ptr<const void> lifetime() const noexcept = 0;
