@@ -386,6 +386,27 @@ TEST_F(AclTest, AFencedSimpleMutexWhoseMultiIsRefusedLeavesNoKey) {
   EXPECT_FALSE(simple.owns_lock());
 }
 
+// Without +multi, an unfenced SimpleMutex is taken (SET NX PX), but no
+// transaction can guard its token check: its release deletes the key on
+// its own only while more than two command timeouts of the lease are left
+// (nobody else can have set the key before then), and is refused
+// otherwise, the key left to its lease. Never a change sent behind the
+// refused MULTI, outside the check.
+TEST_F(AclTest, ASimpleMutexWithoutMultiReleasesOnlyAYoungLease) {
+  set_user(server(), "app", without(simple_mutex_rules, "+multi"));
+  ClientOptions options = as_user(server(), "app");
+  options.command_timeout = 1000ms;
+  Client client(options);
+  SimpleMutex young(client, "jobs:young", LockOptions().ttl(30s));
+  ASSERT_TRUE(young.try_lock());
+  EXPECT_EQ(young.release(), Release::released);
+  EXPECT_EQ(server().command({"EXISTS", "jobs:young"}), "0");
+  SimpleMutex old(client, "jobs:old", LockOptions().ttl(1500ms).auto_renew(false));
+  ASSERT_TRUE(old.try_lock());
+  EXPECT_THROW(static_cast<void>(old.release()), ServerError);
+  EXPECT_EQ(server().command({"EXISTS", "jobs:old"}), "1");  // left to its lease
+}
+
 TEST_F(AclTest, ReentrantMutexFailsWithoutItsRules) {
   expect_fails_without(reentrant_rules, "&redisson_lock__channel:{jobs:*}", reentrant_paths);
 }
