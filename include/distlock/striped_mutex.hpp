@@ -107,6 +107,17 @@ class PassPause {
   std::chrono::milliseconds pause_{1};
 };
 
+/// Where the attempts of a pass over the stripes are cut: at the deadline
+/// `until`. A pass that is a try (the first, with the deadline passed) is
+/// not cut; after waiting, a last pass past the deadline gets what little
+/// is left (a stripe freed during the last sleep is still taken), as a
+/// lock's last attempt does.
+inline SteadyClock::time_point pass_cut(SteadyClock::time_point now, SteadyClock::time_point until,
+                                        bool a_try) {
+  if (a_try) return no_deadline;
+  return now < until ? until : now + last_step;
+}
+
 /// 0 to n-1: every stripe of n.
 inline std::vector<std::size_t> all_stripes(std::size_t n) {
   std::vector<std::size_t> every(n);
@@ -270,13 +281,8 @@ class StripedMutex {
     for (bool first = true;; first = false) {
       // Read before the pass, so a release announced after it ends the sleep.
       const std::uint64_t seen = subscription ? subscription->generation() : 0;
-      // Every attempt is cut at the deadline. A first pass past it is a
-      // try_lock_any(); after waiting, a last pass gets what little is
-      // left, as a lock's last attempt does.
       clock::time_point now = clock::now();
-      const clock::time_point cut = now < until ? until
-                                    : first     ? detail::no_deadline
-                                                : now + detail::last_step;
+      const clock::time_point cut = detail::pass_cut(now, until, first && now >= until);
       if (const std::optional<std::size_t> i = pass(among, cut, until, heard)) {
         return Taken{*i, std::unique_lock<Stripe>(stripe(*i), std::adopt_lock)};
       }

@@ -132,15 +132,7 @@ class AnyStripeOp : public std::enable_shared_from_this<AnyStripeOp<Result, Hand
     // Read before the pass, so a release announced after it ends the sleep.
     seen_ = subscription_ ? subscription_->generation() : 0;
     pass_.emplace(among_, stripes_->home.load(std::memory_order_relaxed));
-    // A first pass past the deadline is a try_lock_any(); after waiting, a
-    // last pass gets what little is left (a stripe freed during the last
-    // sleep is still taken), as a lock's last attempt does.
-    const clock::time_point now = clock::now();
-    if (passes_++ == 0 && first_pass_uncut_) {
-      pass_until_ = no_deadline;
-    } else {
-      pass_until_ = now < until_ ? until_ : now + last_step;
-    }
+    pass_until_ = pass_cut(clock::now(), until_, passes_++ == 0 && first_pass_uncut_);
     attempt_next();
   }
 
