@@ -132,6 +132,24 @@ TEST(AcquireStepsTest, ATryLockRefusedWithoutAReasonLooksAtTheKeyOnceThenIsBusy)
   EXPECT_FALSE(steps.owns());
 }
 
+// One attempt cut at a deadline ahead (a StripedMutex's wait for any
+// stripe sends these): refused, with a look at the key that comes back
+// late on a loaded host, it is busy. Redis answered both steps; only the
+// attempt's answer counted once, so a look slower than the probe floor
+// read as an outage, and a wait for any stripe threw TimeoutError.
+TEST(AcquireStepsTest, AnAttemptRefusedAheadOfItsCutIsBusyHoweverSlowTheLookAtTheKey) {
+  Steps steps;
+  const Clock::time_point cut = Clock::now() + 10s;
+  Steps::Waiter waiter = steps.waiter(cut, /*wait=*/false);
+  ASSERT_EQ(steps.start(waiter).step, Steps::Step::attempt);
+  Steps::Next next = steps.attempted(waiter, refused());
+  ASSERT_EQ(next.step, Steps::Step::read_holder);
+  EXPECT_EQ(next.by, cut);
+  std::this_thread::sleep_for(probe_floor + 20ms);  // the look, slow
+  next = steps.holder_read(waiter, HolderLease::from_pttl(5000));
+  expect_done(next, Outcome::timed_out);
+}
+
 TEST(AcquireStepsTest, AFirstStepTheDeadlineCutShortEndsTheCallUnanswered) {
   Steps steps;
   Steps::Waiter waiter = steps.waiter(Clock::now() + 10s);

@@ -69,9 +69,10 @@ class AcquireSteps : public HoldKeeper<Protocol> {
     std::string id;                   // moved into the hold once adopted
     unsigned attempts = 0;
     clock::time_point first_sent{};
-    clock::time_point sent{};  // the latest attempt's
-    std::uint64_t seen = 0;    // the release channel's generation before it
-    bool last_chance = false;  // no sleep follows the latest attempt
+    clock::time_point sent{};       // the latest attempt's
+    clock::time_point came_back{};  // when the latest step's answer (or cut) was handed in
+    std::uint64_t seen = 0;         // the release channel's generation before it
+    bool last_chance = false;       // no sleep follows the latest attempt
     clock::time_point step_deadline{};
     HolderLease holder;    // what the latest attempt (or a read) learned of the holder
     bool probing = false;  // the holder read under way is a try_lock()'s look at the key
@@ -110,6 +111,7 @@ class AcquireSteps : public HoldKeeper<Protocol> {
 
   // The attempt's answer; nullopt when the deadline cut the step short.
   Next attempted(Waiter& waiter, std::optional<Attempt> answered) {
+    waiter.came_back = clock::now();
     if (!answered) return done(waiter.heard.outcome_at(waiter.deadline));
     if (!answered->unheard) waiter.heard.answered(waiter.sent);
     if (std::optional<Outcome> end = settle(waiter, *answered)) return done(*end);
@@ -118,9 +120,10 @@ class AcquireSteps : public HoldKeeper<Protocol> {
 
   // The holder's lease; nullopt when the deadline cut the read short.
   Next holder_read(Waiter& waiter, std::optional<HolderLease> read) {
+    waiter.came_back = clock::now();
+    if (read) waiter.heard.answer();
     if (std::exchange(waiter.probing, false)) return give_up_or_wait(waiter);
     if (!read) return done(waiter.heard.outcome_at(waiter.deadline));
-    waiter.heard.answer();
     if (clock::now() >= waiter.deadline) return done(Outcome::timed_out);
     waiter.holder = *read;
     return sleep_until(waiter);
@@ -255,11 +258,14 @@ class AcquireSteps : public HoldKeeper<Protocol> {
   Next give_up_or_wait(Waiter& waiter) {
     const clock::time_point now = clock::now();
     if (waiter.last_chance || now >= waiter.deadline) {
-      // Busy if Redis answered lately (before the deadline, or just now for
-      // an attempt refused ahead of it); a wait on this object's own holder
+      // Busy if Redis answered lately: before the deadline, or before the
+      // answer came back for a step refused ahead of it (not before now: a
+      // thread descheduled since, on a loaded host, must not turn a refusal
+      // Redis just gave into an outage). A wait on this object's own holder
       // asked Redis nothing.
-      return done(waiter.local_holder ? Outcome::timed_out
-                                      : waiter.heard.outcome_at(std::min(now, waiter.deadline)));
+      return done(waiter.local_holder
+                      ? Outcome::timed_out
+                      : waiter.heard.outcome_at(std::min(waiter.came_back, waiter.deadline)));
     }
     if (cancellation_.since(waiter.cancel_seen)) return done(Outcome::cancelled);
     if (waiter.subscription && waiter.subscription->moved()) {
