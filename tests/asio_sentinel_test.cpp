@@ -31,14 +31,14 @@ using testing::Tried;
 class AsioSentinelTest : public testing::AsioTest {
  protected:
   void SetUp() override {
-    AsioTest::SetUp();
+    testing::AsioTest::SetUp();
     if (HasFatalFailure()) return;
     group_ = std::make_unique<SentinelGroup>();
   }
   void TearDown() override {
     stop_running();
     group_.reset();
-    AsioTest::TearDown();
+    testing::AsioTest::TearDown();
   }
 
   SentinelGroup& group() { return *group_; }

@@ -19,6 +19,8 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +29,7 @@
 #include "support/asio_fixture.hpp"
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
+#include "support/hostile_server.hpp"
 #include "support/options.hpp"
 
 namespace distlock {
@@ -69,6 +72,62 @@ TEST_F(AsioTest, TryLockTakesAFreeLockAndFindsABusyOneBusy) {
 
 // Fenced: the acquire is a script (EVALSHA, or EVAL once the server lost
 // its cache), refused with the holder's lease in its answer.
+// The ids of the server's client connections whose last command ran a
+// script: a Mutex's async link, whose release is a script (its pool's,
+// unused here, ran none).
+std::set<std::string> script_connections(const testing::RedisServer& server) {
+  std::set<std::string> ids;
+  std::istringstream listed(server.command({"CLIENT", "LIST"}));
+  for (std::string line; std::getline(listed, line);) {
+    if (line.find(" cmd=eval") == std::string::npos && line.find(" cmd=set") == std::string::npos) {
+      continue;
+    }
+    if (line.rfind("id=", 0) != 0) continue;
+    ids.insert(line.substr(3, line.find(' ') - 3));
+  }
+  return ids;
+}
+
+// A master demoted to a replica refuses the attempt (READONLY, here from
+// a hostile proxy: nothing applied), which fails with server_error; the
+// link it went on is let go, and the next call connects again (to where a
+// SentinelClient's site names the master then).
+TEST_F(AsioTest, AnAttemptRefusedAsAReplicaFailsAndItsLinkIsMadeAgain) {
+  testing::HostileServer hostile(server().host(), server().port());
+  ClientOptions through = client_options(server());
+  through.host = hostile.host();
+  through.port = hostile.port();
+  Client client(through);
+  Mutex mutex(client, "async:readonly");
+  Tried warm = try_lock(mutex);
+  ASSERT_TRUE(warm.hold) << warm.ec.message();
+  EXPECT_EQ(release(warm.hold).second, Release::released);
+  const std::set<std::string> before = script_connections(server());
+  ASSERT_EQ(before.size(), 1u) << server().command({"CLIENT", "LIST"});
+
+  testing::HostileServer::Script readonly;
+  readonly.verb = "SET";  // the attempt: SET NX PX
+  readonly.arg = mutex.key();
+  readonly.bytes = "-READONLY You can't write against a read only replica.\r\n";
+  hostile.script(readonly);
+  const Tried refused = try_lock(mutex);
+  hostile.clear();
+  EXPECT_EQ(hostile.hits(), 1u);
+  EXPECT_EQ(refused.ec, Errc::server_error) << refused.ec.message();
+  EXPECT_FALSE(refused.hold);
+  // The proxy passed the SET on: a real replica would have applied nothing.
+  server().command({"DEL", mutex.key()});
+
+  Tried again = try_lock(mutex);
+  ASSERT_TRUE(again.hold) << again.ec.message();
+  // The old link's close may reach the server a moment later.
+  EXPECT_TRUE(eventually([&] {
+    const std::set<std::string> after = script_connections(server());
+    return after.size() == 1 && after.count(*before.begin()) == 0;
+  })) << "the refused link was used again";
+  EXPECT_EQ(release(again.hold).second, Release::released);
+}
+
 TEST_F(AsioTest, AFencedHoldHasTheFenceOfItsGrant) {
   Client client(client_options(server()));
   Mutex mutex(client, "async:fenced", LockOptions().fencing(true));

@@ -21,10 +21,10 @@
 // PermitLock), the read side's async_lock_shared and its kin for
 // SharedMutex, async_acquire and its timed forms for Semaphore and
 // RateLimiter, async_lock_any and its kin for StripedMutex,
-// async_run_locked over those locks or a Semaphore, on a Client (one
-// endpoint), without
-// LockOptions::replicas; other lock types and backends do not compile or
-// complete with Errc::invalid_argument. An async hold belongs to no
+// async_run_locked over those locks or a Semaphore, on a Client, a
+// SentinelClient or a ClusterClient, without LockOptions::replicas; other
+// lock types (Redlock) do not compile, and a lock with replicas completes
+// with Errc::invalid_argument. An async hold belongs to no
 // thread. Of a Mutex, a thread of the same object that locks waits for
 // it, as for a hold of another thread, and any thread's unlock() gives it
 // back (a SimpleMutex's release, a read and then a transaction on one

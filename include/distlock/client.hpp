@@ -127,7 +127,7 @@ class EndpointSite final : public Site {
   Notifier& notifier() override { return endpoint_->runtime().notifier(); }
   Watchdog& watchdog() override { return endpoint_->runtime().watchdog(); }
   Connector& connector() override { return endpoint_->runtime().connector(); }
-  bool one_endpoint() const noexcept override { return true; }
+  bool links() const noexcept override { return true; }
   std::weak_ptr<const void> lifetime() const noexcept override { return endpoint_; }
   const SharedEventHook& events() const noexcept override { return endpoint_->events(); }
 

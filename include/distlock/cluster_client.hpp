@@ -162,6 +162,24 @@ class ClusterSite final : public Site {
     if (importing == nullptr) throw ServerError(reply);
     return sharded(importing->client.borrow(deadline));
   }
+  // Async links go to each node the map names: one per node and context.
+  bool links() const noexcept override { return true; }
+  const void* route() const noexcept override { return nodes_->owner_known(slot_); }
+  const void* asked_route(std::string_view reply) override { return nodes_->asked_node(reply); }
+  unsigned max_redirects() const noexcept override { return nodes_->options().max_redirects; }
+  ConnectionOptions endpoint_now(clock::time_point deadline) override {
+    return nodes_->owner(slot_, deadline).client.options();
+  }
+  void unreachable(const void*, clock::time_point deadline) override {
+    nodes_->mark_stale();
+    try {
+      nodes_->refresh(deadline);
+    } catch (const Error&) {  // no node told the map: the next step finds out again
+    }
+  }
+  ConnectionOptions endpoint_of(const void* route, clock::time_point) override {
+    return static_cast<const ClusterNodes::Node*>(route)->client.options();
+  }
   Notifier& notifier() override { return nodes_->notifier_of(slot_); }
   // A refusal at the owner (the slot moved, and no step since met the MOVED
   // that would have told us) means the slot map is behind: it is read once

@@ -142,7 +142,7 @@ class SentinelSite final : public Site {
   Watchdog& watchdog() override { return sentinel_.watchdog(); }
   Connector& connector() override { return sentinel_.master_->runtime().connector(); }
   // Every key lives at the master: async locks link to it, wherever it is.
-  bool one_endpoint() const noexcept override { return true; }
+  bool links() const noexcept override { return true; }
   ConnectionOptions endpoint_now(clock::time_point deadline) override {
     return sentinel_.master_->master(deadline).options();
   }

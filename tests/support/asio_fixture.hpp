@@ -41,16 +41,20 @@ struct Got {
 };
 using Tried = Got<Hold>;
 
-class AsioTest : public RedisTest {
+/// The calls of the async tests and the context they run on, over the
+/// servers of `Fixture` (a RedisTest's one server, a ClusterSuite's
+/// cluster).
+template <class Fixture>
+class AsioOn : public Fixture {
  protected:
   void SetUp() override {
-    RedisTest::SetUp();
-    if (HasFatalFailure()) return;
+    Fixture::SetUp();
+    if (this->HasFatalFailure()) return;
     for (int i = 0; i < 4; ++i) runners_.emplace_back([this] { io_.run(); });
   }
   void TearDown() override {
     stop_running();
-    RedisTest::TearDown();
+    Fixture::TearDown();
   }
   // Lets run() return once nothing is left to do, and joins its threads.
   void stop_running() {
@@ -105,10 +109,10 @@ class AsioTest : public RedisTest {
     return wait_for(std::move(result));
   }
 
-  bool key_exists(const std::string& key) { return server().command({"EXISTS", key}) == "1"; }
+  bool key_exists(const std::string& key) { return this->server().command({"EXISTS", key}) == "1"; }
   // The clients subscribed to `channel` (a waiter's subscription, made).
   long long subscribers(const std::string& channel) {
-    const std::string answer = server().command({"PUBSUB", "NUMSUB", channel});
+    const std::string answer = this->server().command({"PUBSUB", "NUMSUB", channel});
     return std::stoll(answer.substr(answer.find('\n') + 1));
   }
 
@@ -116,6 +120,8 @@ class AsioTest : public RedisTest {
   asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(io_);
   std::vector<std::thread> runners_;
 };
+
+using AsioTest = AsioOn<RedisTest>;
 
 // Through the fault proxy, which can hold replies back while commands
 // still reach the server.

@@ -34,11 +34,11 @@
 #include <system_error>
 #include <utility>
 
-#include "distlock/connection_options.hpp"
 #include "distlock/detail/asio/async_access.hpp"
 #include "distlock/detail/asio/link_service.hpp"
 #include "distlock/detail/asio/op_steps.hpp"
 #include "distlock/detail/asio/op_wakes.hpp"
+#include "distlock/detail/asio/undo_apart.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/runtime/notifier.hpp"
@@ -83,10 +83,11 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
       Protocol& protocol = life_->protocol();
       protocol.check_process();
       const std::shared_ptr<Site>& site = protocol.site();
-      if (!site->one_endpoint() || protocol.waits_for_replicas()) {
+      if (!site->links() || protocol.waits_for_replicas()) {
         throw InvalidArgument(protocol.key() +
-                              ": async locks run on a Client or a SentinelClient without "
-                              "LockOptions::replicas so far (this lock is on " +
+                              ": async locks run on a Client, a SentinelClient or a "
+                              "ClusterClient without LockOptions::replicas so far (this lock is "
+                              "on " +
                               site->describe() + ")");
       }
       waiter_.async = true;
@@ -136,12 +137,13 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
     wakes_.disarm();
   }
 
-  // Has `send(self, link)` run on the link, unless the step is over by
-  // then; no link to be had ends the operation.
+  // Has `send(self, link)` run on the link to where the key lives (or an
+  // ASK named), unless the step is over by then; no link to be had ends
+  // the operation.
   template <class Send>
   void on_link(Send send) {
     auto self = this->shared_from_this();
-    link().submit(
+    steps_.submit(
         life_->protocol().site(),
         [self, send, at = steps_.current()](Link& on) {
           if (!self->steps_.finished() && self->steps_.current() == at) send(self, on);
@@ -149,6 +151,11 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
         [self](std::exception_ptr failure) {
           if (!self->steps_.finished()) self->fail(failure);
         });
+  }
+
+  // Whether a step refused by `reply` goes again (OpSteps::redirected).
+  bool redirected(std::string_view reply) {
+    return steps_.redirected(*life_->protocol().site(), reply);
   }
 
   void send_attempt(clock::time_point by) {
@@ -160,34 +167,21 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
         if (self->steps_.current() == at) return self->attempt_answered(std::move(answer));
         if constexpr (!undoes_behind) self->answered_late(answer);
       };
-      self->steps_.in_flight =
-          self->life_->protocol().send_attempt(kind, link, self->id_, std::move(answered));
+      self->steps_.sent(
+          link, self->life_->protocol().send_attempt(kind, link, self->id_, std::move(answered)));
     });
   }
 
-  // Where no undo can be written behind an attempt, its sink is the only
-  // way a late grant comes back: if the link lets it go unrun (its context
-  // shut down with the attempt queued), the attempt is undone apart.
-  struct Unanswered {
-    explicit Unanswered(std::shared_ptr<AcquireOp> of) noexcept : op(std::move(of)) {}
-    ~Unanswered() {
-      if (!answered) op->undo_apart();
-    }
-    Unanswered(const Unanswered&) = delete;
-    Unanswered& operator=(const Unanswered&) = delete;
-    std::shared_ptr<AcquireOp> op;
-    bool answered = false;
-  };
   auto unanswered_guard() {
     if constexpr (undoes_behind) {
       return nullptr;
     } else {
-      return std::make_shared<Unanswered>(this->shared_from_this());
+      return std::make_shared<UndoUnlessAnswered<Life>>(life_, kind, id_);
     }
   }
 
   void attempt_answered(LinkAnswer answer) {
-    steps_.in_flight.reset();
+    steps_.clear_in_flight();
     const clock::time_point by = waiter_.step_deadline;
     end();
     if (steps_.finished()) return;
@@ -206,8 +200,9 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
       try {
         attempt = protocol.attempt_answer(kind, *answer.reply);
       } catch (const ServerError&) {
-        link().refused(*protocol.site(), answer.reply->str());
-        throw;  // refused by the server: nothing was applied
+        // Refused by the server: nothing was applied.
+        if (redirected(answer.reply->str())) return send_attempt(by);
+        throw;
       } catch (const InvalidArgument&) {
         throw;  // found by the script (a Semaphore's count): nothing was applied
       } catch (const Error&) {
@@ -231,17 +226,20 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
       link.send({"PTTL", key}, [self, at](LinkAnswer answer) {
         if (self->steps_.current() == at && answer.reply) self->pttl_ = std::move(answer.reply);
       });
-      self->steps_.in_flight = link.send({"TYPE", key}, [self, at](LinkAnswer answer) {
+      self->steps_.sent(link, link.send({"TYPE", key}, [self, at](LinkAnswer answer) {
         if (self->steps_.current() == at) self->holder_answered(std::move(answer));
-      });
+      }));
     });
   }
 
   void holder_answered(LinkAnswer answer) {
-    steps_.in_flight.reset();
+    steps_.clear_in_flight();
     end();
     if (steps_.finished()) return;
     if (answer.failure) return fail(answer.failure);
+    if (answer.reply->is_error() && redirected(answer.reply->str())) {
+      return send_holder_read(waiter_.step_deadline);
+    }
     if (!pttl_) return finish(make_error_code(Errc::protocol_error));
     try {
       run(life_->holder_read(waiter_, life_->protocol().holder_answer(*pttl_, *answer.reply)));
@@ -342,57 +340,32 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
   // the attempt's answer still comes to it: answered_late().
   void forget_in_flight(bool undo_it) {
     if constexpr (!undoes_behind) {
-      if (undo_it) return steps_.in_flight.reset();
+      if (undo_it) return steps_.clear_in_flight();
     }
-    steps_.forget_in_flight([&] {
-      if (undo_it) undo(false);
+    steps_.forget_in_flight([&](Link& on) {
+      if (undo_it) undo_behind(&on, false);
     });
   }
 
-  // The answer to an attempt nobody waits for any longer: a grant (or an
-  // answer that may hide one, or none at all) is given back apart.
+  // The answer to an attempt nobody waits for any longer.
   void answered_late(const LinkAnswer& answer) noexcept {
-    bool granted = true;
-    if (answer.reply) {
-      try {
-        granted = life_->protocol().attempt_answer(kind, *answer.reply).acquired;
-      } catch (...) {  // an answer that may hide a grant
-      }
-    }
-    if (granted) undo_apart();
+    undo_late_grant(life_, kind, id_, answer);
   }
 
   // The attempt in flight may have been applied: undo it behind itself,
   // and apart too where the connection closed under it. A protocol that
   // cannot undo behind (a SimpleMutex) always undoes apart: its delete
   // checks the token first.
-  void undo(bool apart) noexcept {
+  void undo(bool apart) noexcept { undo_behind(link().current(), apart); }  // in its sink
+  void undo_behind(Link* on, bool apart) noexcept {
     if constexpr (undoes_behind) {
-      if (Link* on = link().current()) life_->protocol().send_undo(kind, *on, id_);
+      if (on != nullptr) life_->protocol().send_undo(kind, *on, id_);
       if (!apart) return;
     }
     undo_apart();
   }
 
-  // On a connection of the connector's own (a pooled one may have been
-  // closed with the link), connected and answered within one command
-  // timeout each: the connector's other jobs (the links' connects) wait
-  // behind it.
-  void undo_apart() noexcept {
-    try {
-      life_->protocol().site()->connector().post([life = life_, id = id_] {
-        try {
-          const std::shared_ptr<Site>& site = life->protocol().site();
-          const SteadyClock::time_point deadline =
-              SteadyClock::now() + site->options().command_timeout;
-          Connection fresh(cut_to(site->endpoint_now(deadline), deadline));
-          life->protocol().undo_on(kind, fresh, id);
-        } catch (...) {  // best effort: the lease runs out otherwise
-        }
-      });
-    } catch (...) {
-    }
-  }
+  void undo_apart() noexcept { detail::undo_apart(life_, kind, id_); }
 
   // Terminal cancellation, on the strand (see OpSteps::watch).
   void cancel() {

@@ -2,11 +2,12 @@
 // its steps. Each step, or wait, has a number, and the one steady_timer on
 // the link's strand ends it at its time: a timer, wake or answer that comes
 // for an earlier step finds the operation moved on and does nothing. It
-// also keeps the request in flight (forgotten when nobody waits for it any
-// longer), the handler's cancellation slot, whose terminal signal posts
-// the operation's cancel() to the strand from whichever thread emits it,
-// and the completion, posted once to the handler's executor. Everything
-// here runs on the link's strand, but the slot's signal.
+// also keeps the request in flight and the link it went on (forgotten when
+// nobody waits for it any longer), the handler's cancellation slot, whose
+// terminal signal posts the operation's cancel() to the strand from
+// whichever thread emits it, and the completion, posted once to the
+// handler's executor. Everything here runs on the link's strand, but the
+// slot's signal.
 #pragma once
 
 #include <asio/any_io_executor.hpp>
@@ -17,6 +18,7 @@
 
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <system_error>
 #include <tuple>
 #include <utility>
@@ -60,16 +62,42 @@ class OpSteps {
   unsigned current() const noexcept { return current_; }
   bool finished() const noexcept { return finished_; }
 
-  /// The request of the step under way, while its answer is awaited.
-  std::optional<Link::Ticket> in_flight;
-  /// Not waited for any longer: its answer is dropped, and `behind()`
+  /// Has the link write a step (see AsioLink::submit): where the site
+  /// routes the key, or where an ASK sent the step last refused.
+  void submit(std::shared_ptr<Site> site, AsioLink::Write write, AsioLink::Failed failed) {
+    if (const void* asked = std::exchange(asked_, nullptr)) {
+      return link_->submit_asked(std::move(site), asked, std::move(write), std::move(failed));
+    }
+    link_->submit(std::move(site), std::move(write), std::move(failed));
+  }
+
+  /// In the sink of a step `site` refused with the error reply `reply`:
+  /// whether it goes again, a cluster's redirect (MOVED, ASK: it was not
+  /// run), max_redirects times in one operation at most.
+  bool redirected(Site& site, std::string_view reply) {
+    const AsioLink::Refused next = link_->refused(site, reply);
+    if ((!next.moved && next.asked == nullptr) || redirects_ >= site.max_redirects()) return false;
+    ++redirects_;
+    asked_ = next.asked;
+    return true;
+  }
+
+  /// The request of the step under way, sent on `on`, while its answer is
+  /// awaited (and `on` with it: a link's sinks all run before it goes).
+  void sent(Link& on, Link::Ticket ticket) noexcept {
+    in_flight_ = ticket;
+    on_ = &on;
+  }
+  /// Nothing in flight any longer (its answer came, or is not awaited).
+  void clear_in_flight() noexcept { in_flight_.reset(); }
+  /// Not waited for any longer: its answer is dropped, and `behind(link)`
   /// writes what must follow it on the same connection (an undo).
   template <class Behind>
   void forget_in_flight(Behind&& behind) {
-    if (!in_flight) return;
-    if (Link* link = link_->current()) link->forget(*in_flight);
-    in_flight.reset();
-    std::forward<Behind>(behind)();
+    if (!in_flight_) return;
+    on_->forget(*in_flight_);
+    in_flight_.reset();
+    std::forward<Behind>(behind)(*on_);
     link_->pump();
   }
 
@@ -107,6 +135,10 @@ class OpSteps {
 
  private:
   std::shared_ptr<AsioLink> link_;
+  std::optional<Link::Ticket> in_flight_;
+  Link* on_ = nullptr;                       // the link in_flight_ went on
+  unsigned redirects_ = 0;                   // followed so far
+  const void* asked_ = nullptr;              // where an ASK sends the next step
   std::optional<asio::steady_timer> timer_;  // on the link's strand
   asio::cancellation_slot slot_;
   unsigned current_ = 0;

@@ -71,10 +71,10 @@ class RateOp : public std::enable_shared_from_this<RateOp<Handler>> {
       limiter_.check_cost(cost_);
       const std::shared_ptr<Site>& site = limiter_.site_;
       site->check_process();  // a child of a fork has no link of its parent's
-      if (!site->one_endpoint()) {
+      if (!site->links()) {
         throw InvalidArgument(limiter_.key_ +
-                              ": async rate limiters run on a Client or a SentinelClient "
-                              "so far (this one is on " +
+                              ": async rate limiters run on a Client, a SentinelClient or a "
+                              "ClusterClient (this one is on " +
                               site->describe() + ")");
       }
       steps_.bind(
@@ -109,19 +109,26 @@ class RateOp : public std::enable_shared_from_this<RateOp<Handler>> {
     // A deadline passed already makes the first attempt a try, uncut.
     const clock::time_point by =
         attempts_++ == 0 && deadline_reached(until_) ? no_deadline : until_;
+    send(by);
+  }
+
+  // The attempt, cut at `by` (again, after a cluster's redirect).
+  void send(clock::time_point by) {
     begin(Phase::attempt, by);
     sent_ = clock::now();
     auto self = this->shared_from_this();
-    steps_.link()->submit(
+    steps_.submit(
         limiter_.site_,
         [self, at = steps_.current(), by](Link& link) {
           if (self->steps_.finished() || self->steps_.current() != at) return;
           const RateLimiter& limiter = self->limiter_;
-          self->steps_.in_flight = link.send_script(
-              limiter.script(), {limiter.key_}, {limiter.first_, limiter.second_, self->amount_},
-              [self, at, by](LinkAnswer answer) {
-                if (self->steps_.current() == at) self->answered(std::move(answer), by);
-              });
+          self->steps_.sent(link, link.send_script(limiter.script(), {limiter.key_},
+                                                   {limiter.first_, limiter.second_, self->amount_},
+                                                   [self, at, by](LinkAnswer answer) {
+                                                     if (self->steps_.current() == at) {
+                                                       self->answered(std::move(answer), by);
+                                                     }
+                                                   }));
         },
         [self](const std::exception_ptr& failure) {
           if (!self->steps_.finished()) self->fail(failure);
@@ -129,7 +136,7 @@ class RateOp : public std::enable_shared_from_this<RateOp<Handler>> {
   }
 
   void answered(LinkAnswer answer, clock::time_point by) {
-    steps_.in_flight.reset();
+    steps_.clear_in_flight();
     end();
     if (steps_.finished()) return;
     if (answer.failure) {
@@ -138,7 +145,11 @@ class RateOp : public std::enable_shared_from_this<RateOp<Handler>> {
       return fail(answer.failure);
     }
     heard_.answered(sent_);
-    if (answer.reply->is_error()) steps_.link()->refused(*limiter_.site_, answer.reply->str());
+    // Refused by the server, nothing was counted; a cluster's redirect
+    // sends the attempt again where the key lives.
+    if (answer.reply->is_error() && steps_.redirected(*limiter_.site_, answer.reply->str())) {
+      return send(by);
+    }
     try {
       decision_ = RateLimiter::decision_of(*answer.reply);
     } catch (...) {
@@ -166,7 +177,7 @@ class RateOp : public std::enable_shared_from_this<RateOp<Handler>> {
   void timed_out() {
     switch (phase_) {
       case Phase::attempt:  // cut at the deadline
-        steps_.forget_in_flight([] {});
+        steps_.forget_in_flight([](Link&) {});
         return cut();
       case Phase::sleeping:  // retry_after has passed; a cancel first ends it
         if (limiter_.cancellation_.since(seen_)) return cancelled();
@@ -192,7 +203,7 @@ class RateOp : public std::enable_shared_from_this<RateOp<Handler>> {
   // Terminal cancellation, on the strand (see OpSteps::watch).
   void cancel() {
     if (steps_.finished()) return;
-    steps_.forget_in_flight([] {});
+    steps_.forget_in_flight([](Link&) {});
     finish(asio::error::operation_aborted);
   }
 

@@ -87,7 +87,8 @@ void write_release(const std::shared_ptr<Life>& life, typename Life::Kind kind,
   // when the context is gone, or shuts down with the write still queued
   // (the write's last copy then goes unrun), or when a master demoted to a
   // replica refused it (READONLY: not applied), where the backend finds the
-  // master again.
+  // master again, or a cluster's node sent it elsewhere (MOVED, ASK), where
+  // the backend follows the cluster.
   auto apart = [life, kind, id, acquired, shared] {
     life->protocol().site()->connector().post([life, kind, id, acquired, shared] {
       tell_release(
@@ -102,10 +103,13 @@ void write_release(const std::shared_ptr<Life>& life, typename Life::Kind kind,
   auto answered = [life, kind, acquired, shared, on = std::weak_ptr<AsioLink>(link),
                    apart](LinkAnswer answer) {
     if (answer.reply && answer.reply->is_error()) {
+      bool elsewhere = classify_server_error(answer.reply->str()) == ServerErrorKind::readonly;
       if (const std::shared_ptr<AsioLink> still = on.lock()) {
-        still->refused(*life->protocol().site(), answer.reply->str());
+        const AsioLink::Refused next =
+            still->refused(*life->protocol().site(), answer.reply->str());
+        elsewhere = elsewhere || next.moved || next.asked != nullptr;
       }
-      if (classify_server_error(answer.reply->str()) == ServerErrorKind::readonly) return apart();
+      if (elsewhere) return apart();
     }
     tell_release(
         [&] {
@@ -206,7 +210,7 @@ void release_async(std::shared_ptr<Life> life, typename Life::Kind kind, std::st
   LinkService& service =
       asio::use_service<LinkService>(asio::query(work, asio::execution::context));
   std::shared_ptr<AsioLink> link;
-  if (life->protocol().site()->one_endpoint()) {
+  if (life->protocol().site()->links()) {
     link = service.link_for(*life->protocol().site(),
                             asio::prefer(work, asio::execution::outstanding_work.untracked));
   }

@@ -95,11 +95,11 @@ class AnyStripeOp : public std::enable_shared_from_this<AnyStripeOp<Result, Hand
       }
       const SitePtr& site = stripes_->sites.front();
       site->check_process();  // a child of a fork has no link of its parent's
-      if (!site->one_endpoint()) {
-        throw InvalidArgument(
-            stripes_->locks.front()->key() +
-            ": async locks run on a Client or a SentinelClient so far (this one is on " +
-            site->describe() + ")");
+      if (!site->links()) {
+        throw InvalidArgument(stripes_->locks.front()->key() +
+                              ": async locks run on a Client, a SentinelClient or a "
+                              "ClusterClient (this one is on " +
+                              site->describe() + ")");
       }
       steps_.bind(
           asio::use_service<LinkService>(asio::query(work_, asio::execution::context))

@@ -121,6 +121,13 @@ class ClusterNodes {
     return node;
   }
 
+  /// The owner of `slot` as the map says now, without reading it; null if
+  /// it was not read yet or names none.
+  Node* owner_known(int slot) {
+    MutexLock lock(mutex_);
+    return slots_[static_cast<std::size_t>(slot)];
+  }
+
   /// The CLUSTERDOWN message for a slot the map has no owner for.
   static std::string unserved(int slot) {
     return "CLUSTERDOWN Hash slot " + std::to_string(slot) + " is not served by any node";

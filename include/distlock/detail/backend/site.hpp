@@ -39,6 +39,9 @@ class Site {
  public:
   using clock = SteadyClock;
 
+  /// The route() of every key of a backend on one server.
+  static constexpr char one_server = 0;
+
   virtual ~Site() = default;
 
   /// Runs `send(connection)` where the key lives, within `deadline` (see
@@ -69,13 +72,32 @@ class Site {
   virtual Watchdog& watchdog() = 0;
   /// The thread for the blocking work of async locks (connect, release).
   virtual Connector& connector() = 0;
-  /// Whether every key lives at one server, the one endpoint_now() names
-  /// (a Client's own, a SentinelClient's master): where async locks link to.
-  virtual bool one_endpoint() const noexcept { return false; }
-  /// Where that server is now. May ask around first (a SentinelClient asks
-  /// its Sentinels when the master moved), so it runs on the connector
-  /// thread, until `deadline` at most.
+  /// Whether async locks link to it (distlock/asio.hpp): a Client's
+  /// server, a SentinelClient's master, a cluster's nodes.
+  virtual bool links() const noexcept { return false; }
+  /// The server the key's steps go to now, as the name of an async link to
+  /// it, without asking anyone: null when that takes asking around (a
+  /// cluster whose slot map was not read yet, or names no owner), and
+  /// endpoint_now() is asked on the connector thread first. A backend on
+  /// one server names it by one constant.
+  virtual const void* route() const noexcept { return &one_server; }
+  /// The route an ASK reply names (a cluster's importing node), where the
+  /// step may go once behind ASKING; null for any other reply.
+  virtual const void* asked_route(std::string_view /*reply*/) { return nullptr; }
+  /// How many redirects one step follows (a cluster's max_redirects).
+  virtual unsigned max_redirects() const noexcept { return 0; }
+  /// Where the key's server is now. May ask around first (a SentinelClient
+  /// asks its Sentinels when the master moved, a cluster reads its slot
+  /// map), so it runs on the connector thread, until `deadline` at most.
   virtual ConnectionOptions endpoint_now(clock::time_point /*deadline*/) { return options(); }
+  /// On the connector thread: the server `route` names could not be
+  /// reached. A cluster reads its slot map again (a failover may have
+  /// promoted a replica), until `deadline` at most.
+  virtual void unreachable(const void* /*route*/, clock::time_point /*deadline*/) {}
+  /// Where a route() names, on the connector thread, until `deadline`.
+  virtual ConnectionOptions endpoint_of(const void* /*route*/, clock::time_point deadline) {
+    return endpoint_now(deadline);
+  }
   /// Grows when that server may have moved (a SentinelClient's master
   /// marked stale): a link made at an earlier epoch is let go.
   virtual std::uint64_t endpoint_epoch() const noexcept { return 0; }

@@ -107,6 +107,9 @@ class Link {
   /// link has been idle for 10 ms (the question is a system call).
   bool stale() noexcept { return connection_.stale_after_idle(std::chrono::milliseconds(10)); }
 
+  /// Scripts publish a release by SPUBLISH, as on a cluster node.
+  void publish_sharded() noexcept { connection_.set_sharded_publish(true); }
+
   /// The step's sink will not be called: its reply is read and dropped.
   /// Steps queued after it still run after it.
   void forget(Ticket ticket) noexcept {
