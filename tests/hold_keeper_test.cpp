@@ -59,7 +59,7 @@ class MinHoldTest : public testing::RedisClientTest {
 };
 
 using ExclusiveLocks = ::testing::Types<Mutex, SimpleMutex, ReentrantMutex, SharedMutex>;
-struct LockName {
+struct ExclusiveLockName {
   template <class Lock>
   static std::string GetName(int) {
     if (std::is_same_v<Lock, Mutex>) return "Mutex";
@@ -68,7 +68,7 @@ struct LockName {
     return "SharedMutexWriter";
   }
 };
-TYPED_TEST_SUITE(MinHoldTest, ExclusiveLocks, LockName);
+TYPED_TEST_SUITE(MinHoldTest, ExclusiveLocks, ExclusiveLockName);
 using ReentrantMinHold = MinHoldTest<ReentrantMutex>;
 using SharedMinHold = MinHoldTest<SharedMutex>;
 using MutexMinHold = MinHoldTest<Mutex>;

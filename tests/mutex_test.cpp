@@ -34,13 +34,13 @@ template <class Lock>
 class LeaseLockTest : public testing::RedisClientTest {};
 
 using LeaseLocks = ::testing::Types<Mutex, SimpleMutex>;
-struct LockName {
+struct LeaseLockName {
   template <class Lock>
   static std::string GetName(int) {
     return std::is_same_v<Lock, Mutex> ? "Mutex" : "SimpleMutex";
   }
 };
-TYPED_TEST_SUITE(LeaseLockTest, LeaseLocks, LockName);
+TYPED_TEST_SUITE(LeaseLockTest, LeaseLocks, LeaseLockName);
 
 TYPED_TEST(LeaseLockTest, StoresTokenWithLeaseAsPlainStringKey) {
   TypeParam lock(this->client(), "wire", LockOptions{}.ttl(10s));
