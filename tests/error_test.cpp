@@ -3,6 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <system_error>
 
 namespace distlock {
@@ -30,6 +36,44 @@ TEST(Error, CodesAreInDistlocksCategory) {
   EXPECT_EQ(&code.category(), &error_category());
   EXPECT_STREQ(code.category().name(), "distlock");
   EXPECT_EQ(code.message(), "timed out");
+}
+
+// Run in a process of its own by the test below: an error built by an
+// exit handler that runs after the category would have been destroyed (it
+// was registered before the category's first use), as a library thread
+// still giving a hold back while the process exits builds one.
+TEST(Error, BuiltAtExitProbe) {
+  if (std::getenv("DISTLOCK_ERROR_AT_EXIT_PROBE") == nullptr)
+    GTEST_SKIP() << "run by the next test";
+  std::atexit([] {
+    const Error late(Errc::io_error, "built at exit");
+    std::fputs(late.what(), stdout);
+  });
+  EXPECT_EQ(make_error_code(Errc::io_error).category().name(), std::string("distlock"));
+}
+
+TEST(Error, AnErrorBuiltWhileTheProcessExitsHasItsMessage) {
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::dup2(out[1], STDOUT_FILENO);
+    ::setenv("DISTLOCK_ERROR_AT_EXIT_PROBE", "1", 1);
+    ::execl("/proc/self/exe", "probe", "--gtest_filter=Error.BuiltAtExitProbe", nullptr);
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string printed;
+  char buffer[512];
+  for (ssize_t n; (n = ::read(out[0], buffer, sizeof buffer)) > 0;) {
+    printed.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(out[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << printed;
+  EXPECT_NE(printed.find("built at exit"), std::string::npos) << printed;
 }
 
 TEST(Error, HierarchyCanBeCaughtAtEachLevel) {

@@ -65,10 +65,13 @@ class ErrorCategory final : public std::error_category {
 
 }  // namespace detail
 
-/// The category of every distlock::Errc.
+/// The category of every distlock::Errc. Never destroyed: a library
+/// thread (the connector giving a hold back) may still build an error while
+/// the process exits and destroys its statics, as std::system_category()
+/// never is either.
 inline const std::error_category& error_category() noexcept {
-  static const detail::ErrorCategory category;
-  return category;
+  static const detail::ErrorCategory* const category = new detail::ErrorCategory();
+  return *category;
 }
 
 inline std::error_code make_error_code(Errc code) noexcept {
