@@ -170,13 +170,7 @@ class ClusterSite final : public Site {
   ConnectionOptions endpoint_now(clock::time_point deadline) override {
     return nodes_->owner(slot_, deadline).client.options();
   }
-  void unreachable(const void*, clock::time_point deadline) override {
-    nodes_->mark_stale();
-    try {
-      nodes_->refresh(deadline);
-    } catch (const Error&) {  // no node told the map: the next step finds out again
-    }
-  }
+  void unreachable(const void*, clock::time_point deadline) override { nodes_->reread(deadline); }
   ConnectionOptions endpoint_of(const void* route, clock::time_point) override {
     return static_cast<const ClusterNodes::Node*>(route)->client.options();
   }

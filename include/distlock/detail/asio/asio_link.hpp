@@ -92,6 +92,10 @@ class AsioLink : public std::enable_shared_from_this<AsioLink> {
   struct Refused {
     bool moved = false;           // the site routes the key elsewhere now: send it again
     const void* asked = nullptr;  // else this node takes it once, behind ASKING
+    bool readonly = false;        // a replica answered: the master is looked for again
+
+    /// The step was not applied, wherever it may go next.
+    bool not_run() const noexcept { return moved || asked != nullptr || readonly; }
   };
 
   /// In the sink of a step sent through `site` that met the error reply
@@ -105,9 +109,8 @@ class AsioLink : public std::enable_shared_from_this<AsioLink> {
     Refused next;
     next.moved = site.saw_error(reply);
     if (!next.moved) next.asked = site.asked_route(reply);
-    if (current_ != nullptr && classify_server_error(reply) == ServerErrorKind::readonly) {
-      current_->retired = true;
-    }
+    next.readonly = classify_server_error(reply) == ServerErrorKind::readonly;
+    if (current_ != nullptr && next.readonly) current_->retired = true;
     return next;
   }
 

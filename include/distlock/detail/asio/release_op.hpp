@@ -103,13 +103,12 @@ void write_release(const std::shared_ptr<Life>& life, typename Life::Kind kind,
   auto answered = [life, kind, acquired, shared, on = std::weak_ptr<AsioLink>(link),
                    apart](LinkAnswer answer) {
     if (answer.reply && answer.reply->is_error()) {
-      bool elsewhere = classify_server_error(answer.reply->str()) == ServerErrorKind::readonly;
-      if (const std::shared_ptr<AsioLink> still = on.lock()) {
-        const AsioLink::Refused next =
-            still->refused(*life->protocol().site(), answer.reply->str());
-        elsewhere = elsewhere || next.moved || next.asked != nullptr;
-      }
-      if (elsewhere) return apart();
+      const std::shared_ptr<AsioLink> still = on.lock();
+      const bool not_run =
+          still != nullptr
+              ? still->refused(*life->protocol().site(), answer.reply->str()).not_run()
+              : classify_server_error(answer.reply->str()) == ServerErrorKind::readonly;
+      if (not_run) return apart();
     }
     tell_release(
         [&] {

@@ -109,11 +109,7 @@ auto route_to_owner(ClusterNodes& nodes, int slot, SteadyClock::time_point deadl
       }
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, max_failover_pause);
-      try {
-        nodes.refresh(deadline);
-      } catch (const Error&) {
-        // No node told the map yet: the next try finds out again.
-      }
+      nodes.reread(deadline);
       target = nodes.owner_if_any(slot, deadline);
       asking = false;
     } catch (const TimeoutError&) {

@@ -142,6 +142,17 @@ class ClusterNodes {
   /// Has the map read again before the next step (a node may be gone).
   void mark_stale() noexcept { stale_ = true; }
 
+  /// A node did not answer: the map is read again now, as a failover may
+  /// name a new owner. A read no node answers leaves the map stale, for the
+  /// next step to read again.
+  void reread(SteadyClock::time_point deadline) {
+    stale_ = true;
+    try {
+      refresh(deadline);
+    } catch (const Error&) {  // no node told the map: the next step finds out again
+    }
+  }
+
   /// Notes that `slot` is now served by `node` (a MOVED), and that the rest
   /// of the map is to be read again soon.
   void moved(int slot, Node& node) {
