@@ -148,6 +148,52 @@ TEST_F(AsioClusterTest, AKeyOfASlotBeingMigratedIsTakenAtTheImportingNode) {
   EXPECT_EQ(at(0, {"EXISTS", name}), "0");
 }
 
+// While a slot has no owner every node answers CLUSTERDOWN (the cluster
+// requires full coverage): an async release and an async attempt are
+// refused for now, and sent again after a pause, doubling from
+// retry_pause, until the cluster serves them again, as the blocking path
+// sends its steps.
+TEST_F(AsioClusterTest, StepsRefusedWhileTheClusterIsDownGoAgainOnceItIsUp) {
+  ClusterOptions patient = options();
+  patient.retry_pause = 200ms;  // max_redirects (5) pauses: about 6 s
+  ClusterClient patient_client(patient);
+  const std::string name = name_on(0, "async-down");
+  Mutex lock(patient_client, name);
+  Tried held = try_lock(lock);  // the link to node 0 made
+  ASSERT_TRUE(held.hold) << held.ec.message();
+  const int unserved = detail::key_slot(name_on(1, "async-down-elsewhere"));
+  struct Restore {
+    testing::RedisCluster& cluster;
+    int slot;
+    ~Restore() { cluster.restore_slot(slot); }
+  } restore{cluster(), unserved};
+  const auto refused_after = [&](long long before) {
+    return eventually([&] { return errors_at(0, "CLUSTERDOWN") > before; });
+  };
+
+  long long before = errors_at(0, "CLUSTERDOWN");
+  cluster().unassign_slot(unserved);
+  std::future<std::pair<std::error_code, Release>> releasing =
+      std::async(std::launch::async, [&] { return release(held.hold); });
+  EXPECT_TRUE(refused_after(before));
+  cluster().restore_slot(unserved);
+  const std::pair<std::error_code, Release> released = releasing.get();
+  EXPECT_FALSE(released.first) << released.first.message();
+  EXPECT_EQ(released.second, Release::released);
+  EXPECT_EQ(at(0, {"EXISTS", name}), "0");
+
+  before = errors_at(0, "CLUSTERDOWN");
+  cluster().unassign_slot(unserved);
+  std::future<Tried> taking =
+      start<testing::Hold>([&](auto token) { async_try_lock_for(lock, 30s, std::move(token)); });
+  EXPECT_TRUE(refused_after(before));
+  cluster().restore_slot(unserved);
+  Tried taken = wait_for(std::move(taking));
+  ASSERT_TRUE(taken.hold) << taken.ec.message();
+  EXPECT_EQ(at(0, {"GET", name}), taken.hold.id());
+  EXPECT_EQ(release(taken.hold).second, Release::released);
+}
+
 // Each master with a replica: a master to kill.
 class AsioClusterFailover : public testing::AsioOn<testing::ClusterSuite> {
  protected:

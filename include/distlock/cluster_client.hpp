@@ -167,6 +167,12 @@ class ClusterSite final : public Site {
   const void* route() const noexcept override { return nodes_->owner_known(slot_); }
   const void* asked_route(std::string_view reply) override { return nodes_->asked_node(reply); }
   unsigned max_redirects() const noexcept override { return nodes_->options().max_redirects; }
+  bool refused_for_now(std::string_view reply) const override {
+    return parse_redirect(reply).kind == Redirect::Kind::try_again;
+  }
+  std::chrono::milliseconds retry_pause() const noexcept override {
+    return nodes_->options().retry_pause;
+  }
   ConnectionOptions endpoint_now(clock::time_point deadline) override {
     return nodes_->owner(slot_, deadline).client.options();
   }

@@ -153,9 +153,13 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
         });
   }
 
-  // Whether a step refused by `reply` goes again (OpSteps::redirected).
-  bool redirected(std::string_view reply) {
-    return steps_.redirected(*life_->protocol().site(), reply);
+  // Whether a step refused by `reply` goes again by `send`, its phase kept
+  // meanwhile (OpSteps::send_again).
+  bool again(std::string_view reply, Phase phase, clock::time_point by,
+             void (AcquireOp::*send)(clock::time_point)) {
+    return steps_.send_again(
+        *life_->protocol().site(), reply, this->shared_from_this(), [&] { begin(phase, by); },
+        [send, by](AcquireOp& self) { (self.*send)(by); });
   }
 
   void send_attempt(clock::time_point by) {
@@ -201,7 +205,7 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
         attempt = protocol.attempt_answer(kind, *answer.reply);
       } catch (const ServerError&) {
         // Refused by the server: nothing was applied.
-        if (redirected(answer.reply->str())) return send_attempt(by);
+        if (again(answer.reply->str(), Phase::attempt, by, &AcquireOp::send_attempt)) return;
         throw;
       } catch (const InvalidArgument&) {
         throw;  // found by the script (a Semaphore's count): nothing was applied
@@ -237,8 +241,9 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
     end();
     if (steps_.finished()) return;
     if (answer.failure) return fail(answer.failure);
-    if (answer.reply->is_error() && redirected(answer.reply->str())) {
-      return send_holder_read(waiter_.step_deadline);
+    if (answer.reply->is_error() && again(answer.reply->str(), Phase::holder, waiter_.step_deadline,
+                                          &AcquireOp::send_holder_read)) {
+      return;
     }
     if (!pttl_) return finish(make_error_code(Errc::protocol_error));
     try {

@@ -93,22 +93,24 @@ class AsioLink : public std::enable_shared_from_this<AsioLink> {
     bool moved = false;           // the site routes the key elsewhere now: send it again
     const void* asked = nullptr;  // else this node takes it once, behind ASKING
     bool readonly = false;        // a replica answered: the master is looked for again
+    bool for_now = false;         // TRYAGAIN, CLUSTERDOWN: the same again after a pause
 
     /// The step was not applied, wherever it may go next.
-    bool not_run() const noexcept { return moved || asked != nullptr || readonly; }
+    bool not_run() const noexcept { return moved || asked != nullptr || readonly || for_now; }
   };
 
   /// In the sink of a step sent through `site` that met the error reply
   /// `reply` (on the strand). MOVED (a cluster's slot moved for good) and
-  /// ASK (a key of a slot being migrated) say where the step may go again:
-  /// it was not run. READONLY (a master demoted to a replica: the step was
-  /// not applied) has the site look for the master again, and this link
-  /// let go once nothing is owed on it: the next step connects to where
-  /// the site names then.
+  /// ASK (a key of a slot being migrated) say where the step may go again,
+  /// TRYAGAIN and CLUSTERDOWN that it may go again later: it was not run. READONLY (a master
+  /// demoted to a replica: the step was not applied) has the site look for the master again, and
+  /// this link let go once nothing is owed on it: the next step connects to where the site names
+  /// then.
   Refused refused(Site& site, std::string_view reply) {
     Refused next;
     next.moved = site.saw_error(reply);
     if (!next.moved) next.asked = site.asked_route(reply);
+    next.for_now = site.refused_for_now(reply);
     next.readonly = classify_server_error(reply) == ServerErrorKind::readonly;
     if (current_ != nullptr && next.readonly) current_->retired = true;
     return next;

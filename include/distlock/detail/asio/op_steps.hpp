@@ -16,6 +16,7 @@
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -51,12 +52,13 @@ class OpSteps {
       if (op->steps_.current_ == at && !op->steps_.finished_) op->timed_out();
     });
   }
-  /// The step ended: its timer let go.
+  /// The step ended: its timers let go.
   void end() noexcept {
     ++current_;
     try {
       if (timer_) timer_->cancel();
-    } catch (...) {  // left to run out: it finds the step over
+      if (pause_timer_) pause_timer_->cancel();
+    } catch (...) {  // left to run out: they find the step over
     }
   }
   unsigned current() const noexcept { return current_; }
@@ -72,13 +74,42 @@ class OpSteps {
   }
 
   /// In the sink of a step `site` refused with the error reply `reply`:
-  /// whether it goes again, a cluster's redirect (MOVED, ASK: it was not
-  /// run), max_redirects times in one operation at most.
-  bool redirected(Site& site, std::string_view reply) {
+  /// whether it goes again, and after what pause. A cluster's redirect
+  /// (MOVED, ASK) sends it again at once, a refusal for now (TRYAGAIN,
+  /// CLUSTERDOWN) after the site's retry_pause, doubling at each: it was
+  /// not run. max_redirects times in one operation at most.
+  std::optional<std::chrono::milliseconds> again(Site& site, std::string_view reply) {
     const AsioLink::Refused next = link_->refused(site, reply);
-    if ((!next.moved && next.asked == nullptr) || redirects_ >= site.max_redirects()) return false;
+    const bool redirected = next.moved || next.asked != nullptr;
+    if (!(redirected || next.for_now) || redirects_ >= site.max_redirects()) return std::nullopt;
     ++redirects_;
     asked_ = next.asked;
+    if (redirected) return std::chrono::milliseconds(0);
+    const std::chrono::milliseconds pause = pause_.count() > 0 ? pause_ : site.retry_pause();
+    pause_ = 2 * pause;
+    return pause;
+  }
+
+  /// A step refused with `reply` sent again, if again() says so (false
+  /// if not): `send(*op)` at once after a redirect; after a refusal for
+  /// now, `hold()` begins the step again (its timer, at the step's
+  /// deadline, ends it as it would have) and `send(*op)` runs once the
+  /// pause has passed, if that step is still current.
+  template <class Hold, class Send>
+  bool send_again(Site& site, std::string_view reply, const std::shared_ptr<Op>& op, Hold hold,
+                  Send send) {
+    const std::optional<std::chrono::milliseconds> pause = again(site, reply);
+    if (!pause) return false;
+    if (pause->count() == 0) {
+      send(*op);
+      return true;
+    }
+    hold();
+    if (!pause_timer_) pause_timer_.emplace(link_->strand());
+    pause_timer_->expires_after(*pause);
+    pause_timer_->async_wait([op, at = current_, send](const std::error_code&) {
+      if (op->steps_.current_ == at && !op->steps_.finished_) send(*op);
+    });
     return true;
   }
 
@@ -136,10 +167,12 @@ class OpSteps {
  private:
   std::shared_ptr<AsioLink> link_;
   std::optional<Link::Ticket> in_flight_;
-  Link* on_ = nullptr;                       // the link in_flight_ went on
-  unsigned redirects_ = 0;                   // followed so far
-  const void* asked_ = nullptr;              // where an ASK sends the next step
-  std::optional<asio::steady_timer> timer_;  // on the link's strand
+  Link* on_ = nullptr;                             // the link in_flight_ went on
+  unsigned redirects_ = 0;                         // followed so far
+  const void* asked_ = nullptr;                    // where an ASK sends the next step
+  std::chrono::milliseconds pause_{};              // before the next refusal for now's retry
+  std::optional<asio::steady_timer> timer_;        // on the link's strand
+  std::optional<asio::steady_timer> pause_timer_;  // after a refusal for now
   asio::cancellation_slot slot_;
   unsigned current_ = 0;
   bool finished_ = false;

@@ -146,9 +146,13 @@ class RateOp : public std::enable_shared_from_this<RateOp<Handler>> {
     }
     heard_.answered(sent_);
     // Refused by the server, nothing was counted; a cluster's redirect
-    // sends the attempt again where the key lives.
-    if (answer.reply->is_error() && steps_.redirected(*limiter_.site_, answer.reply->str())) {
-      return send(by);
+    // sends the attempt again where the key lives, a refusal for now after
+    // a pause (as an attempt still: the deadline cuts it).
+    if (answer.reply->is_error() &&
+        steps_.send_again(
+            *limiter_.site_, answer.reply->str(), this->shared_from_this(),
+            [&] { begin(Phase::attempt, by); }, [by](RateOp& self) { self.send(by); })) {
+      return;
     }
     try {
       decision_ = RateLimiter::decision_of(*answer.reply);

@@ -13,6 +13,7 @@
 // call per step costs nothing beside the round trip it makes.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -86,6 +87,11 @@ class Site {
   virtual const void* asked_route(std::string_view /*reply*/) { return nullptr; }
   /// How many redirects one step follows (a cluster's max_redirects).
   virtual unsigned max_redirects() const noexcept { return 0; }
+  /// Whether `reply` refuses a step for now only (a cluster's TRYAGAIN or
+  /// CLUSTERDOWN: it was not run), to be sent again after retry_pause(),
+  /// doubling at each refusal; they count among the max_redirects().
+  virtual bool refused_for_now(std::string_view /*reply*/) const { return false; }
+  virtual std::chrono::milliseconds retry_pause() const noexcept { return {}; }
   /// Where the key's server is now. May ask around first (a SentinelClient
   /// asks its Sentinels when the master moved, a cluster reads its slot
   /// map), so it runs on the connector thread, until `deadline` at most.
