@@ -1,9 +1,12 @@
 // The async cycle (distlock/asio.hpp: async_try_lock, then async_release)
 // against the blocking one (try_lock, then unlock) in turns (paired.hpp),
-// on one server, each with a lock of its own (a Mutex, a ReentrantMutex). The async cycle runs on
-// an io_context that this thread runs until both calls completed, so the ratio counts everything
-// the async path adds: the link's strand and socket waits, the completion posts, and the release's
-// round trip through the backend's connector thread.
+// on one server, each with a lock of its own (a Mutex, a ReentrantMutex).
+// The async cycle runs on an io_context that this thread runs until both
+// calls completed, so the ratio counts everything the async path adds:
+// the link's strand, socket waits and command timer, the completion
+// posts. The event-loop floors (event_loop.hpp) split that: what the same
+// commands, raw, cost on an event loop against blocking, with and without
+// a command timer, and the async Mutex's cycle over the timed one.
 #include <benchmark/benchmark.h>
 
 #include <asio/bind_executor.hpp>
@@ -19,10 +22,36 @@
 #include "distlock/asio.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/reentrant_mutex.hpp"
+#include "event_loop.hpp"
 #include "paired.hpp"
 
 namespace distlock::bench {
 namespace {
+
+// async_try_lock(lock) and async_release of its hold, run on `io` until
+// both completed, as a cycle for run_paired().
+template <class Lock>
+auto async_cycle(benchmark::State& state, asio::io_context& io, Lock& lock) {
+  return [&state, &io, &lock] {
+    bool released = false;
+    std::error_code failed;
+    async_try_lock(lock, asio::bind_executor(io, [&](std::error_code ec, AsyncHold<Lock> hold) {
+                     if (ec || !hold) {
+                       failed = ec ? ec : make_error_code(Errc::lock_lost);
+                       return;
+                     }
+                     auto held = std::make_shared<AsyncHold<Lock>>(std::move(hold));
+                     async_release(*held, asio::bind_executor(
+                                              io, [&, held](std::error_code rc, Release outcome) {
+                                                released = !rc && outcome == Release::released;
+                                              }));
+                   }));
+    io.restart();
+    io.run();
+    if (!released) state.SkipWithError(failed ? failed.message().c_str() : "not released");
+    return released;
+  };
+}
 
 template <class Lock>
 void paired_async_cycle(benchmark::State& state) {
@@ -30,27 +59,7 @@ void paired_async_cycle(benchmark::State& state) {
   Lock sync_lock(client, "bench:sync");
   Lock async_lock(client, "bench:async");
   asio::io_context io;
-  const auto async_cycle = [&] {
-    bool released = false;
-    std::error_code failed;
-    async_try_lock(
-        async_lock, asio::bind_executor(io, [&](std::error_code ec, AsyncHold<Lock> hold) {
-          if (ec || !hold) {
-            failed = ec ? ec : make_error_code(Errc::lock_lost);
-            return;
-          }
-          auto held = std::make_shared<AsyncHold<Lock>>(std::move(hold));
-          async_release(*held,
-                        asio::bind_executor(io, [&, held](std::error_code rc, Release outcome) {
-                          released = !rc && outcome == Release::released;
-                        }));
-        }));
-    io.restart();
-    io.run();
-    if (!released) state.SkipWithError(failed ? failed.message().c_str() : "not released");
-    return released;
-  };
-  run_paired(state, async_cycle, lock_unlock_cycle(state, sync_lock));
+  run_paired(state, async_cycle(state, io, async_lock), lock_unlock_cycle(state, sync_lock));
 }
 
 void BM_Paired_Async_Mutex_LockUnlock(benchmark::State& state) { paired_async_cycle<Mutex>(state); }
@@ -62,6 +71,42 @@ void BM_Paired_Async_ReentrantMutex_LockUnlock(benchmark::State& state) {
   paired_async_cycle<ReentrantMutex>(state);
 }
 BENCHMARK(BM_Paired_Async_ReentrantMutex_LockUnlock)->UseManualTime();
+
+// The event-loop floors: Mutex's commands, raw, on an event loop (with a
+// command timer or without) against the same, blocking.
+void paired_event_loop_floor(benchmark::State& state, bool timed) {
+  const MutexCommands commands;
+  const RawConnection blocking = raw_connect(server_options());
+  const RawConnection looped = raw_connect(server_options());
+  asio::io_context io;
+  EventLoopCommands loop(io, looped.get(), timed);
+  run_paired(
+      state, loop.cycle(state, commands.acquire, REDIS_REPLY_STATUS, commands.release),
+      raw_cycle(state, blocking.get(), commands.acquire, REDIS_REPLY_STATUS, commands.release));
+}
+void BM_Paired_EventLoop_SameCommands(benchmark::State& state) {
+  paired_event_loop_floor(state, false);
+}
+BENCHMARK(BM_Paired_EventLoop_SameCommands)->UseManualTime();
+void BM_Paired_EventLoop_SameCommands_Timed(benchmark::State& state) {
+  paired_event_loop_floor(state, true);
+}
+BENCHMARK(BM_Paired_EventLoop_SameCommands_Timed)->UseManualTime();
+
+// The async Mutex's cycle over the timed event-loop floor: what distlock's
+// async path adds to what any event loop with a command timeout does.
+void BM_Paired_Async_Mutex_LockUnlock_OverTheEventLoop(benchmark::State& state) {
+  const MutexCommands commands;
+  Client client(server_options());
+  Mutex lock(client, "bench:async");
+  asio::io_context io;
+  const RawConnection looped = raw_connect(server_options());
+  asio::io_context floor_io;
+  EventLoopCommands loop(floor_io, looped.get(), true);
+  run_paired(state, async_cycle(state, io, lock),
+             loop.cycle(state, commands.acquire, REDIS_REPLY_STATUS, commands.release));
+}
+BENCHMARK(BM_Paired_Async_Mutex_LockUnlock_OverTheEventLoop)->UseManualTime();
 
 // A field of /proc/self/status ("Threads", "VmRSS" in kB).
 long proc_status(const std::string& field) {
