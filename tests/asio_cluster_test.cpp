@@ -19,6 +19,7 @@
 #include "distlock/cluster_client.hpp"
 #include "distlock/rate_limiter.hpp"
 #include "distlock/semaphore.hpp"
+#include "distlock/simple_mutex.hpp"
 #include "distlock/striped_mutex.hpp"
 #include "support/asio_fixture.hpp"
 #include "support/cluster_suite.hpp"
@@ -145,6 +146,30 @@ TEST_F(AsioClusterTest, AKeyOfASlotBeingMigratedIsTakenAtTheImportingNode) {
   cluster().finish_migration(slot, 0);
   EXPECT_EQ(at(0, {"GET", name}), got.hold.id());
   EXPECT_EQ(release(got.hold).second, Release::released);
+  EXPECT_EQ(at(0, {"EXISTS", name}), "0");
+}
+
+// A SimpleMutex's refused attempt looks at the holder's key (PTTL, then
+// TYPE, in one write). Mid-migration, at the importing node the ASK sent
+// it to, each of the two needs an ASKING of its own: without, TYPE was
+// answered MOVED, sent back to the source, ASKed again, until the
+// redirects ran out and the try failed with an error.
+TEST_F(AsioClusterTest, ARefusedTryLooksAtTheHolderAtTheImportingNode) {
+  const std::string name = name_on(2, "async-asked-holder");
+  const int slot = detail::key_slot(name);
+  SimpleMutex held(client(), name, LockOptions{}.ttl(10s));
+  ASSERT_TRUE(held.try_lock());
+  cluster().begin_migration(slot, 2, 0);
+  cluster().migrate_keys(slot, 2, 0);
+  const long long asked = errors_at(2, "ASK");
+
+  SimpleMutex other(client(), name, LockOptions{}.ttl(10s));
+  testing::Got<AsyncHold<SimpleMutex>> refused = try_lock(other);
+  EXPECT_FALSE(refused.ec) << refused.ec.message();
+  EXPECT_FALSE(refused.hold);
+  EXPECT_GT(errors_at(2, "ASK"), asked);
+  cluster().finish_migration(slot, 0);
+  EXPECT_EQ(held.release(), Release::released);
   EXPECT_EQ(at(0, {"EXISTS", name}), "0");
 }
 

@@ -230,6 +230,7 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
       link.send({"PTTL", key}, [self, at](LinkAnswer answer) {
         if (self->steps_.current() == at && answer.reply) self->pttl_ = std::move(answer.reply);
       });
+      if (self->steps_.asking()) link.send({"ASKING"}, nullptr);  // it let PTTL in only
       self->steps_.sent(link, link.send({"TYPE", key}, [self, at](LinkAnswer answer) {
         if (self->steps_.current() == at) self->holder_answered(std::move(answer));
       }));

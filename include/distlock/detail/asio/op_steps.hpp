@@ -67,11 +67,17 @@ class OpSteps {
   /// Has the link write a step (see AsioLink::submit): where the site
   /// routes the key, or where an ASK sent the step last refused.
   void submit(std::shared_ptr<Site> site, AsioLink::Write write, AsioLink::Failed failed) {
-    if (const void* asked = std::exchange(asked_, nullptr)) {
+    const void* asked = std::exchange(asked_, nullptr);
+    asking_ = asked != nullptr;
+    if (asking_) {
       return link_->submit_asked(std::move(site), asked, std::move(write), std::move(failed));
     }
     link_->submit(std::move(site), std::move(write), std::move(failed));
   }
+  /// Whether the last step submitted went behind ASKING (to the node an
+  /// ASK named), which lets only the next command in: any other command
+  /// of the step needs an ASKING of its own.
+  bool asking() const noexcept { return asking_; }
 
   /// In the sink of a step `site` refused with the error reply `reply`:
   /// whether it goes again, and after what pause. A cluster's redirect
@@ -170,6 +176,7 @@ class OpSteps {
   Link* on_ = nullptr;                             // the link in_flight_ went on
   unsigned redirects_ = 0;                         // followed so far
   const void* asked_ = nullptr;                    // where an ASK sends the next step
+  bool asking_ = false;                            // the last step went behind ASKING
   std::chrono::milliseconds pause_{};              // before the next refusal for now's retry
   std::optional<asio::steady_timer> timer_;        // on the link's strand
   std::optional<asio::steady_timer> pause_timer_;  // after a refusal for now
