@@ -19,6 +19,7 @@
 #include <system_error>
 
 #include "bench_support.hpp"
+#include "counters.hpp"
 #include "distlock/asio.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/reentrant_mutex.hpp"
@@ -107,6 +108,38 @@ void BM_Paired_Async_Mutex_LockUnlock_OverTheEventLoop(benchmark::State& state) 
              loop.cycle(state, commands.acquire, REDIS_REPLY_STATUS, commands.release));
 }
 BENCHMARK(BM_Paired_Async_Mutex_LockUnlock_OverTheEventLoop)->UseManualTime();
+
+// The same cycles one after another rather than in turns, with the
+// per-cycle counters (counters.hpp): BM_Async_Mutex_LockUnlock against
+// BM_Mutex_LockUnlock and against the timed event-loop floor, in the
+// ratio table; allocs and mutexes per cycle say where the async path's
+// own share goes.
+void BM_Async_Mutex_LockUnlock(benchmark::State& state) {
+  Client client(server_options());
+  Mutex lock(client, "bench:async");
+  asio::io_context io;
+  const auto cycle = async_cycle(state, io, lock);
+  const CycleCounters counters;
+  for (auto _ : state) {
+    if (!cycle()) break;
+  }
+  counters.report(state);
+}
+BENCHMARK(BM_Async_Mutex_LockUnlock)->UseRealTime();
+
+void BM_EventLoop_SameCommands_Timed(benchmark::State& state) {
+  const MutexCommands commands;
+  const RawConnection looped = raw_connect(server_options());
+  asio::io_context io;
+  EventLoopCommands loop(io, looped.get(), true);
+  const auto cycle = loop.cycle(state, commands.acquire, REDIS_REPLY_STATUS, commands.release);
+  const CycleCounters counters;
+  for (auto _ : state) {
+    if (!cycle()) break;
+  }
+  counters.report(state);
+}
+BENCHMARK(BM_EventLoop_SameCommands_Timed)->UseRealTime();
 
 // A field of /proc/self/status ("Threads", "VmRSS" in kB).
 long proc_status(const std::string& field) {

@@ -61,6 +61,8 @@ const std::vector<Ratio> ratios = {
     {"BM_Cluster_Mutex_LockUnlock", "BM_Raw_Cluster_SetNxPx_EvalshaDel", 1.1},
     {"BM_Cluster_Mutex_LockUnlock", "BM_Raw_Cluster_SetNxPx_EvalshaDelSpublish", 1.05},
     {"BM_Mutex_LockUnlock_Tls", "BM_Raw_Tls_SetNxPx_EvalshaDel", 1.1},
+    {"BM_Async_Mutex_LockUnlock", "BM_Mutex_LockUnlock", 1.15},
+    {"BM_Async_Mutex_LockUnlock", "BM_EventLoop_SameCommands_Timed", 1.15},
 };
 
 // The paired benchmarks (paired.hpp): each times a lock's cycle and its
