@@ -102,10 +102,11 @@ class AsioLink : public std::enable_shared_from_this<AsioLink> {
   /// In the sink of a step sent through `site` that met the error reply
   /// `reply` (on the strand). MOVED (a cluster's slot moved for good) and
   /// ASK (a key of a slot being migrated) say where the step may go again,
-  /// TRYAGAIN and CLUSTERDOWN that it may go again later: it was not run. READONLY (a master
-  /// demoted to a replica: the step was not applied) has the site look for the master again, and
-  /// this link let go once nothing is owed on it: the next step connects to where the site names
-  /// then.
+  /// TRYAGAIN and CLUSTERDOWN that it may go again later: it was not run.
+  /// READONLY (a master demoted to a replica: the step was not applied)
+  /// has the site look for the master again, and this link let go once
+  /// nothing is owed on it: the next step connects to where the site
+  /// names then.
   Refused refused(Site& site, std::string_view reply) {
     Refused next;
     next.moved = site.saw_error(reply);

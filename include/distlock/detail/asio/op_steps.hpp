@@ -79,23 +79,6 @@ class OpSteps {
   /// of the step needs an ASKING of its own.
   bool asking() const noexcept { return asking_; }
 
-  /// In the sink of a step `site` refused with the error reply `reply`:
-  /// whether it goes again, and after what pause. A cluster's redirect
-  /// (MOVED, ASK) sends it again at once, a refusal for now (TRYAGAIN,
-  /// CLUSTERDOWN) after the site's retry_pause, doubling at each: it was
-  /// not run. max_redirects times in one operation at most.
-  std::optional<std::chrono::milliseconds> again(Site& site, std::string_view reply) {
-    const AsioLink::Refused next = link_->refused(site, reply);
-    const bool redirected = next.moved || next.asked != nullptr;
-    if (!(redirected || next.for_now) || redirects_ >= site.max_redirects()) return std::nullopt;
-    ++redirects_;
-    asked_ = next.asked;
-    if (redirected) return std::chrono::milliseconds(0);
-    const std::chrono::milliseconds pause = pause_.count() > 0 ? pause_ : site.retry_pause();
-    pause_ = 2 * pause;
-    return pause;
-  }
-
   /// A step refused with `reply` sent again, if again() says so (false
   /// if not): `send(*op)` at once after a redirect; after a refusal for
   /// now, `hold()` begins the step again (its timer, at the step's
@@ -171,6 +154,23 @@ class OpSteps {
   }
 
  private:
+  /// In the sink of a step `site` refused with the error reply `reply`:
+  /// whether it goes again, and after what pause. A cluster's redirect
+  /// (MOVED, ASK) sends it again at once, a refusal for now (TRYAGAIN,
+  /// CLUSTERDOWN) after the site's retry_pause, doubling at each: it was
+  /// not run. max_redirects times in one operation at most.
+  std::optional<std::chrono::milliseconds> again(Site& site, std::string_view reply) {
+    const AsioLink::Refused next = link_->refused(site, reply);
+    const bool redirected = next.moved || next.asked != nullptr;
+    if (!(redirected || next.for_now) || redirects_ >= site.max_redirects()) return std::nullopt;
+    ++redirects_;
+    asked_ = next.asked;
+    if (redirected) return std::chrono::milliseconds(0);
+    const std::chrono::milliseconds pause = pause_.count() > 0 ? pause_ : site.retry_pause();
+    pause_ = 2 * pause;
+    return pause;
+  }
+
   std::shared_ptr<AsioLink> link_;
   std::optional<Link::Ticket> in_flight_;
   Link* on_ = nullptr;                             // the link in_flight_ went on
