@@ -225,6 +225,26 @@ TEST_F(LinkTest, NoReplyWithinTheCommandTimeoutBreaksTheLink) {
   server().resume();
 }
 
+// A step the server may take long to answer (a WAIT) is given its own
+// time, and the steps queued behind it, which the server runs only after
+// it, as long: none of them breaks the link at the command timeout.
+TEST_F(LinkTest, AStepGivenLongerHoldsOffTheTimeoutOfTheStepsBehindIt) {
+  ConnectionOptions quick = options();
+  quick.command_timeout = 200ms;
+  Link link(quick);
+  Told told;
+  // No replica: WAIT for one blocks the connection for its full time.
+  link.send({"WAIT", "1", "600"}, record(told), 1500ms);
+  // Behind it, a step given only the command timeout, which its own wait
+  // exceeds once the first is counted in, yet not due before the first.
+  link.send({"WAIT", "1", "300"}, record(told));
+  link.send({"PING"}, record(told));
+  ASSERT_TRUE(drive(link, [&] { return told.count() == 3; }));
+  ASSERT_TRUE(told.failures.empty()) << what(told.failures.front());
+  EXPECT_EQ(told.replies, (std::vector<std::string>{"0", "0", "PONG"}));
+  EXPECT_FALSE(link.broken());
+}
+
 class HostileLinkTest : public LinkTest {};
 
 // Replies a real server never sends a RESP2 connection: a push frame before

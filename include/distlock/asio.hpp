@@ -22,13 +22,13 @@
 // SharedMutex, async_acquire and its timed forms for Semaphore and
 // RateLimiter, async_lock_any and its kin for StripedMutex,
 // async_run_locked over those locks or a Semaphore, on a Client, a
-// SentinelClient or a ClusterClient, without LockOptions::replicas; other
-// lock types (Redlock) do not compile, and a lock with replicas completes
-// with Errc::invalid_argument. An async hold belongs to no
-// thread. Of a Mutex, a thread of the same object that locks waits for
-// it, as for a hold of another thread, and any thread's unlock() gives it
-// back (a SimpleMutex's release, a read and then a transaction on one
-// connection, goes through the backend's connector thread). Of a
+// SentinelClient or a ClusterClient, with or without
+// LockOptions::replicas; other lock types (Redlock) do not compile. An
+// async hold belongs to no thread. Of a Mutex, a thread of the same object
+// that locks waits for it, as for a hold of another thread, and any
+// thread's unlock() gives it back (a SimpleMutex's release, a read and
+// then a transaction on one connection, goes through the backend's
+// connector thread). Of a
 // ReentrantMutex, each async acquire is an owner of its own
 // ("<client id>:a<n>" in the hash): it never re-enters (a second async
 // acquire through the object waits like any other owner), it excludes

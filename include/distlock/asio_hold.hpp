@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -69,6 +70,11 @@ class AsyncHold {
   long long fence() const {
     if (!owns_lock()) throw NotHeldError("this async hold is empty or was given back");
     return life_->fence(kind, id_);
+  }
+  /// Replicas that acknowledged this hold's grant (LockOptions::replicas);
+  /// nullopt when none were asked for, or once the hold is given back.
+  std::optional<int> replicas_acknowledged() const {
+    return life_ != nullptr ? life_->replicas(kind, id_) : std::nullopt;
   }
   /// The hold's token; empty when empty.
   const std::string& id() const noexcept { return id_; }

@@ -16,7 +16,8 @@
 // still have been applied: its undo is written behind it on the same
 // connection, and, where the server closed the connection mid-reply (so
 // nothing written behind arrives), given back apart by the connector
-// thread, as the blocking path does.
+// thread, as the blocking path does. With LockOptions::replicas, a grant
+// stands once the WAIT written behind it says so (replica_steps.hpp).
 #pragma once
 
 #include <asio/any_io_executor.hpp>
@@ -38,6 +39,7 @@
 #include "distlock/detail/asio/link_service.hpp"
 #include "distlock/detail/asio/op_steps.hpp"
 #include "distlock/detail/asio/op_wakes.hpp"
+#include "distlock/detail/asio/replica_steps.hpp"
 #include "distlock/detail/asio/undo_apart.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
@@ -70,7 +72,8 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
         handler_(std::move(handler)),
         work_(asio::prefer(asio::any_io_executor(asio::get_associated_executor(handler_)),
                            asio::execution::outstanding_work.tracked)),
-        waiter_(kind, wait ? deadline : clock::now(), wait, life_->cancellation().generation()) {}
+        waiter_(kind, wait ? deadline : clock::now(), wait, life_->cancellation().generation()),
+        replicas_(life_->protocol().replica_check()) {}
 
   ~AcquireOp() { wakes_.disarm(); }
 
@@ -83,20 +86,20 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
       Protocol& protocol = life_->protocol();
       protocol.check_process();
       const std::shared_ptr<Site>& site = protocol.site();
-      if (!site->links() || protocol.waits_for_replicas()) {
+      if (!site->links()) {
         throw InvalidArgument(protocol.key() +
                               ": async locks run on a Client, a SentinelClient or a "
-                              "ClusterClient without LockOptions::replicas so far (this lock is "
-                              "on " +
+                              "ClusterClient (this lock is on " +
                               site->describe() + ")");
       }
       waiter_.async = true;
       const Next first = life_->start(waiter_);
       id_ = waiter_.id;
       // The link counts as work only while a step is in flight (its waits).
-      steps_.bind(
-          asio::use_service<LinkService>(asio::query(work_, asio::execution::context))
-              .link_for(*site, asio::prefer(work_, asio::execution::outstanding_work.untracked)));
+      steps_.bind(asio::use_service<LinkService>(asio::query(work_, asio::execution::context))
+                      .link_for(*site,
+                                asio::prefer(work_, asio::execution::outstanding_work.untracked),
+                                replicas_.wanted() ? Lane::replicas : Lane::plain));
       wakes_.bind(this->weak_from_this(), link().strand());
       steps_.watch(asio::get_associated_cancellation_slot(handler_), this->weak_from_this());
       // An attempt with no deadline arms nothing that could fire on
@@ -110,7 +113,8 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
   }
 
  private:
-  enum class Phase { none, attempt, holder, subscribing, sleeping };
+  // `replicated`: a grant answered, its WAIT's answer awaited.
+  enum class Phase { none, attempt, replicated, holder, subscribing, sleeping };
 
   // Each of these runs on the link's strand, but start()'s first run().
   void run(const Next& next) {
@@ -162,26 +166,26 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
         [send, by](AcquireOp& self) { (self.*send)(by); });
   }
 
+  // The attempt; with replicas, the count to wait for first, if not known.
   void send_attempt(clock::time_point by) {
     begin(Phase::attempt, by);
     on_link([](const std::shared_ptr<AcquireOp>& self, Link& link) {
-      auto answered = [self, at = self->steps_.current(),
-                       unanswered = self->unanswered_guard()](LinkAnswer answer) {
-        if constexpr (!undoes_behind) unanswered->answered = true;
-        if (self->steps_.current() == at) return self->attempt_answered(std::move(answer));
-        if constexpr (!undoes_behind) self->answered_late(answer);
-      };
-      self->steps_.sent(
-          link, self->life_->protocol().send_attempt(kind, link, self->id_, std::move(answered)));
+      self->replicas_.before_attempt(self, link);
     });
   }
 
-  auto unanswered_guard() {
-    if constexpr (undoes_behind) {
-      return nullptr;
-    } else {
-      return std::make_shared<UndoUnlessAnswered<Life>>(life_, kind, id_);
-    }
+  // With replicas, WAIT goes behind it in the same write. The attempt is
+  // what is in flight until it is answered (forgotten, an EVALSHA answered
+  // NOSCRIPT is not sent again behind its undo), then its WAIT.
+  void write_attempt(Link& link) {
+    auto answered = [self = this->shared_from_this(), at = steps_.current(),
+                     unanswered = unanswered_guard(life_, kind, id_)](LinkAnswer answer) {
+      if constexpr (!undoes_behind) unanswered->answered = true;
+      if (self->steps_.current() == at) return self->attempt_answered(std::move(answer));
+      if constexpr (!undoes_behind) self->answered_late(answer);
+    };
+    steps_.sent(link, life_->protocol().send_attempt(kind, link, id_, std::move(answered)));
+    if (replicas_.wanted()) replicas_.write_wait(*this, link);
   }
 
   void attempt_answered(LinkAnswer answer) {
@@ -213,6 +217,8 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
         undo(false);  // an answer no server gives: the step may have been applied
         throw;
       }
+      if (replicas_.wanted() && attempt.acquired)
+        return replicas_.await(*this, std::move(attempt), by);
       run(life_->attempted(waiter_, std::move(attempt)));
     } catch (...) {
       fail(std::current_exception());
@@ -331,6 +337,10 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
         forget_in_flight(/*undo_it=*/true);
         end();
         return run(life_->attempted(waiter_, std::nullopt));
+      case Phase::replicated:  // its WAIT cut by the deadline: the grant given back
+        forget_in_flight(/*undo_it=*/true);
+        end();
+        return run(life_->attempted(waiter_, replicas_.cut()));
       case Phase::holder:
         forget_in_flight(/*undo_it=*/false);
         end();
@@ -343,13 +353,16 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
 
   // The step in flight is not waited for any longer; an attempt's undo
   // follows it on the same connection. Where none can (!undoes_behind),
-  // the attempt's answer still comes to it: answered_late().
+  // the attempt's answer still comes to it (answered_late()), unless it
+  // came (a grant whose WAIT is forgotten: undone apart).
   void forget_in_flight(bool undo_it) {
     if constexpr (!undoes_behind) {
-      if (undo_it) return steps_.clear_in_flight();
+      if (undo_it && phase_ != Phase::replicated) return steps_.clear_in_flight();
     }
+    // Behind a WAIT, an undo may be dropped with its connection (a client
+    // closed while WAIT blocks it loses what it queued): apart too.
     steps_.forget_in_flight([&](Link& on) {
-      if (undo_it) undo_behind(&on, false);
+      if (undo_it) undo_attempt(life_, kind, id_, &on, /*apart=*/replicas_.wanted());
     });
   }
 
@@ -359,25 +372,16 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
   }
 
   // The attempt in flight may have been applied: undo it behind itself,
-  // and apart too where the connection closed under it. A protocol that
-  // cannot undo behind (a SimpleMutex) always undoes apart: its delete
-  // checks the token first.
-  void undo(bool apart) noexcept { undo_behind(link().current(), apart); }  // in its sink
-  void undo_behind(Link* on, bool apart) noexcept {
-    if constexpr (undoes_behind) {
-      if (on != nullptr) life_->protocol().send_undo(kind, *on, id_);
-      if (!apart) return;
-    }
-    undo_apart();
+  // and apart too where the connection closed under it (undo_attempt).
+  void undo(bool apart) noexcept {  // in its sink
+    undo_attempt(life_, kind, id_, link().current(), apart);
   }
-
-  void undo_apart() noexcept { detail::undo_apart(life_, kind, id_); }
 
   // Terminal cancellation, on the strand (see OpSteps::watch).
   void cancel() {
     if (steps_.finished()) return;
     // The undo is harmless after a read of the holder: the token is ours alone.
-    forget_in_flight(/*undo_it=*/phase_ == Phase::attempt);
+    forget_in_flight(/*undo_it=*/phase_ == Phase::attempt || phase_ == Phase::replicated);
     finish(asio::error::operation_aborted);
   }
 
@@ -411,6 +415,8 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
   std::optional<Reply> pttl_;
   std::optional<Notifier::Subscription> pending_;  // subscribed, not yet confirmed
   OpWakes<AcquireOp> wakes_;
+  friend class ReplicaSteps<AcquireOp>;
+  ReplicaSteps<AcquireOp> replicas_;  // LockOptions::replicas' count and WAIT
 };
 
 }  // namespace distlock::detail

@@ -1,8 +1,9 @@
-// Giving back, apart from its link, a grant an async attempt may have had:
-// where no undo written behind the attempt can reach the server (it closed
-// the connection mid-reply), or where the protocol has no undo that may
-// follow an attempt unread (a SimpleMutex, whose delete checks the token
-// first), as the blocking path does.
+// Giving back a grant an async attempt may have had: behind the attempt
+// on its link, where the protocol has an undo that may follow an attempt
+// unread, and apart from the link where it has none (a SimpleMutex, whose
+// delete checks the token first) or where nothing written behind can reach
+// the server (it closed the connection mid-reply), as the blocking path
+// does.
 #pragma once
 
 #include <memory>
@@ -10,6 +11,7 @@
 #include <utility>
 
 #include "distlock/connection_options.hpp"
+#include "distlock/detail/asio/async_access.hpp"
 #include "distlock/detail/backend/site.hpp"
 #include "distlock/detail/base/time.hpp"
 #include "distlock/detail/wire/connection.hpp"
@@ -41,6 +43,19 @@ void undo_apart(const std::shared_ptr<Life>& life, typename Life::Kind kind,
   }
 }
 
+/// Undoes the attempt `id` of `kind`: behind itself on `on` (the link it
+/// went on; null if none) where the protocol can, and apart too when
+/// `apart` or when it cannot.
+template <class Life>
+void undo_attempt(const std::shared_ptr<Life>& life, typename Life::Kind kind,
+                  const std::string& id, Link* on, bool apart) noexcept {
+  if constexpr (UndoesBehind<typename LifeTraits<Life>::Protocol>::value) {
+    if (on != nullptr) life->protocol().send_undo(kind, *on, id);
+    if (!apart) return;
+  }
+  undo_apart(life, kind, id);
+}
+
 /// The answer to an attempt nobody waits for any longer: a grant (or an
 /// answer that may hide one, or none at all) is given back apart.
 template <class Life>
@@ -59,7 +74,7 @@ void undo_late_grant(const std::shared_ptr<Life>& life, typename Life::Kind kind
 /// Where no undo can be written behind an attempt, its sink is the only way
 /// a late grant comes back: this, shared by the sink, undoes the attempt
 /// apart if the link lets the sink go unrun (its context shut down with the
-/// attempt queued).
+/// attempt queued). unanswered_guard() makes one where it is needed.
 template <class Life>
 class UndoUnlessAnswered {
  public:
@@ -78,5 +93,17 @@ class UndoUnlessAnswered {
   typename Life::Kind kind_;
   std::string id_;
 };
+
+/// An UndoUnlessAnswered for the attempt `id` of `kind` where the protocol
+/// cannot undo behind it; null where it can.
+template <class Life>
+auto unanswered_guard(const std::shared_ptr<Life>& life, typename Life::Kind kind,
+                      const std::string& id) {
+  if constexpr (UndoesBehind<typename LifeTraits<Life>::Protocol>::value) {
+    return nullptr;
+  } else {
+    return std::make_shared<UndoUnlessAnswered<Life>>(life, kind, id);
+  }
+}
 
 }  // namespace distlock::detail

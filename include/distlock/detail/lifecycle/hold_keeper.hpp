@@ -173,6 +173,13 @@ class HoldKeeper {
     if (hold == nullptr || hold->replicas < 0) return std::nullopt;
     return hold->replicas;
   }
+  /// The same of the hold `id` of `kind` (an async hold's).
+  std::optional<int> replicas(Kind kind, const std::string& id) const {
+    MutexLock guard(mutex_);
+    const Hold* hold = holds_.with_id(kind, id);
+    if (hold == nullptr || hold->replicas < 0) return std::nullopt;
+    return hold->replicas;
+  }
   long long fence(Kind kind) const {
     if (!options_.fencing()) throw InvalidArgument("fencing is off for " + protocol_.key());
     MutexLock guard(mutex_);

@@ -63,17 +63,36 @@ class ReplicaCheck {
   /// ACL refusing either fails here, before anything is granted); throws
   /// NotReplicatedError when fewer replicas are connected than asked for.
   int needed(Connection& connection, std::string_view key) {
-    const int known = needed_.load(std::memory_order_acquire);
-    if (known > 0) return known;
+    if (const int count = known()) return count;
     connection.append("INFO", "replication");
     connection.append("WAIT", "0", "1");
     connection.flush();
-    const Reply& info = connection.read_reply();
-    const std::string info_error = info.is_error() ? std::string(info.str()) : std::string();
-    const int connected = info.is_error() ? 0 : connected_replicas(info.str());
-    const Reply& wait = connection.read_reply();
-    if (!info_error.empty()) throw refused(info_error, "INFO replication");
+    const Connected info = connected(connection.read_reply());
+    return needed_from(info, connection.read_reply(), key);
+  }
+
+  /// The count needed() found, or 0 when it is to be asked (an event
+  /// loop's step asks with the same two commands, in one write, and hands
+  /// their answers to connected() and needed_from()).
+  int known() const noexcept { return needed_.load(std::memory_order_acquire); }
+
+  /// INFO replication's answer: the replicas the master counts, or why
+  /// the server refused to tell.
+  struct Connected {
+    int replicas = 0;
+    std::string refused;  // the error reply, if any
+  };
+  static Connected connected(const Reply& info) {
+    if (info.is_error()) return {0, std::string(info.str())};
+    return {connected_replicas(info.str()), {}};
+  }
+
+  /// The count to WAIT for, kept for the steps that follow, from INFO's
+  /// answer and that of the WAIT 0 1 written behind it; throws as needed().
+  int needed_from(const Connected& info, const Reply& wait, std::string_view key) {
+    if (!info.refused.empty()) throw refused(info.refused, "INFO replication");
     if (wait.is_error()) throw refused(wait.str(), "WAIT");
+    const int connected = info.replicas;
     const int count = wanted_ == LockOptions::majority ? connected / 2 + 1 : wanted_;
     if (connected == 0 || connected < count) {
       throw NotReplicatedError(
@@ -106,16 +125,18 @@ class ReplicaCheck {
   /// when the deadline shortened the wait.
   bool append_wait(Connection& connection, int count, SteadyClock::time_point deadline,
                    std::chrono::milliseconds command_timeout) const {
-    const auto [waited, cut] = wait_for(connection, deadline, command_timeout);
-    connection.append("WAIT", Decimal(count), Decimal(waited.count()));
-    return cut;
+    const WaitTime time = wait_for(connection, deadline, command_timeout);
+    connection.append("WAIT", Decimal(count), Decimal(time.waited.count()));
+    return time.cut;
   }
 
   /// Reads the answer to a queued WAIT: the replicas that acknowledged.
-  static int read_wait(Connection& connection) {
-    const Reply& reply = connection.read_reply();
-    if (reply.is_error()) throw refused(reply.str(), "WAIT");
-    return static_cast<int>(reply.integer());
+  static int read_wait(Connection& connection) { return acknowledged_by(connection.read_reply()); }
+
+  /// The replicas that acknowledged, by WAIT's answer.
+  static int acknowledged_by(const Reply& wait) {
+    if (wait.is_error()) throw refused(wait.str(), "WAIT");
+    return static_cast<int>(wait.integer());
   }
 
   /// Arms WAIT for `count` replicas to go out behind the connection's next
@@ -127,11 +148,11 @@ class ReplicaCheck {
   /// confirmed then anyway.
   bool trail_wait(Connection& connection, int count, SteadyClock::time_point deadline,
                   std::chrono::milliseconds command_timeout) const {
-    const auto [waited, cut] = wait_for(connection, deadline, command_timeout);
+    const WaitTime time = wait_for(connection, deadline, command_timeout);
     const Decimal replicas(count);
-    const Decimal milliseconds(waited.count());
+    const Decimal milliseconds(time.waited.count());
     connection.trail({"WAIT", replicas, milliseconds});
-    return cut;
+    return time.cut;
   }
 
   /// The replicas that acknowledged a write sent with trail_wait(): the
@@ -140,9 +161,7 @@ class ReplicaCheck {
   int acknowledged(Connection& connection, int count, SteadyClock::time_point deadline,
                    std::chrono::milliseconds command_timeout, bool& cut) const {
     if (!connection.trailed()) return wait(connection, count, deadline, command_timeout, cut);
-    const Reply& reply = connection.read_trailing_reply();
-    if (reply.is_error()) throw refused(reply.str(), "WAIT");
-    return static_cast<int>(reply.integer());
+    return acknowledged_by(connection.read_trailing_reply());
   }
 
   /// Reads, and ignores, the trailing WAIT of a write that did not happen
@@ -159,16 +178,15 @@ class ReplicaCheck {
     throw not_replicated_error(key, what, acknowledged, count);
   }
 
- private:
+  /// How long WAIT may wait: the replica timeout cut to `deadline`, and
+  /// how long its answer may take (the waiting and the reply's trip).
   struct WaitTime {
     std::chrono::milliseconds waited;  // WAIT's own timeout
+    std::chrono::milliseconds answer;  // for its reply
     bool cut;                          // the deadline shortened it
   };
-
-  // The replica timeout cut to `deadline`, with the connection's reply
-  // timeout set to cover it and the reply's trip after it.
-  WaitTime wait_for(Connection& connection, SteadyClock::time_point deadline,
-                    std::chrono::milliseconds command_timeout) const {
+  WaitTime wait_time(SteadyClock::time_point deadline,
+                     std::chrono::milliseconds command_timeout) const {
     std::chrono::milliseconds waited = timeout_;
     std::chrono::milliseconds slack = command_timeout;  // for the reply, after WAIT's own wait
     bool cut = false;
@@ -180,8 +198,16 @@ class ReplicaCheck {
       }
       slack = std::min(std::max(left - waited, std::chrono::milliseconds(10)), command_timeout);
     }
-    connection.set_timeout(waited + slack);
-    return {waited, cut};
+    return {waited, waited + slack, cut};
+  }
+
+ private:
+  // wait_time(), with the connection's reply timeout set to cover it.
+  WaitTime wait_for(Connection& connection, SteadyClock::time_point deadline,
+                    std::chrono::milliseconds command_timeout) const {
+    const WaitTime time = wait_time(deadline, command_timeout);
+    connection.set_timeout(time.answer);
+    return time;
   }
 
   static int connected_replicas(std::string_view info) {

@@ -82,8 +82,8 @@ class SingleServer {
   const std::string& key() const noexcept { return key_; }
   const std::string& channel() const noexcept { return channel_; }
   const SitePtr& site() const noexcept { return site_; }
-  /// With LockOptions::replicas: a grant is confirmed by WAIT.
-  bool waits_for_replicas() const noexcept { return replicas_ != nullptr; }
+  /// With LockOptions::replicas, what confirms a grant by WAIT; else null.
+  ReplicaCheck* replica_check() const noexcept { return replicas_.get(); }
 
  protected:
   /// A token-checked step (release, extend) by the deadline rules of a call

@@ -21,6 +21,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -63,17 +64,20 @@ class Link {
 
   /// Queues a command; flush() writes it. Throws ConnectionError once the
   /// link is broken (make another).
-  Ticket send(Args argv, Sink sink) {
+  Ticket send(Args argv, Sink sink) { return send(argv, std::move(sink), command_timeout()); }
+  /// As send(), for a command the server may take `timeout` to answer
+  /// (WAIT); the steps behind it are given as long.
+  Ticket send(Args argv, Sink sink, std::chrono::milliseconds timeout) {
     refuse_if_broken();
     connection_.append_argv(argv);
-    return queued(std::move(sink), nullptr, {}, {});
+    return queued(std::move(sink), nullptr, {}, {}, timeout);
   }
   /// Queues a script by EVALSHA (EVAL where the server answers NOSCRIPT,
   /// so `script` must outlive the step: the library's are static).
   Ticket send_script(const Script& script, Args keys, Args args, Sink sink) {
     refuse_if_broken();
     connection_.append_evalsha(script, keys, args);
-    return queued(std::move(sink), &script, keys, args);
+    return queued(std::move(sink), &script, keys, args, command_timeout());
   }
 
   /// Queues a script by EVAL, which is never answered NOSCRIPT: for a step
@@ -82,7 +86,7 @@ class Link {
   Ticket send_eval(const Script& script, Args keys, Args args, Sink sink) {
     refuse_if_broken();
     connection_.append_eval(script, keys, args);
-    return queued(std::move(sink), nullptr, {}, {});
+    return queued(std::move(sink), nullptr, {}, {}, command_timeout());
   }
 
   /// An undo: a script by EVAL, its reply dropped, behind every step
@@ -149,14 +153,16 @@ class Link {
     return flush();
   }
 
-  /// Breaks the link if its oldest step has waited longer than the command
-  /// timeout; the time to check again otherwise (nullopt: nothing waits).
+  /// Breaks the link if its oldest step's answer is overdue (its timeout,
+  /// the command timeout unless send() was given one, has passed since it
+  /// was queued, and it is not queued behind a step due later); the time
+  /// to check again otherwise (nullopt: nothing waits).
   std::optional<clock::time_point> check_timeout(clock::time_point now) {
     if (broken() || pending_.empty()) return std::nullopt;
-    const clock::time_point due = pending_.front().sent + connection_.options().command_timeout;
+    const clock::time_point due = pending_.front().due;
     if (now < due) return due;
     const std::string text = connection_.options().endpoint() + ": no reply within " +
-                             std::to_string(connection_.options().command_timeout.count()) + " ms";
+                             std::to_string(pending_.front().timeout.count()) + " ms";
     fail(std::make_exception_ptr(TimeoutError(Errc::timed_out, text)));
     return std::nullopt;
   }
@@ -181,7 +187,10 @@ class Link {
   struct Pending {
     Ticket ticket;
     Sink sink;  // null once forgotten
-    clock::time_point sent;
+    // The server runs a connection's commands in turn: a step behind one
+    // that may take long (WAIT) is not due before it.
+    clock::time_point due;
+    std::chrono::milliseconds timeout;
     // For a script: what an EVAL after NOSCRIPT needs.
     const Script* script;
     std::vector<std::string> keys;
@@ -195,8 +204,19 @@ class Link {
     }
   }
 
-  Ticket queued(Sink sink, const Script* script, Args keys, Args args) {
-    Pending pending{++last_ticket_, std::move(sink), clock::now(), script, {}, {}};
+  std::chrono::milliseconds command_timeout() const noexcept {
+    return connection_.options().command_timeout;
+  }
+
+  // When the answer to a step queued now with `timeout` is overdue.
+  clock::time_point due_after(std::chrono::milliseconds timeout) const {
+    const clock::time_point due = clock::now() + timeout;
+    return pending_.empty() ? due : std::max(due, pending_.back().due);
+  }
+
+  Ticket queued(Sink sink, const Script* script, Args keys, Args args,
+                std::chrono::milliseconds timeout) {
+    Pending pending{++last_ticket_, std::move(sink), due_after(timeout), timeout, script, {}, {}};
     if (script != nullptr) {
       pending.keys.assign(keys.begin(), keys.end());
       pending.args.assign(args.begin(), args.end());
@@ -230,6 +250,7 @@ class Link {
     const std::vector<std::string_view> args(step.args.begin(), step.args.end());
     connection_.append_eval(*step.script, keys, args);
     step.script = nullptr;  // an EVAL is never answered NOSCRIPT
+    step.due = due_after(step.timeout);
     pending_.push_back(std::move(step));
   }
 
