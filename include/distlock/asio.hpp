@@ -16,24 +16,23 @@
 // Semaphore's and the RateLimiter's calls in asio_counting.hpp, the
 // StripedMutex's waits for any stripe in asio_striped.hpp.
 //
-// So far: async_try_lock, async_try_lock_for/_until and async_lock for
-// Mutex, SimpleMutex, ReentrantMutex, SharedMutex (and a Semaphore's
-// PermitLock), the read side's async_lock_shared and its kin for
-// SharedMutex, async_acquire and its timed forms for Semaphore and
+// Covered: async_try_lock, async_try_lock_for/_until and async_lock for
+// Mutex, SimpleMutex, ReentrantMutex, SharedMutex, Redlock (and a
+// Semaphore's PermitLock), the read side's async_lock_shared and its kin
+// for SharedMutex, async_acquire and its timed forms for Semaphore and
 // RateLimiter, async_lock_any and its kin for StripedMutex,
 // async_run_locked over those locks or a Semaphore, on a Client, a
-// SentinelClient or a ClusterClient, with or without
-// LockOptions::replicas; other lock types (Redlock) do not compile. An
-// async hold belongs to no thread. Of a Mutex, a thread of the same object
-// that locks waits for it, as for a hold of another thread, and any
-// thread's unlock() gives it back (a SimpleMutex's release, a read and
-// then a transaction on one connection, goes through the backend's
-// connector thread). Of a
-// ReentrantMutex, each async acquire is an owner of its own
-// ("<client id>:a<n>" in the hash): it never re-enters (a second async
-// acquire through the object waits like any other owner), it excludes
-// every thread's holds, and only the AsyncHold gives it back. So is each
-// of a SharedMutex, on either side.
+// SentinelClient or a ClusterClient (a Redlock's masters any of them),
+// with or without LockOptions::replicas. An async hold belongs to no
+// thread. Of a Mutex, a thread of the same object that locks waits for it,
+// as for a hold of another thread, and any thread's unlock() gives it back
+// (a SimpleMutex's release, a read and then a transaction on one
+// connection, and a Redlock's, on every master, go through the first
+// backend's connector thread). Of a ReentrantMutex, each async acquire
+// is an owner of its own ("<client id>:a<n>" in the hash): it never
+// re-enters (a second async acquire through the object waits like any
+// other owner), it excludes every thread's holds, and only the AsyncHold
+// gives it back. So is each of a SharedMutex, on either side.
 #pragma once
 
 // A standard header before Asio's: Asio's configuration reads libstdc++'s
@@ -53,6 +52,7 @@
 #include "distlock/asio_hold.hpp"
 #include "distlock/asio_striped.hpp"
 #include "distlock/detail/asio/async_access.hpp"
+#include "distlock/detail/asio/redlock_op.hpp"
 #include "distlock/detail/asio/release_op.hpp"
 #include "distlock/detail/asio/run_locked_op.hpp"
 #include "distlock/detail/base/time.hpp"

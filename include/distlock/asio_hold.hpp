@@ -122,18 +122,24 @@ template <class Lock>
 using AsyncSharedHold = AsyncHold<Lock, detail::Side::shared>;
 
 namespace detail {
-// Starts an AcquireOp. It carries the deadline itself: an initiation with
-// no state, handed on by reference, draws a false "maybe uninitialized"
-// from g++ 12.
+// The operation an async acquire of `Lock` runs: an AcquireOp, but for a
+// Redlock (a RedlockOp: detail/asio/redlock_op.hpp).
+template <class Lock, Side side, class Handler>
+struct AcquireOpOf {
+  using type = AcquireOp<Lock, side, Handler>;
+};
+
+// Starts the acquire's operation. It carries the deadline itself: an
+// initiation with no state, handed on by reference, draws a false "maybe
+// uninitialized" from g++ 12.
 template <class Lock, Side side>
 struct InitiateAcquire {
   SteadyClock::time_point deadline;
   bool wait;
   template <class Handler>
   void operator()(Handler handler, std::shared_ptr<LifeOf<Lock>> life) const {
-    std::make_shared<AcquireOp<Lock, side, Handler>>(std::move(life), std::move(handler), deadline,
-                                                     wait)
-        ->start();
+    using Op = typename AcquireOpOf<Lock, side, Handler>::type;
+    std::make_shared<Op>(std::move(life), std::move(handler), deadline, wait)->start();
   }
 };
 // An acquire of `side` on `source`, a lock or a Semaphore (see HeldLock).

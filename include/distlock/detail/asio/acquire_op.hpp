@@ -62,8 +62,8 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
   static constexpr auto kind = LifeTraits<Life>::template kind<side>();
   static constexpr bool undoes_behind = UndoesBehind<Protocol>::value;
   static_assert(HasLinkSteps<Protocol>::value,
-                "async locks take a Mutex, a SimpleMutex, a ReentrantMutex, a SharedMutex or a "
-                "Semaphore so far");
+                "async locks take a Mutex, a SimpleMutex, a ReentrantMutex, a SharedMutex, a "
+                "Redlock or a Semaphore");
 
  public:
   /// `wait` false: one attempt (async_try_lock), `deadline` ignored.

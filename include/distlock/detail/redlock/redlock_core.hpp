@@ -58,7 +58,10 @@ class RedlockCore {
 
   /// The masters' sites of the key.
   const std::vector<Site*>& masters() const noexcept { return pointers_; }
+  const std::vector<SitePtr>& sites() const noexcept { return masters_; }
   const std::string& key() const noexcept { return key_; }
+  /// Where the release script announces a release.
+  const std::string& channel() const noexcept { return channel_; }
   std::size_t quorum() const noexcept { return quorum_; }
   std::chrono::milliseconds node_timeout() const noexcept { return node_timeout_; }
 
@@ -91,17 +94,19 @@ class RedlockCore {
     const std::string_view set[] = {"SET", key_, token, "NX", "PX", ttl};
     fan.send(Args(set, 6), [](const auto&) { return FanSend::and_wait; });
     fan.collect(start + budget);
-    RedlockAttempt result = record(fan, RedlockStep::acquire, start, lease,
-                                   [](const Reply& reply) -> std::optional<NodeStatus> {
-                                     if (reply.is_ok()) return NodeStatus::ok;
-                                     if (reply.is_nil()) return NodeStatus::other_owner;
-                                     return std::nullopt;
-                                   });
+    RedlockAttempt result = record(fan, RedlockStep::acquire, start, lease, acquire_answer);
     if (!result.succeeded) {
       clean_up(fan, token, start + budget);
       refuse_wrong_type(fan);
     }
     return result;
+  }
+
+  /// A master's answer to an attempt's SET NX PX.
+  static std::optional<NodeStatus> acquire_answer(const Reply& reply) {
+    if (reply.is_ok()) return NodeStatus::ok;
+    if (reply.is_nil()) return NodeStatus::other_owner;
+    return std::nullopt;
   }
 
   // After a failed attempt's clean_up: SET NX is refused by a key of any
@@ -153,36 +158,47 @@ class RedlockCore {
   template <class Answer>
   RedlockAttempt record(const Fan& fan, RedlockStep step, clock::time_point start,
                         std::chrono::milliseconds lease, Answer answer) const {
+    return record_rounds(
+        fan, [&](std::size_t i) { return fan.where(fan[i]); }, step, start, lease, answer);
+  }
+
+  /// record() of what each master's round (`rounds[i]`, a FanOut::Round)
+  /// found, `where(i)` naming the master: an event loop's fan-out.
+  template <class Rounds, class Where, class Answer>
+  RedlockAttempt record_rounds(const Rounds& rounds, Where where, RedlockStep step,
+                               clock::time_point start, std::chrono::milliseconds lease,
+                               Answer answer) const {
     RedlockAttempt result;
     result.step = step;
     result.quorum = quorum_;
     result.started = start;
     result.elapsed = clock::now() - start;
     if (lease.count() > 0) result.validity = lease - result.elapsed - redlock_drift(lease);
-    result.nodes.resize(fan.size());
-    for (std::size_t i = 0; i < fan.size(); ++i) {
+    result.nodes.resize(rounds.size());
+    for (std::size_t i = 0; i < rounds.size(); ++i) {
       NodeOutcome& node = result.nodes[i];
-      switch (fan[i].state) {
+      const FanOut::Round& round = rounds[i];
+      switch (round.state) {
         case FanState::replied:
-          if (const std::optional<NodeStatus> status = answer(fan[i].reply)) {
+          if (const std::optional<NodeStatus> status = answer(round.reply)) {
             node.status = *status;
-          } else if (fan[i].reply.is_error()) {
+          } else if (round.reply.is_error()) {
             node.error = Errc::server_error;
-            node.message = fan.where(fan[i]) + ": " + std::string(fan[i].reply.str());
+            node.message = where(i) + ": " + std::string(round.reply.str());
           } else {
             node.error = Errc::protocol_error;
-            node.message = fan.where(fan[i]) + ": unexpected reply to " + to_string(step);
+            node.message = where(i) + ": unexpected reply to " + to_string(step);
           }
           break;
         case FanState::timed_out: node.status = NodeStatus::timed_out; [[fallthrough]];
         case FanState::unreachable:
           // No connection by the deadline (a slow connect or TLS handshake)
           // is a slow master, as a late reply is, not one that is down.
-          if (fan[i].error == Errc::timed_out) node.status = NodeStatus::timed_out;
+          if (round.error == Errc::timed_out) node.status = NodeStatus::timed_out;
           [[fallthrough]];
         default:
-          node.error = fan[i].error;
-          node.message = fan[i].message;
+          node.error = round.error;
+          node.message = round.message;
           break;
       }
     }

@@ -130,13 +130,24 @@ class RedlockProtocol : public OneKindProtocol {
   std::optional<Attempt> attempt(Kind, const std::string&, clock::time_point deadline) {
     check_process();  // a master refusing in a forked child is not a vote
     const std::string token = make_token();
-    const clock::time_point now = clock::now();
-    clock::duration budget = core_->node_timeout();
-    const bool timed = deadline != no_deadline;
-    if (timed && deadline - now < budget) {
-      budget = std::max<clock::duration>(deadline - now, std::chrono::milliseconds(1));
-    }
-    RedlockAttempt result = core_->acquire_step(token, options_.ttl(), budget);
+    RedlockAttempt result = core_->acquire_step(token, options_.ttl(), budget(deadline));
+    return judged(std::move(result), token, deadline);
+  }
+
+  /// How long an attempt with `deadline` may wait for the masters.
+  clock::duration budget(clock::time_point deadline) const {
+    const clock::duration most = core_->node_timeout();
+    if (deadline == no_deadline) return most;
+    const clock::duration left = deadline - clock::now();
+    return left >= most ? most : std::max<clock::duration>(left, std::chrono::milliseconds(1));
+  }
+
+  /// The attempt `token`'s outcome (see attempt()) from what the masters
+  /// answered (`result`, remembered): granted, refused, nullopt when the
+  /// deadline cut it, or NoQuorumError. A refused attempt is the caller's
+  /// to take back (RedlockCore::clean_up).
+  std::optional<Attempt> judged(RedlockAttempt result, const std::string& token,
+                                clock::time_point deadline) {
     Attempt attempt;
     attempt.holder = HolderLease::endless();  // nothing to go by: the policy's (random) pace
     if (result.succeeded) {
@@ -145,6 +156,7 @@ class RedlockProtocol : public OneKindProtocol {
       core_->remember(std::move(result));
       return attempt;
     }
+    const bool timed = deadline != no_deadline;
     const std::size_t answered = result.answered();
     const bool slow = answered + result.count(NodeStatus::timed_out) >= core_->quorum();
     if (answered < core_->quorum() && !(timed && slow)) throw core_->no_quorum(std::move(result));
@@ -194,6 +206,9 @@ class RedlockProtocol : public OneKindProtocol {
   const SharedEventHook& events() const noexcept { return core_->masters().front()->events(); }
 
   const std::string& key() const noexcept { return core_->key(); }
+  /// The first master's site: its connector thread runs what an async call
+  /// does off the event loop (a release, on every master at once).
+  const SitePtr& site() const noexcept { return core_->sites().front(); }
   static std::string describe(Kind) { return "lock"; }
   const RedlockOptions& options() const noexcept { return options_; }
   RedlockCore& core() const noexcept { return *core_; }
