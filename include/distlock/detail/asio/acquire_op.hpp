@@ -388,13 +388,8 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
   void fail(const std::exception_ptr& failure) { finish(code_of(failure)); }
 
   void finish(Outcome outcome) {
-    switch (outcome) {
-      case Outcome::acquired:
-        return complete({}, AsyncAccess::hold<Lock, side>(life_, id_, steps_.link()));
-      case Outcome::timed_out: return complete({}, Hold());
-      case Outcome::unanswered: return finish(make_error_code(Errc::timed_out));
-      case Outcome::cancelled: return finish(make_error_code(Errc::cancelled));
-    }
+    if (outcome != Outcome::acquired) return finish(code_of(outcome));
+    complete({}, AsyncAccess::hold<Lock, side>(life_, id_, steps_.link()));
   }
   void finish(std::error_code ec) { complete(ec, Hold()); }
 

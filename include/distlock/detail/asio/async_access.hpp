@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/lifecycle.hpp"
 #include "distlock/detail/wire/link.hpp"
 #include "distlock/error.hpp"
@@ -125,6 +126,19 @@ template <class Source>
 using LifeOf = typename decltype(AsyncAccess::life_of(std::declval<Source&>()))::element_type;
 template <class Lock, Side side = Side::exclusive>
 using HoldParts = decltype(AsyncAccess::take(std::declval<AsyncHold<Lock, side>&>()));
+
+/// The error code an async acquire that ended with `outcome` completes
+/// with: none with the lock, nor when busy (an empty hold); timed_out when
+/// Redis left it unanswered, cancelled after cancel_waits().
+inline std::error_code code_of(Outcome outcome) noexcept {
+  switch (outcome) {
+    case Outcome::unanswered: return make_error_code(Errc::timed_out);
+    case Outcome::cancelled: return make_error_code(Errc::cancelled);
+    case Outcome::acquired:
+    case Outcome::timed_out: break;
+  }
+  return {};
+}
 
 /// The error code an exception from a step stands for.
 inline std::error_code code_of(const std::exception_ptr& failure) noexcept {

@@ -333,14 +333,8 @@ class RedlockOp : public std::enable_shared_from_this<RedlockOp<Handler>> {
   void fail(const std::exception_ptr& failure) { finish(code_of(failure)); }
 
   void finish(Outcome outcome) {
-    switch (outcome) {
-      case Outcome::acquired:
-        return complete(
-            {}, AsyncAccess::hold<distlock::Redlock, Side::exclusive>(life_, id_, links_.front()));
-      case Outcome::timed_out: return complete({}, Hold());
-      case Outcome::unanswered: return finish(make_error_code(Errc::timed_out));
-      case Outcome::cancelled: return finish(make_error_code(Errc::cancelled));
-    }
+    if (outcome != Outcome::acquired) return finish(code_of(outcome));
+    complete({}, AsyncAccess::hold<distlock::Redlock, Side::exclusive>(life_, id_, links_.front()));
   }
   void finish(std::error_code ec) { complete(ec, Hold()); }
 
