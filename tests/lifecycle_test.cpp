@@ -37,6 +37,8 @@
 #include "support/sanitized.hpp"
 
 namespace distlock {
+// Named, so that its lock kinds hold in any company (a unity batch).
+namespace lifecycle_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -857,4 +859,5 @@ TYPED_TEST(StarvedWaiterTest, TryLockForPaysALagAtItsDeadlineOnlyOnce) {
 }
 
 }  // namespace
+}  // namespace lifecycle_test
 }  // namespace distlock
