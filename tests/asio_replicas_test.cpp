@@ -27,6 +27,8 @@
 #include "support/replicated_server.hpp"
 
 namespace distlock {
+// Named, so that it holds in any company (a unity batch).
+namespace asio_replicas_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -254,4 +256,5 @@ TEST_F(AsioReplicasTest, EveryLockTypeWaitsForItsReplica) {
 }
 
 }  // namespace
+}  // namespace asio_replicas_test
 }  // namespace distlock

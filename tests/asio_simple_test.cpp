@@ -13,10 +13,12 @@
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <utility>
 
 #include "distlock/asio.hpp"
@@ -56,6 +58,31 @@ TEST_F(AsioSimpleTest, AnAsyncHoldIsTheMutexsLease) {
   EXPECT_FALSE(report.try_lock());
   EXPECT_EQ(release(got.hold), std::make_pair(std::error_code(), Release::released));
   EXPECT_FALSE(got.hold);
+  EXPECT_FALSE(key_exists(report.key()));
+}
+
+// Its release goes through the connector thread; until it is answered the
+// context's run() goes on, so a program that runs its context until
+// nothing is left, then lets its Client go, leaves no key (the event hook,
+// run by the release, is slow here, so that run() returning first is seen).
+TEST_F(AsioSimpleTest, RunGoesOnUntilAHoldGivenBackIsReleased) {
+  std::atomic<bool> told{false};
+  ClientOptions options = client_options(server());
+  options.on_event = [&told](const LockEvent& event) {
+    if (event.type != LockEventType::released) return;
+    std::this_thread::sleep_for(200ms);
+    told = true;
+  };
+  Client client(options);
+  SimpleMutex report(client, "async:simple", LockOptions().ttl(30s));
+  asio::io_context own;
+  bool held = false;
+  async_try_lock(report, asio::bind_executor(own, [&](std::error_code, SimpleHold hold) {
+                   held = static_cast<bool>(hold);  // given back as the handler ends
+                 }));
+  own.run();
+  EXPECT_TRUE(held);
+  EXPECT_TRUE(told) << "run() returned before the hold's release was answered";
   EXPECT_FALSE(key_exists(report.key()));
 }
 

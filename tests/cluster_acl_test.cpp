@@ -28,6 +28,8 @@
 #include "support/eventually.hpp"
 
 namespace distlock {
+// Named, so that it holds in any company (a unity batch).
+namespace cluster_acl_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -313,4 +315,5 @@ TEST_F(ClusterAcl, ClusterSlotsChecksADoubtfulMap) {
 }
 
 }  // namespace
+}  // namespace cluster_acl_test
 }  // namespace distlock

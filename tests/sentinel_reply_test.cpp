@@ -15,6 +15,8 @@
 #include "distlock/reply.hpp"
 
 namespace distlock {
+// Named, so that it holds in any company (a unity batch).
+namespace sentinel_reply_test {
 namespace {
 
 /// The reply hiredis reads from `bytes`.
@@ -62,4 +64,5 @@ TEST(SentinelReply, APortOrHostThatIsNoneIsAProtocolError) {
 }
 
 }  // namespace
+}  // namespace sentinel_reply_test
 }  // namespace distlock

@@ -81,8 +81,10 @@ class AsyncHold {
 
   /// Gives the hold back without waiting: its release written on the link
   /// it was acquired on, or, where that would wait (a renewal in flight, a
-  /// minimum hold, a context gone), sent by the backend's connector thread;
-  /// a failure told to the Client's event hook. Empty afterwards.
+  /// minimum hold, a context gone; every SimpleMutex's and Redlock's
+  /// release), sent by the backend's connector thread, the context kept
+  /// running until it is answered; a failure told to the Client's event
+  /// hook. Empty afterwards.
   void unlock() noexcept {
     std::shared_ptr<detail::AsioLink> link = std::exchange(link_, {}).lock();
     if (!owns_lock()) {  // given back already (by any thread): nothing to send

@@ -85,6 +85,16 @@ class AsioLink : public std::enable_shared_from_this<AsioLink> {
         [&] { submit(std::move(site), std::move(write), std::move(failed)); });
   }
 
+  /// Keeps the context's run() going (through its Gate) until the last
+  /// copy of what this returns goes: for work done on its behalf off the
+  /// context (a release on the connector thread), so that a program that
+  /// runs the context until it has nothing left to do does not end first.
+  /// Null once the context shut down. Any thread.
+  std::shared_ptr<void> keep_running() {
+    if (!gate_->leave(strand_.get_inner_executor())) return nullptr;
+    return std::shared_ptr<void>(nullptr, [gate = gate_](void*) { gate->come_back(); });
+  }
+
   /// The link whose sink, or write, is running now (on the strand only).
   Link* current() noexcept { return current_ != nullptr ? current_->link.get() : nullptr; }
 

@@ -31,12 +31,14 @@ struct Gate {
     std::forward<Post>(post)();
     return true;
   }
-  // A job leaves the context (`executor` of it), and comes back.
-  void leave(const asio::any_io_executor& executor) {
+  // A job leaves the context (`executor` of it), and comes back; false
+  // (nothing counted) once the context shut down.
+  bool leave(const asio::any_io_executor& executor) {
     std::lock_guard<std::mutex> guard(mutex);
-    if (open && away++ == 0) {
+    if (!open) return false;
+    if (away++ == 0)
       kept.emplace(asio::prefer(executor, asio::execution::outstanding_work.tracked));
-    }
+    return true;
   }
   void come_back() noexcept {
     std::lock_guard<std::mutex> guard(mutex);

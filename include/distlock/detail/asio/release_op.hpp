@@ -42,12 +42,14 @@ void tell_release(GiveBack&& give_back, Done& done) {
   done(ec, outcome);
 }
 
-// On the connector thread: release() of the hold, its outcome to `done`.
+// On the connector thread: release() of the hold, its outcome to `done`;
+// `link`'s context (if any) kept running until it is answered.
 template <class Life, class Done>
 void release_apart(std::shared_ptr<Life> life, typename Life::Kind kind, std::string id,
-                   Done done) {
+                   const std::shared_ptr<AsioLink>& link, Done done) {
   auto shared = std::make_shared<Done>(std::move(done));  // the connector's jobs copy
-  life->protocol().site()->connector().post([life, kind, id = std::move(id), shared] {
+  std::shared_ptr<void> kept = link ? link->keep_running() : nullptr;
+  life->protocol().site()->connector().post([life, kind, id = std::move(id), shared, kept] {
     tell_release([&] { return life->release_hold(kind, id); }, *shared);
   });
 }
@@ -79,7 +81,7 @@ void write_release(const std::shared_ptr<Life>& life, typename Life::Kind kind,
   } catch (...) {
     return done(code_of(std::current_exception()), Release::lost);
   }
-  if (!unheld) return release_apart(life, kind, id, std::move(done));
+  if (!unheld) return release_apart(life, kind, id, link, std::move(done));
   if (!unheld->send) return done(std::error_code(), Release::lost);
   auto shared = std::make_shared<Done>(std::move(done));  // for both of submit's callbacks
   const auto acquired = unheld->acquired;
@@ -146,7 +148,7 @@ void release_on_link(const std::shared_ptr<Life>& life, typename Life::Kind kind
   if constexpr (ReleasesOnLink<typename LifeTraits<Life>::Protocol>::value) {
     write_release(life, kind, id, link, std::move(done));
   } else {
-    release_apart(life, kind, id, std::move(done));
+    release_apart(life, kind, id, link, std::move(done));
   }
 }
 
