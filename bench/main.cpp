@@ -48,6 +48,8 @@ const std::vector<Ratio> ratios = {
     {"BM_Watchdog_Renew10000_Simple", "BM_Raw_WatchLayoutRenew10000_Pipelined", 1.5},
     {"BM_ReentrantMutex_LockUnlock", "BM_Raw_SetNxPx_EvalshaDel", 1.35},
     {"BM_ReentrantMutex_Reenter", "BM_ReentrantMutex_LockUnlock", 0.05},
+    {"BM_FairMutex_LockUnlock", "BM_Raw_SetNxPx_EvalshaDel", 1.4},
+    {"BM_FairMutex_Handoff_Idle2ms", "BM_Raw_Handoff_PubSub_Idle2ms", 1.5},
     {"BM_SharedMutex_LockUnlockShared", "BM_Raw_SetNxPx_EvalshaDel", 1.6},
     {"BM_SharedMutex_LockUnlock", "BM_Raw_SetNxPx_EvalshaDel", 1.6},
     {"BM_Redlock5_LockUnlock", "BM_Raw5_Parallel_SetNxPx_EvalshaDel", 1.3},

@@ -1,9 +1,11 @@
-// ReentrantMutex and SharedMutex on a free lock (one acquire script and one
-// release script each, to be read against BM_Raw_SetNxPx_EvalshaDel), and
-// the re-entry that must cost no round trip at all.
+// ReentrantMutex, FairMutex and SharedMutex on a free lock (one acquire
+// script and one release script each, to be read against
+// BM_Raw_SetNxPx_EvalshaDel), and the re-entry that must cost no round trip
+// at all.
 #include <benchmark/benchmark.h>
 
 #include "bench_support.hpp"
+#include "distlock/fair_mutex.hpp"
 #include "distlock/reentrant_mutex.hpp"
 #include "distlock/shared_mutex.hpp"
 
@@ -35,6 +37,20 @@ void BM_ReentrantMutex_Reenter(benchmark::State& state) {
   lock.unlock();
 }
 BENCHMARK(BM_ReentrantMutex_Reenter)->UseRealTime();
+
+// The fair scripts also read the server's clock and the (empty) queue.
+void BM_FairMutex_LockUnlock(benchmark::State& state) {
+  Client client(server_options());
+  FairMutex lock(client, "bench:fair");
+  for (auto _ : state) {
+    if (!lock.try_lock()) {
+      state.SkipWithError("lock was not free");
+      break;
+    }
+    lock.unlock();
+  }
+}
+BENCHMARK(BM_FairMutex_LockUnlock)->UseRealTime();
 
 void BM_SharedMutex_LockUnlockShared(benchmark::State& state) {
   Client client(server_options());

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bench_support.hpp"
+#include "distlock/fair_mutex.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/reentrant_mutex.hpp"
 #include "distlock/shared_mutex.hpp"
@@ -170,14 +171,21 @@ BENCHMARK(BM_Mutex_Handoff)->UseManualTime()->Iterations(2000);
 // The holder idles 2 ms before each release: the same start as
 // BM_Raw_Handoff_PubSub_Idle2ms's (the first handoff after a pause costs
 // the raw floor twice what a busy one does).
-void BM_Mutex_Handoff_Idle2ms(benchmark::State& state) {
+template <class Lock>
+void handoff_idle_2ms(benchmark::State& state) {
   Client client(server_options());
   const LockOptions options = LockOptions{}.ttl(std::chrono::seconds(30));
-  Mutex holder(client, "bench:handoff", options);
-  Mutex waiting(client, "bench:handoff", options);
+  Lock holder(client, "bench:handoff", options);
+  Lock waiting(client, "bench:handoff", options);
   handoff(state, holder, waiting);
 }
+
+void BM_Mutex_Handoff_Idle2ms(benchmark::State& state) { handoff_idle_2ms<Mutex>(state); }
 BENCHMARK(BM_Mutex_Handoff_Idle2ms)->UseManualTime()->Iterations(2000);
+
+// A FairMutex's release tells the waiter at the front on its own channel.
+void BM_FairMutex_Handoff_Idle2ms(benchmark::State& state) { handoff_idle_2ms<FairMutex>(state); }
+BENCHMARK(BM_FairMutex_Handoff_Idle2ms)->UseManualTime()->Iterations(2000);
 
 void BM_Mutex_Handoff_Polling50ms(benchmark::State& state) {
   Client client(server_options());

@@ -19,9 +19,11 @@
 #include <thread>
 #include <vector>
 
+#include "distlock/fair_mutex.hpp"
 #include "distlock/inspect.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/reentrant_mutex.hpp"
+#include "distlock/semaphore.hpp"
 #include "distlock/shared_mutex.hpp"
 #include "support/eventually.hpp"
 #include "support/fixture.hpp"
@@ -463,6 +465,9 @@ TEST_F(Cli, BadInputGivesOneLineAndItsDocumentedStatus) {
        64,
        "must not exceed --max-hold"},
       {{"run", "--shared", "--hold-at-least", "1s", "nightly", "--", "true"}, 64, "--shared"},
+      {{"run", "--fair", "--reentrant", "nightly", "--", "true"}, 64, "exclude each other"},
+      {{"run", "--semaphore", "2", "--fencing", "nightly", "--", "true"}, 64, "--semaphore"},
+      {{"run", "--semaphore", "0", "nightly", "--", "true"}, 64, "--semaphore"},
       {{"run", "nightly", "--", path("missing")}, 127, "cannot run"},
       {{"release", "--force", "nightly"}, 64, "without --yes"},
       {{"frobnicate"}, 64, "distlock: "},
@@ -601,6 +606,58 @@ TEST_F(Cli, ReentrantRunsInRedissonsLayout) {
   EXPECT_EQ(run({"run", "--reentrant", "tree", "--", "sh", "-c", job}).status(), 0);
   EXPECT_NE(read_file(path("status")).find("\"kind\":\"reentrant\""), std::string::npos);
   EXPECT_FALSE(exists("tree"));
+}
+
+// --fair: runs that wait do so in one line, and keep their places however
+// long they wait (one wait each, not a wait given up and begun again);
+// one that gives up leaves the queue.
+TEST_F(Cli, FairRunsTakeTheLockInTheOrderTheyCame) {
+  const std::string queue = "redisson_lock_queue:{turns}";
+  FairMutex holder(client(), "turns");
+  ASSERT_TRUE(holder.try_lock());
+  const std::string log = path("order");
+  std::vector<Tool*> runs;
+  for (int i = 0; i < 3; ++i) {
+    runs.push_back(&start({"run", "--fair", "--wait", "30s", "turns", "--", "sh", "-c",
+                           "echo " + std::to_string(i) + " >> '" + log + "'"}));
+    ASSERT_TRUE(eventually([&] { return client().command("LLEN", queue).integer() == i + 1; }));
+  }
+  const Reply arrived = client().command("LRANGE", queue, "0", "-1");
+  for (const auto until = Clock::now() + 1500ms; Clock::now() < until;) {
+    const Reply now = client().command("LRANGE", queue, "0", "-1");
+    ASSERT_EQ(now.size(), 3u);
+    for (std::size_t i = 0; i < 3; ++i) ASSERT_EQ(now[i].str(), arrived[i].str()) << i;
+    std::this_thread::sleep_for(50ms);
+  }
+  holder.unlock();
+  for (Tool* t : runs) {
+    ASSERT_TRUE(t->wait(20s));
+    EXPECT_EQ(t->status(), 0) << t->err();
+  }
+  EXPECT_EQ(read_file(log), "0\n1\n2\n");
+  ASSERT_TRUE(holder.try_lock());
+  EXPECT_EQ(run({"run", "--fair", "-q", "--wait", "300ms", "turns", "--", "true"}).status(), 75);
+  EXPECT_EQ(client().command("EXISTS", queue, "redisson_lock_timeout:{turns}").integer(), 0);
+}
+
+// --semaphore N: a run takes one of N permits, or waits for one.
+TEST_F(Cli, SemaphoreRunsAtMostNCommandsAtOnce) {
+  Semaphore slots(client(), "slots", 2);
+  Permit first = slots.try_acquire();
+  Permit second = slots.try_acquire();
+  ASSERT_TRUE(first && second);
+  Tool& full = run({"run", "--semaphore", "2", "slots", "--", "touch", path("ran")});
+  EXPECT_EQ(full.status(), 75);
+  EXPECT_NE(full.err().find("all 2 permits of slots are held"), std::string::npos) << full.err();
+  EXPECT_FALSE(std::filesystem::exists(path("ran")));
+  Tool& waiting = start({"run", "--semaphore", "2", "--wait", "20s", "slots", "--", "sh", "-c",
+                         "echo $DISTLOCK_TOKEN > '" + path("token") + "'"});
+  EXPECT_FALSE(waiting.wait(300ms));
+  EXPECT_EQ(second.release(), Release::released);
+  ASSERT_TRUE(waiting.wait(20s));
+  EXPECT_EQ(waiting.status(), 0) << waiting.err();
+  EXPECT_EQ(read_file(path("token")).size(), 9u);  // the permit's id, as status shows ids
+  EXPECT_EQ(slots.held(), 1u);                     // given back when the command ended
 }
 
 // The tool over TLS: rediss:// (or --tls) with the CA to trust; a server

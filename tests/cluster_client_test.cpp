@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,12 +26,14 @@
 #include "distlock/detail/wire/counting_scripts.hpp"
 #include "distlock/detail/wire/scripts.hpp"
 #include "distlock/detail/wire/sharded_scripts.hpp"
+#include "distlock/fair_mutex.hpp"
 #include "distlock/inspect.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/reentrant_mutex.hpp"
 #include "distlock/shared_mutex.hpp"
 #include "distlock/simple_mutex.hpp"
 #include "support/cluster_suite.hpp"
+#include "support/eventually.hpp"
 #include "support/fixture.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
@@ -355,6 +358,28 @@ TEST_F(ClusterLocks, ReentrantMutexOnEachMaster) {
     }).join();
     EXPECT_EQ(lock.release(), Release::released);
     EXPECT_EQ(at(master, {"EXISTS", name}), "0");
+  }
+}
+
+// A FairMutex's queue and deadlines share the lock's slot, and a release
+// reaches the waiter at the front on its own shard channel (SPUBLISH), not
+// by its poll: the holder's lease outlasts the waiter's deadline.
+TEST_F(ClusterLocks, FairMutexOnEachMasterWakesTheWaiterAtTheFront) {
+  for (std::size_t master = 0; master < cluster().size(); ++master) {
+    const std::string name = name_on(master, "fair");
+    FairMutex holder(client(), name, LockOptions{}.ttl(60s));
+    ASSERT_TRUE(holder.try_lock());
+    FairMutex waiter(client(), name, LockOptions{}.ttl(60s));
+    std::future<bool> waited = std::async(std::launch::async, [&] {
+      const bool got = waiter.try_lock_for(20s);
+      if (got) waiter.unlock();
+      return got;
+    });
+    const std::string queue = holder.queue_key();
+    ASSERT_TRUE(testing::eventually([&] { return at(master, {"LLEN", queue}) == "1"; }));
+    holder.unlock();
+    EXPECT_TRUE(waited.get()) << master;
+    EXPECT_EQ(at(master, {"EXISTS", name, queue, holder.deadlines_key()}), "0");
   }
 }
 

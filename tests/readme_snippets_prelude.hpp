@@ -33,5 +33,6 @@ inline void run_report() {}
 inline void send_mail() {}
 inline void sell_from(std::size_t) {}
 inline void render() {}
+inline void print_job() {}
 
 }  // namespace readme

@@ -19,6 +19,7 @@
 #include "distlock/detail/runtime/notifier_probe.hpp"
 #include "distlock/error.hpp"
 #include "distlock/events.hpp"
+#include "distlock/fair_mutex.hpp"
 #include "distlock/inspect.hpp"
 #include "distlock/lock_options.hpp"
 #include "distlock/mutex.hpp"
@@ -127,6 +128,19 @@ TEST_F(Sentinel, FindsTheMasterAndEveryLockWorks) {
   ReentrantMutex reentrant(sentinel, "re");
   ASSERT_TRUE(reentrant.try_lock());
   reentrant.unlock();
+  // A FairMutex waiter is woken on its own channel through the master the
+  // Sentinels name (the holder's lease outlasts the waiter's deadline).
+  FairMutex fair(sentinel, "fair", LockOptions{}.ttl(seconds(60)));
+  ASSERT_TRUE(fair.try_lock());
+  std::thread waiter([&] {
+    FairMutex next(sentinel, "fair", LockOptions{}.ttl(seconds(60)));
+    EXPECT_TRUE(next.try_lock_for(seconds(20)));
+  });
+  ASSERT_TRUE(eventually([&] {
+    return group().master().command({"LLEN", fair.queue_key()}) == "1";
+  }));
+  fair.unlock();
+  waiter.join();
   SharedMutex shared(sentinel, "rw");
   ASSERT_TRUE(shared.try_lock_shared());
   shared.unlock_shared();

@@ -99,7 +99,7 @@ int main_(int argc, char** argv) {
       "stopped (--on-lost) and distlock exits 76. SIGINT, SIGTERM and SIGHUP sent to distlock "
       "are passed on to CMD. CMD gets DISTLOCK_NAME, DISTLOCK_TOKEN (the first 8 characters of "
       "the lease's token or owner id, as `status` shows it) and, with --fencing, DISTLOCK_FENCE "
-      "in its environment. (Semaphore permits are not offered yet.)");
+      "in its environment (DISTLOCK_TOKEN is the permit's id with --semaphore).");
   add_where_options(*run_cmd, run_args.where);
   run_cmd
       ->add_option("--wait", run_args.wait,
@@ -138,6 +138,15 @@ int main_(int argc, char** argv) {
                     "take the read side of a SharedMutex (Redisson RReadWriteLock layout)");
   run_cmd->add_flag("--reentrant", run_args.reentrant,
                     "take a ReentrantMutex (Redisson RLock layout) instead of a Mutex");
+  run_cmd->add_flag("--fair", run_args.fair,
+                    "take a FairMutex (Redisson RFairLock layout): waiters get the lock in the "
+                    "order they came");
+  run_cmd
+      ->add_option("--semaphore", run_args.semaphore,
+                   "take one of N permits of a Semaphore NAME instead of a lock: at most N "
+                   "commands run at once (every holder must name the same N)")
+      ->type_name("N")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1000000}));
   run_cmd->add_flag("-q,--quiet", run_args.quiet,
                     "say nothing when the lock is busy (the exit status tells)");
   run_cmd->add_option("NAME", run_args.name, "the lock's name (its Redis key)")->required();

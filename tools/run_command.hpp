@@ -89,6 +89,26 @@ class ReadLock final : public HeldLock {
   SharedMutex lock_;
 };
 
+// A Semaphore's permit, as the one lock the run holds.
+class PermitHold final : public HeldLock {
+ public:
+  PermitHold(const Backend& backend, const std::string& name, std::size_t permits,
+             LockOptions options)
+      : semaphore_(backend, name, permits, std::move(options)) {}
+  bool try_acquire(milliseconds timeout) override {
+    permit_ = timeout.count() == 0 ? semaphore_.try_acquire() : semaphore_.try_acquire_for(timeout);
+    return permit_.held();
+  }
+  void cancel() override { semaphore_.cancel_waits(); }
+  Release release() override { return permit_.release(); }
+  std::optional<long long> fence() const override { return std::nullopt; }
+  std::string holder_id() const override { return id_prefix(permit_.id()); }
+
+ private:
+  Semaphore semaphore_;
+  Permit permit_;
+};
+
 struct RunArgs {
   Where where;
   std::string name;
@@ -103,6 +123,8 @@ struct RunArgs {
   bool fencing = false;
   bool shared = false;
   bool reentrant = false;
+  bool fair = false;
+  std::size_t semaphore = 0;  // permits; 0: not a semaphore
   bool quiet = false;
 };
 
@@ -152,7 +174,9 @@ class Watcher {
       : thread_([this, &lock] {
           bool stop = false;
           while (!stop) {
-            for (const unsigned char e : EventPipe::wait(milliseconds(-1))) {
+            const milliseconds look =
+                interrupted_.load() != 0 ? milliseconds(50) : milliseconds(-1);
+            for (const unsigned char e : EventPipe::wait(look)) {
               if (e == event::stop) {
                 stop = true;
                 continue;
@@ -163,10 +187,13 @@ class Watcher {
                 continue;
               }
               interrupted_.store(signal_number);
+            }
+            // Cancelled again every 50 ms until stopped: a cancel that lands
+            // before the acquire's wait begins is not seen by that wait.
+            if (interrupted_.load() != 0) {
               try {
                 lock.cancel();
               } catch (...) {
-                // The acquire loop also looks at interrupted() between attempts.
               }
             }
           }
@@ -198,8 +225,14 @@ inline int run(const RunArgs& args, const Signals& signals, const InheritedFds& 
   if (args.conflict_exit_code < 0 || args.conflict_exit_code > 255) {
     throw Failure{status::usage, "--conflict-exit-code must be in 0..255"};
   }
-  if (args.shared && args.reentrant) {
-    throw Failure{status::usage, "--shared and --reentrant exclude each other"};
+  if (int{args.shared} + int{args.reentrant} + int{args.fair} + int{args.semaphore > 0} > 1) {
+    throw Failure{status::usage,
+                  "--shared, --reentrant, --fair and --semaphore exclude each other"};
+  }
+  if (args.semaphore > 0 && (args.fencing || !args.hold_at_least.empty())) {
+    throw Failure{status::usage,
+                  "--fencing and --hold-at-least cannot be used with --semaphore: permits are "
+                  "held together, so there is no single fence, and one is given back at once"};
   }
   if (args.shared && !args.hold_at_least.empty()) {
     throw Failure{status::usage,
@@ -255,6 +288,10 @@ inline int run(const RunArgs& args, const Signals& signals, const InheritedFds& 
     if (args.reentrant) {
       return std::make_unique<ExclusiveLock<ReentrantMutex>>(*backend, args.name, options);
     }
+    if (args.fair) return std::make_unique<ExclusiveLock<FairMutex>>(*backend, args.name, options);
+    if (args.semaphore > 0) {
+      return std::make_unique<PermitHold>(*backend, args.name, args.semaphore, options);
+    }
     return std::make_unique<ExclusiveLock<Mutex>>(*backend, args.name, options);
   }();
 
@@ -264,17 +301,9 @@ inline int run(const RunArgs& args, const Signals& signals, const InheritedFds& 
   int interrupted = 0;
   {
     Watcher watcher(*lock);
-    if (!wait || wait->count() > 0) {
-      const steady::time_point deadline = wait ? steady::now() + *wait : steady::time_point::max();
-      do {
-        // Slices of at most a second: a cancel that lands before a slice's
-        // wait begins only delays the stop until the slice ends.
-        const auto left = std::chrono::duration_cast<milliseconds>(deadline - steady::now());
-        acquired = lock->try_acquire(std::clamp(left, 0ms, milliseconds(1000)));
-      } while (!acquired && watcher.interrupted() == 0 && steady::now() < deadline);
-    } else {
-      acquired = lock->try_acquire(0ms);
-    }
+    // One wait (a FairMutex waiter that gave up would lose its place):
+    // the watcher cancels it however late the signal comes.
+    acquired = lock->try_acquire(wait ? *wait : milliseconds::max());
     watcher.stop();
     interrupted = watcher.interrupted();
   }
@@ -289,7 +318,9 @@ inline int run(const RunArgs& args, const Signals& signals, const InheritedFds& 
   if (!acquired) {
     if (!args.quiet) {
       say(cmd,
-          args.name + " is held by someone else" +
+          (args.semaphore > 0
+               ? "all " + std::to_string(args.semaphore) + " permits of " + args.name + " are held"
+               : args.name + " is held by someone else") +
               (wait && wait->count() == 0
                    ? std::string()
                    : " (waited " + (wait ? format_duration(*wait) : std::string("forever")) + ")") +

@@ -16,6 +16,7 @@
 #include "distlock/credentials.hpp"
 #include "distlock/error.hpp"
 #include "distlock/events.hpp"
+#include "distlock/fair_mutex.hpp"
 #include "distlock/inspect.hpp"
 #include "distlock/lease.hpp"
 #include "distlock/lock_layout.hpp"

@@ -54,31 +54,23 @@ namespace detail {
 enum class ReentrantKind { exclusive };
 
 // ReentrantMutex's Protocol: Redisson's RLock scripts over the hash-field core.
-class ReentrantProtocol : public HashFieldCore<ReentrantKind> {
-  using Core = HashFieldCore<ReentrantKind>;
+class ReentrantProtocol : public OwnerFieldCore<ReentrantKind> {
+  using Core = OwnerFieldCore<ReentrantKind>;
 
  public:
-  using Kind = ReentrantKind;
-  static constexpr Kind exclusive = Kind::exclusive;
-  static constexpr bool given_back_first(Kind) noexcept { return false; }
-  static constexpr bool holds_at_least(Kind) noexcept { return true; }
-
   ReentrantProtocol(const Backend& backend, std::string key, const LockOptions& options)
       : Core(backend, key, redisson_prefixed("redisson_lock__channel", key), options),
         fence_key_(companion_key(this->key_, "fence")),
-        fencing_(options.fencing()),
-        renewer_(make_renewer<FieldRenewer>()) {}
+        fencing_(options.fencing()) {}
 
-  std::string id_for(Kind) const { return this->owner(); }
-  std::string async_id_for(Kind) const { return this->async_owner(); }
-  template <class DepthOf>
-  void before_first(Kind, DepthOf&&) const noexcept {}
-
-  std::optional<Attempt> attempt(Kind kind, const std::string& owner,
-                                 SteadyClock::time_point deadline) {
+  std::optional<Attempt> attempt(Kind, const std::string& owner, SteadyClock::time_point deadline,
+                                 bool /*waits*/) {
     return this->attempt_field(
-        kind, scripts::reentrant_release, {this->key_, this->channel_}, {owner}, deadline,
-        [&](Connection& connection) { return send_acquire(connection, owner); });
+        deadline, [&](Connection& connection) { return send_acquire(connection, owner); },
+        [&](Connection& connection) {
+          connection.send_eval_behind(scripts::reentrant_release, {this->key_, this->channel_},
+                                      {owner});
+        });
   }
 
   TokenCheck release(Kind, const std::string& owner) {
@@ -87,21 +79,6 @@ class ReentrantProtocol : public HashFieldCore<ReentrantKind> {
           connection.eval(scripts::reentrant_release, {this->key_, this->channel_}, {owner}));
     });
   }
-
-  TokenCheck extend(Kind, const std::string& owner, std::chrono::milliseconds ttl) {
-    return this->extended([&](Connection& connection) {
-      return field_check(
-          connection.eval(scripts::hash_field_extend, {this->key_}, {owner, Decimal(ttl.count())}));
-    });
-  }
-
-  std::shared_ptr<LeaseState> watched(Kind, const std::string& owner, SteadyClock::time_point sent,
-                                      const LockOptions& options) const {
-    return std::make_shared<LeaseState>(this->key_, owner, options.ttl(), sent, options.on_lost(),
-                                        renewer_);
-  }
-
-  static std::string describe(Kind) { return "hold"; }
 
   // The steps on a link (distlock/asio.hpp), for an async owner: the
   // owner id is the attempt's alone, so its undo, written behind it, can
@@ -158,7 +135,6 @@ class ReentrantProtocol : public HashFieldCore<ReentrantKind> {
 
   const std::string fence_key_;
   const bool fencing_;
-  std::shared_ptr<Renewer> renewer_;
 };
 
 }  // namespace detail

@@ -104,12 +104,14 @@ class SharedProtocol : public HashFieldCore<SharedKind> {
   }
 
   std::optional<Attempt> attempt(Kind kind, const std::string& field,
-                                 SteadyClock::time_point deadline) {
+                                 SteadyClock::time_point deadline, bool /*waits*/) {
     return with_release(kind, field, [&](const Script& undo, Args undo_keys, Args undo_args) {
-      return this->attempt_field(kind, undo, undo_keys, undo_args, deadline,
-                                 [&](Connection& connection) {
-                                   return acquire_answer(kind, acquire_on(kind, connection, field));
-                                 });
+      return this->attempt_field(
+          deadline,
+          [&](Connection& connection) {
+            return acquire_answer(kind, acquire_on(kind, connection, field));
+          },
+          [&](Connection& connection) { connection.send_eval_behind(undo, undo_keys, undo_args); });
     });
   }
 

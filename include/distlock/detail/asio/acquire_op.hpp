@@ -265,7 +265,7 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
   // channel's Wake.
   void subscribe(clock::time_point by) {
     try {
-      subscribed(life_->protocol().subscribe(clock::now()), by);
+      subscribed(life_->protocol().subscribe(waiter_.id, clock::now()), by);
     } catch (...) {
       fail(std::current_exception());
     }

@@ -127,7 +127,8 @@ class RedlockOp : public std::enable_shared_from_this<RedlockOp<Handler>> {
       case Step::attempt: return send_attempt(next.by);
       case Step::read_holder:
         return run(life_->holder_read(waiter_, protocol().read_holder(next.by)));
-      case Step::subscribe: return run(life_->subscribed(waiter_, protocol().subscribe(next.by)));
+      case Step::subscribe:
+        return run(life_->subscribed(waiter_, protocol().subscribe(waiter_.id, next.by)));
       case Step::sleep: return sleep(next.by);
     }
   }

@@ -1,4 +1,4 @@
-// The hash-field core ReentrantMutex and SharedMutex share: Redisson's
+// The hash-field core ReentrantMutex, FairMutex and SharedMutex share:
 // names (channels, companion keys), the Protocol parts every hash-field
 // lock has (the backend, waiting, renewal of a field's hold in batches),
 // and the use of the per-thread owner ids and counts (thread_owners.hpp)
@@ -177,19 +177,18 @@ class HashFieldCore : public SingleServer {
     }
   }
 
-  /// One attempt by `send`, whose undo (the script `release` on
-  /// release_keys and release_args) is written behind it only if no other
-  /// lock object of this thread holds a field of the key: the owner is the
-  /// thread, so that release could take the other's hold (and a downgrade's
-  /// read hold would keep the owner id the undo names). An undo written
-  /// retires that owner id for the key: the thread's next attempt, on
-  /// another connection, may reach Redis before it. A key that is not a
-  /// hash fails the scripts with WRONGTYPE: thrown as WrongTypeError; a
-  /// refusal by a hash that never expires (PTTL -1) as NotALockError.
-  template <class Send>
-  std::optional<Attempt> attempt_field(Kind, const Script& release, Args release_keys,
-                                       Args release_args, SteadyClock::time_point deadline,
-                                       Send&& send) {
+  /// One attempt by `send`, whose undo (`undo_behind(connection)`, which
+  /// writes the release behind it) is written only if no other lock object
+  /// of this thread holds a field of the key: the owner is the thread, so
+  /// that release could take the other's hold (and a downgrade's read hold
+  /// would keep the owner id the undo names). An undo written retires that
+  /// owner id for the key: the thread's next attempt, on another
+  /// connection, may reach Redis before it. A key that is not a hash fails
+  /// the scripts with WRONGTYPE: thrown as WrongTypeError; a refusal by a
+  /// hash that never expires (PTTL -1) as NotALockError.
+  template <class Send, class UndoBehind>
+  std::optional<Attempt> attempt_field(SteadyClock::time_point deadline, Send&& send,
+                                       UndoBehind&& undo_behind) {
     const bool undo = !held_here();
     return attempt_or_undo(
         *this->site_, deadline,
@@ -203,7 +202,7 @@ class HashFieldCore : public SingleServer {
         [&](Connection& connection) {
           if (!undo) return;
           retire_owner();
-          connection.send_eval_behind(release, release_keys, release_args);
+          undo_behind(connection);
         },
         this->replicas_.get(), this->key_);
   }
@@ -255,5 +254,45 @@ using FieldRenewer = ScriptRenewer<scripts::hash_field_renew>;
 /// Renewal of SharedMutex read holds (the lease's aux is the owner's
 /// timeout-key stem), one read_renew per batch.
 using ReadRenewer = ScriptRenewer<scripts::read_renew, /*WithAux=*/true>;
+
+/// What the exclusive hash-field locks (ReentrantMutex, FairMutex) share
+/// beyond the core: one kind of hold, counted in its owner's field, which
+/// is the hold's id and its lease's token for extend and renewal.
+template <class KindT>
+class OwnerFieldCore : public HashFieldCore<KindT> {
+ public:
+  using Kind = KindT;
+  static constexpr Kind exclusive = Kind::exclusive;
+  static constexpr bool given_back_first(Kind) noexcept { return false; }
+  static constexpr bool holds_at_least(Kind) noexcept { return true; }
+
+  OwnerFieldCore(const Backend& backend, std::string key, std::string channel,
+                 const LockOptions& options)
+      : HashFieldCore<KindT>(backend, std::move(key), std::move(channel), options),
+        renewer_(this->template make_renewer<FieldRenewer>()) {}
+
+  std::string id_for(Kind) const { return this->owner(); }
+  std::string async_id_for(Kind) const { return this->async_owner(); }
+  template <class DepthOf>
+  void before_first(Kind, DepthOf&&) const noexcept {}
+
+  TokenCheck extend(Kind, const std::string& owner, std::chrono::milliseconds ttl) {
+    return this->extended([&](Connection& connection) {
+      return field_check(
+          connection.eval(scripts::hash_field_extend, {this->key_}, {owner, Decimal(ttl.count())}));
+    });
+  }
+
+  std::shared_ptr<LeaseState> watched(Kind, const std::string& owner, SteadyClock::time_point sent,
+                                      const LockOptions& options) const {
+    return std::make_shared<LeaseState>(this->key_, owner, options.ttl(), sent, options.on_lost(),
+                                        renewer_);
+  }
+
+  static std::string describe(Kind) { return "hold"; }
+
+ private:
+  std::shared_ptr<Renewer> renewer_;
+};
 
 }  // namespace distlock::detail

@@ -81,7 +81,8 @@ class LeaseProtocol : public SingleServer, public OneKindProtocol {
 
   std::string id_for(Kind) const { return make_token(); }
 
-  std::optional<Attempt> attempt(Kind, const std::string& token, SteadyClock::time_point deadline) {
+  std::optional<Attempt> attempt(Kind, const std::string& token, SteadyClock::time_point deadline,
+                                 bool /*waits*/) {
     return attempt_or_undo(
         *site_, deadline,
         [&](Connection& connection) {

@@ -21,9 +21,14 @@
 //   id_for(kind), before_first(kind, depth_of)   hold id; refusals (upgrade)
 //   async_id_for(kind)                 per_thread only: an async acquire's
 //                                      hold id, an owner of its own
-//   attempt(kind, id, deadline)        -> optional<Attempt>, undo included
+//   attempt(kind, id, deadline, waits) -> optional<Attempt>, undo included;
+//                                      waits: false for a try that will not
+//                                      wait (a fair queue is not joined)
 //   release(kind, id) / extend(kind, id, ttl)  -> TokenCheck
-//   read_holder(deadline), subscribe(deadline), wake()   for waiting
+//   read_holder(deadline), subscribe(id, deadline), wake()   for waiting
+//   left(kind, id, answering)          a waiting acquire of id ended without
+//                                      the lock, after an attempt (answering:
+//                                      Redis was answering it); noexcept
 //   watched(kind, id, sent, options)   -> the Watchdog's LeaseState, never
 //                                      null: every hold has one, and its
 //                                      expiry_after() takes off any margin
@@ -44,6 +49,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include "distlock/detail/base/lease_state.hpp"
@@ -74,24 +80,17 @@ class Lifecycle : public AcquireSteps<Protocol> {
   /// Cancellation, which cancel_waits() and a local unlock wake).
   Outcome acquire(Kind kind, clock::time_point deadline, bool wait) {
     Waiter waiter(kind, deadline, wait, cancellation_.generation());
-    for (Next next = start(waiter);;) {
-      switch (next.step) {
-        case Step::attempt:
-          next = attempted(waiter, protocol_.attempt(kind, waiter.id, next.by));
-          break;
-        case Step::read_holder: next = holder_read(waiter, protocol_.read_holder(next.by)); break;
-        case Step::subscribe: next = subscribed(waiter, protocol_.subscribe(next.by)); break;
-        case Step::sleep:
-          if (waiter.subscription && !waiter.local_holder) {
-            waiter.subscription->wait(waiter.seen, next.by);
-          } else {
-            cancellation_.sleep_until(waiter.cancel_seen, next.by);
-          }
-          next = woken(waiter);
-          break;
-        case Step::done: return next.outcome;
-      }
+    Outcome outcome;
+    try {
+      outcome = run(waiter);
+    } catch (const Error& error) {
+      if (wait && waiter.attempts > 0) protocol_.left(kind, waiter.id, answered(error.code()));
+      throw;
     }
+    if (wait && outcome != Outcome::acquired && waiter.attempts > 0) {
+      protocol_.left(kind, waiter.id, outcome != Outcome::unanswered);
+    }
+    return outcome;
   }
 
   /// Sets the hold's lease to `ttl` if it is still ours (see Mutex::extend).
@@ -146,6 +145,37 @@ class Lifecycle : public AcquireSteps<Protocol> {
   Cancellation& cancellation() noexcept { return cancellation_; }
 
  private:
+  // Whether an error that ended an acquire came from a Redis that answered
+  // (a server error, a refusal by a rule) rather than from one that did not.
+  static bool answered(std::error_code code) noexcept {
+    return code != Errc::connect_failed && code != Errc::io_error && code != Errc::timed_out &&
+           code != Errc::protocol_error && code != Errc::pool_exhausted && code != Errc::forked;
+  }
+
+  // The steps of one acquire, each run on the calling thread.
+  Outcome run(Waiter& waiter) {
+    for (Next next = start(waiter);;) {
+      switch (next.step) {
+        case Step::attempt:
+          next = attempted(waiter, protocol_.attempt(waiter.kind, waiter.id, next.by, waiter.wait));
+          break;
+        case Step::read_holder: next = holder_read(waiter, protocol_.read_holder(next.by)); break;
+        case Step::subscribe:
+          next = subscribed(waiter, protocol_.subscribe(waiter.id, next.by));
+          break;
+        case Step::sleep:
+          if (waiter.subscription && !waiter.local_holder) {
+            waiter.subscription->wait(waiter.seen, next.by);
+          } else {
+            cancellation_.sleep_until(waiter.cancel_seen, next.by);
+          }
+          next = woken(waiter);
+          break;
+        case Step::done: return next.outcome;
+      }
+    }
+  }
+
   using Steps::cancellation_;
   using Steps::forget;
   using Steps::holds_;

@@ -71,8 +71,8 @@ class SemaphoreProtocol : public SingleServer, public OneKindProtocol {
 
   std::string id_for(Kind) const { return make_token(); }
 
-  std::optional<Attempt> attempt(Kind kind, const std::string& id,
-                                 SteadyClock::time_point deadline) {
+  std::optional<Attempt> attempt(Kind kind, const std::string& id, SteadyClock::time_point deadline,
+                                 bool /*waits*/) {
     return attempt_or_undo(
         *site_, deadline,
         [&](Connection& connection) {

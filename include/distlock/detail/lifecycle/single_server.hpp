@@ -54,10 +54,18 @@ class SingleServer {
   std::optional<HolderLease> read_holder(SteadyClock::time_point deadline) {
     return detail::read_holder(*site_, key_, deadline);
   }
-  std::optional<Notifier::Subscription> subscribe(SteadyClock::time_point deadline) {
+  /// The subscription to the channel that announces releases to the
+  /// waiter `id` (every waiter's: the lock's channel).
+  std::optional<Notifier::Subscription> subscribe(const std::string& /*id*/,
+                                                  SteadyClock::time_point deadline) {
     return site_->subscribe(channel_, deadline);
   }
+  /// Wakes every waiter of this lock (cancel_waits()).
   void wake() { site_->wake(channel_); }
+  /// The acquire of `id` ended without the lock; `answering` when Redis
+  /// was answering it. Nothing to do for a lock that keeps no queue.
+  template <class Kind>
+  void left(Kind, const std::string& /*id*/, bool /*answering*/) noexcept {}
   Watchdog& watchdog() { return site_->watchdog(); }
   const SharedEventHook& events() const noexcept { return site_->events(); }
 

@@ -127,7 +127,8 @@ class RedlockProtocol : public OneKindProtocol {
   //   NoQuorumError.
   // Each attempt has a token of its own: the release that takes back a
   // failed attempt may land late, and must never hit a later attempt's key.
-  std::optional<Attempt> attempt(Kind, const std::string&, clock::time_point deadline) {
+  std::optional<Attempt> attempt(Kind, const std::string&, clock::time_point deadline,
+                                 bool /*waits*/) {
     check_process();  // a master refusing in a forked child is not a vote
     const std::string token = make_token();
     RedlockAttempt result = core_->acquire_step(token, options_.ttl(), budget(deadline));
@@ -191,8 +192,11 @@ class RedlockProtocol : public OneKindProtocol {
   }
 
   std::optional<HolderLease> read_holder(clock::time_point) const { return HolderLease::endless(); }
-  std::optional<Notifier::Subscription> subscribe(clock::time_point) const { return std::nullopt; }
+  std::optional<Notifier::Subscription> subscribe(const std::string&, clock::time_point) const {
+    return std::nullopt;
+  }
   void wake() const noexcept {}
+  void left(Kind, const std::string&, bool) const noexcept {}
 
   std::shared_ptr<LeaseState> watched(Kind, const std::string& token, clock::time_point sent,
                                       const LockOptions& options) const {

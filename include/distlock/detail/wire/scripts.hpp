@@ -1,5 +1,6 @@
 // Every Lua script distlock runs, and nothing else (the hash-layout ones
-// of ReentrantMutex and SharedMutex through detail/wire/hash_scripts.hpp).
+// of ReentrantMutex and SharedMutex through detail/wire/hash_scripts.hpp,
+// FairMutex's through detail/wire/fair_scripts.hpp).
 //
 // Keys and tokens always arrive as KEYS/ARGV, never spliced into the source,
 // so the text (and with it the SHA-1 that EVALSHA names) never changes. The
@@ -7,6 +8,7 @@
 #pragma once
 
 #include "distlock/detail/wire/connection.hpp"
+#include "distlock/detail/wire/fair_scripts.hpp"
 #include "distlock/detail/wire/hash_scripts.hpp"
 
 namespace distlock::scripts {
@@ -148,6 +150,8 @@ inline constexpr const Script* all[] = {&release,           &extend,
                                         &hash_field_renew,  &read_acquire,
                                         &read_release,      &read_renew,
                                         &read_extend,       &write_acquire,
-                                        &write_release,     &force_unlock};
+                                        &write_release,     &force_unlock,
+                                        &fair_acquire,      &fair_release,
+                                        &fair_leave};
 
 }  // namespace distlock::scripts
