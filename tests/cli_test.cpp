@@ -621,6 +621,9 @@ TEST_F(Cli, FairRunsTakeTheLockInTheOrderTheyCame) {
     runs.push_back(&start({"run", "--fair", "--wait", "30s", "turns", "--", "sh", "-c",
                            "echo " + std::to_string(i) + " >> '" + log + "'"}));
     ASSERT_TRUE(eventually([&] { return client().command("LLEN", queue).integer() == i + 1; }));
+    // Apart in time, so that a run whose wait began again (as one in
+    // slices would, at a slice's end) would come back behind the later ones.
+    if (i == 0) std::this_thread::sleep_for(300ms);
   }
   const Reply arrived = client().command("LRANGE", queue, "0", "-1");
   for (const auto until = Clock::now() + 1500ms; Clock::now() < until;) {
