@@ -212,7 +212,8 @@ TEST_F(FairMutexTest, AWaiterWhoseDeadlinePassesLeavesTheQueue) {
   peer_holds("peer:1");
   FairMutex waiter(client(), "turns");
   EXPECT_FALSE(waiter.try_lock_for(300ms));
-  // Left on its way out, not by its (five-minute) waiter timeout.
+  // Left by its last attempt, in its round trip: not by its (ten-second)
+  // waiter timeout, nor by one more round trip after its deadline.
   EXPECT_EQ(client().command("EXISTS", queue, deadlines).integer(), 0);
 }
 
@@ -289,15 +290,21 @@ TEST_F(FairMutexTest, ARedissonPeerWaitsInTheSameLine) {
   const long long lease = client().command("PTTL", "turns").integer();
   client().command("RPUSH", queue, "java:7");
   client().command("ZADD", deadlines, std::to_string(server_ms() + lease + 300000), "java:7");
+  // The C++ waiter keeps the Java side's waiter timeout: a Java grant moves
+  // every deadline up by that much.
   Client other(client_options(server()));
-  FairMutex cpp(other, "turns");
+  FairMutex cpp(other, "turns", {}, {}, FairMutex::redisson_waiter_timeout);
+  std::promise<std::string> cpp_id;
   std::future<bool> waited = std::async(std::launch::async, [&] {
+    cpp_id.set_value(cpp.owner_id());
     const bool got = cpp.try_lock_for(20s);
     if (got) cpp.unlock();
     return got;
   });
+  const std::string cpp_channel = std::string(channel) + ":" + cpp_id.get_future().get();
   ASSERT_TRUE(eventually([&] { return queued() == 2; }));
   testing::RawSubscriber java_told(client_options(server()), std::string(channel) + ":java:7");
+  testing::RawSubscriber cpp_told(client_options(server()), cpp_channel);
   holder.unlock();
   EXPECT_EQ(java_told.next(), "0");  // the Java waiter's turn, on its channel
   EXPECT_EQ(waited.wait_for(300ms), std::future_status::timeout);  // not the C++ one's
@@ -308,6 +315,7 @@ TEST_F(FairMutexTest, ARedissonPeerWaitsInTheSameLine) {
   ASSERT_EQ(granted[0].integer(), 1);
   EXPECT_EQ(queue_now().size(), 1u);
   peer_releases("java:7");
+  EXPECT_EQ(cpp_told.next(), "0");  // still in line: its turn, told
   EXPECT_TRUE(waited.get());
 }
 

@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "distlock/detail/wire/scripts.hpp"
+#include "distlock/fair_mutex.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/redlock.hpp"
 #include "distlock/reentrant_mutex.hpp"
@@ -111,6 +112,9 @@ struct SimpleMutexKind : ExclusiveKind<SimpleMutex> {
 };
 struct ReentrantKind : ExclusiveKind<ReentrantMutex> {
   static constexpr const char* name = "ReentrantMutex";
+};
+struct FairMutexKind : ExclusiveKind<FairMutex> {
+  static constexpr const char* name = "FairMutex";
 };
 struct SharedKind : ExclusiveKind<SharedMutex> {
   static constexpr const char* name = "SharedMutex";
@@ -730,6 +734,31 @@ TYPED_TEST(FaultTest, AServerRestartedWithoutPersistenceIsSurvived) {
   EXPECT_GT(o.verdict.sections, 0) << describe(o);
 }
 
+// ---- FairMutex: its queue under the faults that keep the lock's state ----
+
+// A waiter's place and its wake-up (a release tells the front waiter
+// alone) ride on the same connections as every other step: delayed,
+// stalled or cut, they must never let two holders in.
+class FairFaultTest : public FaultTest<FairMutexKind> {};
+
+TEST_F(FairFaultTest, NoFaultNoOverlapsNoLostUpdates) {
+  const Outcome o = run("none", workload(), lease(), nothing());
+  expect_safe(o);
+  EXPECT_EQ(o.errors, 0) << describe(o);
+}
+
+TEST_F(FairFaultTest, LatencySpikesShorterThanTheLeaseKeepItSafe) {
+  state_keeping("latency", latency_spikes(), true);
+}
+
+TEST_F(FairFaultTest, StallsShorterThanTheLeaseKeepItSafe) {
+  state_keeping("stall", stalls(), true);
+}
+
+TEST_F(FairFaultTest, SubscriberConnectionKilledKeepsItSafe) {
+  state_keeping("kill-subscriber", killing("pubsub"));
+}
+
 // ---- Redlock: a minority of masters faulted, then a majority ---------------
 
 class RedlockFaultTest : public FaultTest<RedlockKind> {
@@ -1034,7 +1063,14 @@ class FleetFaultTest : public FaultTest<Kind> {
     EXPECT_TRUE(o.keys_left.empty()) << "left in Redis: " << left;
   }
 };
-using Fleets = ::testing::Types<StringFleetKind, HashFleetKind, ReadWriteFleetKind>;
+// A fair queue beside the hash: FairMutex and Redisson's RFairLock wait
+// in one line (a release tells the front waiter alone, on its own
+// channel; the peer polls).
+struct FairFleetKind : FleetKind<false, FairMutex, testing::RedissonFairLockPeer> {
+  static constexpr const char* name = "FairMutex+RFairLock";
+  static constexpr bool every_role_hears_releases = true;
+};
+using Fleets = ::testing::Types<StringFleetKind, HashFleetKind, ReadWriteFleetKind, FairFleetKind>;
 TYPED_TEST_SUITE(FleetFaultTest, Fleets, KindName);
 
 TYPED_TEST(FleetFaultTest, AMixedFleetOnOneNameNeverOverlaps) {

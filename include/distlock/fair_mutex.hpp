@@ -10,7 +10,7 @@
 // least every third of its waiter timeout, renewing its place; one that
 // stops asking (its process died) is dropped from the front within its
 // waiter timeout, and one that gives up (its deadline passed, or
-// cancel_waits()) leaves the queue on its way out. try_lock() never joins
+// cancel_waits()) leaves the queue. try_lock() never joins
 // the queue: it takes the lock only when nobody waits for it.
 //
 // Java services on Redisson's RFairLock and C++ services on FairMutex
@@ -23,6 +23,7 @@
 //   std::lock_guard guard(turns);   // served in arrival order
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -87,8 +88,8 @@ class FairProtocol : public OwnerFieldCore<FairKind> {
   }
 
   /// One attempt; a refused one that `waits` joins the queue (or keeps its
-  /// place). Its undo, behind an attempt whose reply never came, gives back
-  /// a grant and leaves the queue.
+  /// place), one that does not leaves it. Its undo, behind an attempt whose
+  /// reply never came, gives back a grant and leaves the queue.
   std::optional<Attempt> attempt(Kind, const std::string& owner, SteadyClock::time_point deadline,
                                  bool waits) {
     return this->attempt_field(
@@ -144,20 +145,35 @@ class FairProtocol : public OwnerFieldCore<FairKind> {
     for (const std::string& channel : channels) this->site_->wake(channel);
   }
 
-  /// The waiter `id` gave up: it leaves the queue now, within leave_budget
-  /// (Redis answering), or lapses from it by its deadline.
-  void left(Kind, const std::string& id, bool answering) noexcept {
+  /// The waiter `id`, whose call had `deadline`, gave up without a last
+  /// attempt that left the queue (cancel_waits(), an error, or an attempt
+  /// answered past the deadline or not at all): it leaves at once if Redis
+  /// answers within leave_budget and the deadline, else from the backend's
+  /// connector thread, so that the call returns by its deadline: an entry
+  /// left behind would hold the front of the queue for up to a waiter
+  /// timeout. (A leave sent so may land after this thread's next wait on
+  /// the lock has begun, and take its place: it then joins again at the
+  /// back when it next asks.)
+  void left(Kind, const std::string& id, SteadyClock::time_point deadline,
+            bool answering) noexcept {
     try {
       {
         MutexLock guard(waiting_->mutex);
         waiting_->channels.erase(channel_of(id));
       }
-      if (!answering) return;
-      on_site(*this->site_, SteadyClock::now() + leave_budget, [&](Connection& connection) {
-        connection
-            .eval(scripts::fair_leave, {this->key_, queue_key_, deadlines_key_},
-                  {id, waiter_timeout_, this->channel_})
-            .throw_if_error();
+      const SteadyClock::time_point now = SteadyClock::now();
+      if (answering && now < deadline) {
+        try {
+          leave(*this->site_, std::min(deadline, now + leave_budget), id);
+          return;
+        } catch (const Error&) {
+        }
+      }
+      this->site_->connector().post([site = this->site_, protocol = *this, id]() noexcept {
+        try {
+          protocol.leave(*site, no_deadline, id);
+        } catch (...) {
+        }
       });
     } catch (...) {
     }
@@ -173,6 +189,15 @@ class FairProtocol : public OwnerFieldCore<FairKind> {
   };
 
   std::string channel_of(const std::string& id) const { return this->channel_ + ':' + id; }
+
+  void leave(Site& site, SteadyClock::time_point deadline, const std::string& id) const {
+    on_site(site, deadline, [&](Connection& connection) {
+      connection
+          .eval(scripts::fair_leave, {this->key_, queue_key_, deadlines_key_},
+                {id, waiter_timeout_, this->channel_})
+          .throw_if_error();
+    });
+  }
 
   const std::string queue_key_;
   const std::string deadlines_key_;
@@ -193,9 +218,17 @@ class FairMutex : public detail::ExclusiveLock<detail::FairProtocol> {
   using Base = detail::ExclusiveLock<detail::FairProtocol>;
 
  public:
-  /// Redisson's default: how long a waiter may go without asking before
-  /// it loses its place.
-  static constexpr std::chrono::milliseconds default_waiter_timeout{std::chrono::minutes(5)};
+  /// How long a waiter may go without asking before it loses its place,
+  /// which is also how long one that died can hold the front of the queue.
+  /// Redisson's default is 5 minutes; a FairMutex waiter renews its place
+  /// as it asks (every third of this), so a short one costs little.
+  static constexpr std::chrono::milliseconds default_waiter_timeout{std::chrono::seconds(10)};
+  /// Redisson's own default (its lock(); its tryLock(wait, ...) uses the
+  /// wait). A Java grant moves every queued deadline up by the Java
+  /// client's wait time, so in a fleet with Java clients a FairMutex needs
+  /// a waiter timeout at least theirs, or a Java grant can drop its live
+  /// waiters (who then join again at the back).
+  static constexpr std::chrono::milliseconds redisson_waiter_timeout{std::chrono::minutes(5)};
 
   /// Validates name, options and waiter_timeout (InvalidArgument: at least
   /// 30 ms, at most a day); contacts no server.

@@ -3,10 +3,9 @@
 // layouts (key types, fields, channels, which keys a release touches), for
 // the fault tests to run beside distlock's own contenders under one oracle.
 //
-// Defines distlock::testing::RedisPyLockPeer, RedissonLockPeer and
-// RedissonReadWriteLockPeer. Each waits by polling, as those clients do when
-// no message arrives; none renews: a peer's lease is long enough for its
-// longest section.
+// Defines distlock::testing::RedisPyLockPeer, RedissonLockPeer,
+// RedissonFairLockPeer and RedissonReadWriteLockPeer. Each waits by polling, as those clients do
+// when no message arrives; none renews: a peer's lease is long enough for its longest section.
 //
 // The layouts:
 //   - redis-py's Lock: a string at the name holding a random token, set
@@ -38,6 +37,20 @@
 //     lease). Releases are announced on "redisson_rwlock:{name}": "0" when a
 //     read release deletes the hash (one waiter may go), "1" when a write
 //     release does (every waiter looks again).
+//   - Redisson's RFairLock: RLock's hash, and beside it the list
+//     "redisson_lock_queue:{name}" of waiting owners in arrival order and
+//     the sorted set "redisson_lock_timeout:{name}" of their deadlines (ms,
+//     the client's wall clock, passed in). Every script first drops the
+//     waiters at the front whose deadline has passed. A tryLock(wait)
+//     takes the lock when it is free and the queue empty or led by the
+//     owner (then it leaves the queue and every other deadline comes one
+//     wait sooner), or again when the owner holds it; else an owner not yet
+//     queued joins at the back with the deadline of the one before it (or
+//     the lock's PTTL from now) plus the wait. It uses its wait as that
+//     wait. One that gives up leaves the queue, and those behind it move up
+//     one wait. Release counts down as RLock's; the last one deletes the
+//     hash and publishes "0" on "redisson_lock__channel:{name}:<owner at
+//     the front>" (also when the hash had already gone).
 //     Where a name has a '{', Redisson uses it as it is instead of "{name}".
 #pragma once
 
@@ -194,6 +207,122 @@ return answer(1)
  private:
   Client& client_;
   const std::string name_;
+  const std::string channel_;
+  const std::string owner_;
+  const std::string lease_;
+};
+
+/// Redisson's RFairLock (tryLock(wait, lease) and unlock) for one thread,
+/// without its unlock latch (as an older Redisson).
+class RedissonFairLockPeer {
+ public:
+  RedissonFairLockPeer(Client& client, std::string name, std::chrono::milliseconds lease)
+      : client_(client),
+        name_(std::move(name)),
+        queue_("redisson_lock_queue:" + peer_detail::redisson_braced(name_)),
+        deadlines_("redisson_lock_timeout:" + peer_detail::redisson_braced(name_)),
+        channel_("redisson_lock__channel:" + peer_detail::redisson_braced(name_)),
+        owner_(peer_detail::redisson_owner()),
+        lease_(std::to_string(lease.count())) {}
+
+  bool try_lock_for(std::chrono::milliseconds wait) {
+    // KEYS: the hash, the queue, the deadlines; ARGV: the lease, the owner,
+    // the wait, the client's clock.
+    static const std::string acquire = std::string(drop_overdue) + R"(
+if redis.call('exists', KEYS[1]) == 0 and (not first or first == ARGV[2]) then
+  if first then
+    redis.call('lpop', KEYS[2])
+    redis.call('zrem', KEYS[3], ARGV[2])
+    for _, other in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+      redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), other)
+    end
+  end
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+if redis.call('zscore', KEYS[3], ARGV[2]) then return 1 end
+local last = redis.call('lindex', KEYS[2], -1)
+local base = now + math.max(redis.call('pttl', KEYS[1]), 0)
+if last then base = tonumber(redis.call('zscore', KEYS[3], last)) or now end
+redis.call('zadd', KEYS[3], base + tonumber(ARGV[3]), ARGV[2])
+redis.call('rpush', KEYS[2], ARGV[2])
+return 1
+)";
+    // KEYS: the queue, the deadlines; ARGV: the owner, the wait.
+    static constexpr std::string_view give_up = R"(
+local behind = false
+for _, waiter in ipairs(redis.call('lrange', KEYS[1], 0, -1)) do
+  if behind then redis.call('zincrby', KEYS[2], -tonumber(ARGV[2]), waiter) end
+  if waiter == ARGV[1] then behind = true end
+end
+redis.call('zrem', KEYS[2], ARGV[1])
+redis.call('lrem', KEYS[1], 0, ARGV[1])
+)";
+    const std::string waited = std::to_string(wait.count());
+    const bool acquired = peer_detail::poll_for(wait, [&] {
+      return peer_detail::checked(client_.command("EVAL", acquire, "3", name_, queue_, deadlines_,
+                                                  lease_, owner_, waited, wall_clock_ms()))
+          .is_nil();
+    });
+    if (!acquired) {
+      peer_detail::checked(
+          client_.command("EVAL", give_up, "2", queue_, deadlines_, owner_, waited));
+    }
+    return acquired;
+  }
+
+  void unlock() {
+    // KEYS: the hash, the queue, the deadlines; ARGV: the owner, the
+    // channel's stem, the client's clock.
+    static const std::string release = std::string(drop_overdue) + R"(
+local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
+if holds and holds > 1 then
+  redis.call('hincrby', KEYS[1], ARGV[1], -1)
+  return 0
+end
+if not holds and redis.call('exists', KEYS[1]) == 1 then return nil end
+if holds then redis.call('del', KEYS[1]) end
+if first and redis.call('exists', KEYS[1]) == 0 then
+  redis.call('publish', ARGV[2] .. ':' .. first, '0')
+end
+return 1
+)";
+    peer_detail::checked(client_.command("EVAL", release, "3", name_, queue_, deadlines_, owner_,
+                                         channel_, wall_clock_ms()));
+  }
+
+ private:
+  // How each script begins: the waiters at the front whose deadline (by
+  // the clock in the last argument) has passed are dropped; `first` and
+  // `now` are left for the rest.
+  static constexpr std::string_view drop_overdue = R"(
+local now = tonumber(ARGV[#ARGV])
+local first = redis.call('lindex', KEYS[2], 0)
+while first do
+  local due = tonumber(redis.call('zscore', KEYS[3], first))
+  if due and due > now then break end
+  redis.call('lpop', KEYS[2])
+  redis.call('zrem', KEYS[3], first)
+  first = redis.call('lindex', KEYS[2], 0)
+end
+)";
+
+  static std::string wall_clock_ms() {
+    return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count());
+  }
+
+  Client& client_;
+  const std::string name_;
+  const std::string queue_;
+  const std::string deadlines_;
   const std::string channel_;
   const std::string owner_;
   const std::string lease_;

@@ -73,6 +73,7 @@ class AcquireSteps : public HoldKeeper<Protocol> {
     clock::time_point came_back{};  // when the latest step's answer (or cut) was handed in
     std::uint64_t seen = 0;         // the release channel's generation before it
     bool last_chance = false;       // no sleep follows the latest attempt
+    bool answered = false;          // the latest attempt's answer came
     clock::time_point step_deadline{};
     HolderLease holder;    // what the latest attempt (or a read) learned of the holder
     bool probing = false;  // the holder read under way is a try_lock()'s look at the key
@@ -112,6 +113,7 @@ class AcquireSteps : public HoldKeeper<Protocol> {
   // The attempt's answer; nullopt when the deadline cut the step short.
   Next attempted(Waiter& waiter, std::optional<Attempt> answered) {
     waiter.came_back = clock::now();
+    waiter.answered = answered.has_value();
     if (!answered) return done(waiter.heard.outcome_at(waiter.deadline));
     if (!answered->unheard) waiter.heard.answered(waiter.sent);
     if (std::optional<Outcome> end = settle(waiter, *answered)) return done(*end);

@@ -22,13 +22,15 @@
 //   async_id_for(kind)                 per_thread only: an async acquire's
 //                                      hold id, an owner of its own
 //   attempt(kind, id, deadline, waits) -> optional<Attempt>, undo included;
-//                                      waits: false for a try that will not
-//                                      wait (a fair queue is not joined)
+//                                      waits: false when no wait follows a
+//                                      refusal (a try, or a wait's last
+//                                      attempt: a fair queue is left)
 //   release(kind, id) / extend(kind, id, ttl)  -> TokenCheck
 //   read_holder(deadline), subscribe(id, deadline), wake()   for waiting
-//   left(kind, id, answering)          a waiting acquire of id ended without
-//                                      the lock, after an attempt (answering:
-//                                      Redis was answering it); noexcept
+//   left(kind, id, deadline, answering)  a waiting acquire of id with
+//                                      `deadline` ended without the lock,
+//                                      after an attempt (answering: Redis
+//                                      was answering it); noexcept
 //   watched(kind, id, sent, options)   -> the Watchdog's LeaseState, never
 //                                      null: every hold has one, and its
 //                                      expiry_after() takes off any margin
@@ -84,11 +86,15 @@ class Lifecycle : public AcquireSteps<Protocol> {
     try {
       outcome = run(waiter);
     } catch (const Error& error) {
-      if (wait && waiter.attempts > 0) protocol_.left(kind, waiter.id, answered(error.code()));
+      if (wait && waiter.attempts > 0) {
+        protocol_.left(kind, waiter.id, deadline, answered(error.code()));
+      }
       throw;
     }
-    if (wait && outcome != Outcome::acquired && waiter.attempts > 0) {
-      protocol_.left(kind, waiter.id, outcome != Outcome::unanswered);
+    // A last attempt refused has left already (it did not wait).
+    const bool gone = waiter.last_chance && waiter.answered;
+    if (wait && outcome != Outcome::acquired && waiter.attempts > 0 && !gone) {
+      protocol_.left(kind, waiter.id, deadline, outcome != Outcome::unanswered);
     }
     return outcome;
   }
@@ -157,7 +163,8 @@ class Lifecycle : public AcquireSteps<Protocol> {
     for (Next next = start(waiter);;) {
       switch (next.step) {
         case Step::attempt:
-          next = attempted(waiter, protocol_.attempt(waiter.kind, waiter.id, next.by, waiter.wait));
+          next = attempted(waiter, protocol_.attempt(waiter.kind, waiter.id, next.by,
+                                                     waiter.wait && !waiter.last_chance));
           break;
         case Step::read_holder: next = holder_read(waiter, protocol_.read_holder(next.by)); break;
         case Step::subscribe:

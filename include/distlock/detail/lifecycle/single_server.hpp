@@ -65,7 +65,8 @@ class SingleServer {
   /// The acquire of `id` ended without the lock; `answering` when Redis
   /// was answering it. Nothing to do for a lock that keeps no queue.
   template <class Kind>
-  void left(Kind, const std::string& /*id*/, bool /*answering*/) noexcept {}
+  void left(Kind, const std::string& /*id*/, SteadyClock::time_point /*deadline*/,
+            bool /*answering*/) noexcept {}
   Watchdog& watchdog() { return site_->watchdog(); }
   const SharedEventHook& events() const noexcept { return site_->events(); }
 

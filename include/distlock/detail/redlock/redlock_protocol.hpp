@@ -196,7 +196,7 @@ class RedlockProtocol : public OneKindProtocol {
     return std::nullopt;
   }
   void wake() const noexcept {}
-  void left(Kind, const std::string&, bool) const noexcept {}
+  void left(Kind, const std::string&, clock::time_point, bool) const noexcept {}
 
   std::shared_ptr<LeaseState> watched(Kind, const std::string& token, clock::time_point sent,
                                       const LockOptions& options) const {

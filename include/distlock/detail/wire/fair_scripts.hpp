@@ -23,7 +23,10 @@ namespace distlock::scripts {
 /// FairMutex acquire. KEYS[1] hash, KEYS[2] queue, KEYS[3] deadlines,
 /// KEYS[4] (with fencing) the fence counter; ARGV[1] TTL in ms, ARGV[2]
 /// owner, ARGV[3] waiter timeout in ms, ARGV[4] "1" to join the queue
-/// when refused ("0": a try that does not wait). Granted to the owner that
+/// when refused (or keep one's place), "0" not to: a try that does not
+/// wait, or a wait's last attempt, which leaves the queue when refused (as
+/// fair_leave, but telling nobody: the lock is held, or another waiter's
+/// turn, or the refusal would have been a grant). Granted to the owner that
 /// holds it already (one more hold), or when the lock is free and the queue
 /// empty or led by the owner; the lease only ever lengthens, as
 /// reentrant_acquire's. Returns {1, fence (0 without fencing)} granted;
@@ -72,16 +75,22 @@ if held then
 else
   ask = tonumber(redis.call('zscore', KEYS[3], first)) - now
 end
+local place = redis.call('lpos', KEYS[2], ARGV[2])
 if ARGV[4] == '1' then
-  local place = redis.call('lpos', KEYS[2], ARGV[2])
   if not place then place = redis.call('rpush', KEYS[2], ARGV[2]) - 1 end
   local due = now + (place + 1) * wait
   local had = tonumber(redis.call('zscore', KEYS[3], ARGV[2]))
   if not had or had < due then redis.call('zadd', KEYS[3], due, ARGV[2]) end
+elseif place then
+  for _, waiter in ipairs(redis.call('lrange', KEYS[2], place + 1, -1)) do
+    redis.call('zincrby', KEYS[3], -wait, waiter)
+  end
+  redis.call('lrem', KEYS[2], 0, ARGV[2])
+  redis.call('zrem', KEYS[3], ARGV[2])
 end
 return {0, math.max(1, math.min(ask, math.floor(wait / 3)))}
 )lua",
-    "64eacb3a7f290d3421dfc4824718d0a08e5aa54a"};
+    "d7ec675239d3aa1dc3d55e78ef4718898bdbb4ba"};
 
 /// FairMutex release. KEYS[1] hash, KEYS[2] queue, KEYS[3] deadlines;
 /// ARGV[1] owner, ARGV[2] the release channel's stem. One hold fewer; the
