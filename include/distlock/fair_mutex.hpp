@@ -103,9 +103,11 @@ class FairProtocol : public OwnerFieldCore<FairKind> {
                                     {this->ttl_, owner, waiter_timeout_, join})
                   : connection.eval(scripts::fair_acquire, {this->key_, queue_key_, deadlines_key_},
                                     {this->ttl_, owner, waiter_timeout_, join});
+          if (!fencing_) return granted_on_nil(reply, "fair acquire");
           reply.throw_if_error();
-          if (reply.size() != 2)
+          if (reply.size() != 2) {
             throw ConnectionError(Errc::protocol_error, "bad fair acquire reply");
+          }
           return fenced_attempt(reply);
         },
         [&](Connection& connection) {

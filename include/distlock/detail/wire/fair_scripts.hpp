@@ -29,15 +29,19 @@ namespace distlock::scripts {
 /// turn, or the refusal would have been a grant). Granted to the owner that
 /// holds it already (one more hold), or when the lock is free and the queue
 /// empty or led by the owner; the lease only ever lengthens, as
-/// reentrant_acquire's. Returns {1, fence (0 without fencing)} granted;
-/// {0, ms} refused, ms being when to ask again: the holder's PTTL (-1 for a
-/// hash that never expires), or the deadline of the waiter whose turn it
-/// is, never more than a third of the waiter timeout.
+/// reentrant_acquire's. Returns nil granted, else ms: when to ask again,
+/// the holder's PTTL (-1 for a hash that never expires) or the deadline of
+/// the waiter whose turn it is, never more than a third of the waiter
+/// timeout; with fencing, {1, fence} granted and {0, ms} refused.
 inline constexpr Script fair_acquire{
-    R"lua(local time = redis.call('time')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    R"lua(local function clock()
+  local time = redis.call('time')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
 local wait = tonumber(ARGV[3])
+local now
 local first = redis.call('lindex', KEYS[2], 0)
+if first then now = clock() end
 while first do
   local due = tonumber(redis.call('zscore', KEYS[3], first))
   if due and due > now then break end
@@ -63,15 +67,17 @@ if mine or (not held and (not first or first == ARGV[2])) then
     end
   end
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+  if not mine or redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
     redis.call('pexpire', KEYS[1], ARGV[1])
   end
-  return {1, fence}
+  if KEYS[4] then return {1, fence} end
+  return nil
 end
+now = now or clock()
 local ask
 if held then
   ask = redis.call('pttl', KEYS[1])
-  if ask < 0 then return {0, ask} end
+  if ask < 0 then return KEYS[4] and {0, ask} or ask end
 else
   ask = tonumber(redis.call('zscore', KEYS[3], first)) - now
 end
@@ -88,9 +94,11 @@ elseif place then
   redis.call('lrem', KEYS[2], 0, ARGV[2])
   redis.call('zrem', KEYS[3], ARGV[2])
 end
-return {0, math.max(1, math.min(ask, math.floor(wait / 3)))}
+ask = math.max(1, math.min(ask, math.floor(wait / 3)))
+if KEYS[4] then return {0, ask} end
+return ask
 )lua",
-    "d7ec675239d3aa1dc3d55e78ef4718898bdbb4ba"};
+    "1167b132a01d4cbdc0a37553251c087ddfb0d1ac"};
 
 /// FairMutex release. KEYS[1] hash, KEYS[2] queue, KEYS[3] deadlines;
 /// ARGV[1] owner, ARGV[2] the release channel's stem. One hold fewer; the
@@ -113,9 +121,12 @@ elseif redis.call('exists', KEYS[1]) == 1 then
 else
   answer = 0
 end
-local time = redis.call('time')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local first = redis.call('lindex', KEYS[2], 0)
+local now
+if first then
+  local time = redis.call('time')
+  now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
 while first do
   local due = tonumber(redis.call('zscore', KEYS[3], first))
   if due and due > now then
@@ -128,7 +139,7 @@ while first do
 end
 return answer
 )lua",
-    "80d7afcbebe5a730df3ee122b3f3cdd46009b692"};
+    "1be3a5e326e5383a224ca750176a932460f766bd"};
 
 /// A FairMutex waiter leaves the queue (it gave up, or its attempt is
 /// undone). KEYS[1] hash, KEYS[2] queue, KEYS[3] deadlines; ARGV[1] owner,
