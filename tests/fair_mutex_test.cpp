@@ -40,6 +40,17 @@ class FairMutexTest : public testing::RedisClientTest {
   static constexpr const char* deadlines = "redisson_lock_timeout:{turns}";
   static constexpr const char* channel = "redisson_lock__channel:{turns}";
 
+  // `lock` waits (20 s at most) on a thread of its own, which lets go of
+  // it at once; `id` gets that thread's owner id. True if it got it.
+  static std::future<bool> wait_in_turn(FairMutex& lock, std::promise<std::string>* id = nullptr) {
+    return std::async(std::launch::async, [&lock, id] {
+      if (id != nullptr) id->set_value(lock.owner_id());
+      const bool got = lock.try_lock_for(20s);
+      if (got) lock.unlock();
+      return got;
+    });
+  }
+
   long long queued() { return client().command("LLEN", queue).integer(); }
   std::vector<std::string> queue_now() {
     std::vector<std::string> ids;
@@ -79,12 +90,7 @@ TEST_F(FairMutexTest, StoresRedissonsRFairLockLayout) {
   Client other(client_options(server()));
   FairMutex waiter(other, "turns", LockOptions{}.ttl(10s), {}, 3s);
   std::promise<std::string> waiter_id;
-  std::future<bool> waited = std::async(std::launch::async, [&] {
-    waiter_id.set_value(waiter.owner_id());
-    const bool got = waiter.try_lock_for(20s);
-    if (got) waiter.unlock();
-    return got;
-  });
+  std::future<bool> waited = wait_in_turn(waiter, &waiter_id);
   const std::string id = waiter_id.get_future().get();
   ASSERT_TRUE(eventually([&] { return queued() == 1; }));
   EXPECT_EQ(queue_now(), std::vector<std::string>{id});
@@ -192,11 +198,7 @@ TEST_F(FairMutexTest, AWaiterKilledAtTheFrontStopsBlockingTheQueueWithinItsWaite
   ASSERT_EQ(::waitpid(child, &status, 0), child);
 
   FairMutex next(client(), "turns", {}, {}, 1s);
-  std::future<bool> waited = std::async(std::launch::async, [&] {
-    const bool got = next.try_lock_for(20s);
-    if (got) next.unlock();
-    return got;
-  });
+  std::future<bool> waited = wait_in_turn(next);
   ASSERT_TRUE(eventually([&] { return queued() == 2; }));
   EXPECT_EQ(queue_now().front(), dead);
   peer_releases("peer:1");  // the dead waiter is told, and never answers
@@ -295,12 +297,7 @@ TEST_F(FairMutexTest, ARedissonPeerWaitsInTheSameLine) {
   Client other(client_options(server()));
   FairMutex cpp(other, "turns", {}, {}, FairMutex::redisson_waiter_timeout);
   std::promise<std::string> cpp_id;
-  std::future<bool> waited = std::async(std::launch::async, [&] {
-    cpp_id.set_value(cpp.owner_id());
-    const bool got = cpp.try_lock_for(20s);
-    if (got) cpp.unlock();
-    return got;
-  });
+  std::future<bool> waited = wait_in_turn(cpp, &cpp_id);
   const std::string cpp_channel = std::string(channel) + ":" + cpp_id.get_future().get();
   ASSERT_TRUE(eventually([&] { return queued() == 2; }));
   testing::RawSubscriber java_told(client_options(server()), std::string(channel) + ":java:7");

@@ -79,8 +79,6 @@ class FairProtocol : public OwnerFieldCore<FairKind> {
       : Core(backend, key, redisson_prefixed("redisson_lock__channel", key), options),
         queue_key_(redisson_prefixed("redisson_lock_queue", this->key_)),
         deadlines_key_(redisson_prefixed("redisson_lock_timeout", this->key_)),
-        fence_key_(companion_key(this->key_, "fence")),
-        fencing_(options.fencing()),
         waiter_timeout_(waiter_timeout.count()),
         waiting_(std::make_shared<Waiting>()) {
     this->site_->check_keys("fair lock '" + this->key_ + "'",
@@ -95,20 +93,13 @@ class FairProtocol : public OwnerFieldCore<FairKind> {
     return this->attempt_field(
         deadline,
         [&](Connection& connection) {
-          const std::string_view join = waits ? "1" : "0";
-          const Reply reply =
-              fencing_
-                  ? connection.eval(scripts::fair_acquire,
-                                    {this->key_, queue_key_, deadlines_key_, fence_key_},
-                                    {this->ttl_, owner, waiter_timeout_, join})
-                  : connection.eval(scripts::fair_acquire, {this->key_, queue_key_, deadlines_key_},
-                                    {this->ttl_, owner, waiter_timeout_, join});
-          if (!fencing_) return granted_on_nil(reply, "fair acquire");
-          reply.throw_if_error();
-          if (reply.size() != 2) {
-            throw ConnectionError(Errc::protocol_error, "bad fair acquire reply");
-          }
-          return fenced_attempt(reply);
+          // The fence counter is the fourth key, with fencing only.
+          const std::string_view keys[] = {this->key_, queue_key_, deadlines_key_,
+                                           this->fence_key_};
+          return this->acquire_answer(
+              connection.eval(scripts::fair_acquire, Args(keys, this->fencing_ ? 4 : 3),
+                              {this->ttl_, owner, waiter_timeout_, waits ? "1" : "0"}),
+              "fair acquire");
         },
         [&](Connection& connection) {
           connection.send_eval_behind(scripts::fair_release,
@@ -203,8 +194,6 @@ class FairProtocol : public OwnerFieldCore<FairKind> {
 
   const std::string queue_key_;
   const std::string deadlines_key_;
-  const std::string fence_key_;
-  const bool fencing_;
   const Decimal waiter_timeout_;
   std::shared_ptr<Waiting> waiting_;
 };

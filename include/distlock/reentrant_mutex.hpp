@@ -59,9 +59,7 @@ class ReentrantProtocol : public OwnerFieldCore<ReentrantKind> {
 
  public:
   ReentrantProtocol(const Backend& backend, std::string key, const LockOptions& options)
-      : Core(backend, key, redisson_prefixed("redisson_lock__channel", key), options),
-        fence_key_(companion_key(this->key_, "fence")),
-        fencing_(options.fencing()) {}
+      : Core(backend, key, redisson_prefixed("redisson_lock__channel", key), options) {}
 
   std::optional<Attempt> attempt(Kind, const std::string& owner, SteadyClock::time_point deadline,
                                  bool /*waits*/) {
@@ -125,16 +123,9 @@ class ReentrantProtocol : public OwnerFieldCore<ReentrantKind> {
     return acquire_answer(
         connection.eval(scripts::reentrant_acquire, {this->key_}, {this->ttl_, owner}));
   }
-  // Granted: nil, or [1, fence]; refused: the holder's PTTL, or [0, PTTL].
   Attempt acquire_answer(const Reply& reply) const {
-    if (!fencing_) return granted_on_nil(reply, "reentrant acquire");
-    reply.throw_if_error();
-    if (reply.size() != 2) throw ConnectionError(Errc::protocol_error, "bad fenced acquire reply");
-    return fenced_attempt(reply);
+    return Core::acquire_answer(reply, "reentrant acquire");
   }
-
-  const std::string fence_key_;
-  const bool fencing_;
 };
 
 }  // namespace detail

@@ -269,6 +269,8 @@ class OwnerFieldCore : public HashFieldCore<KindT> {
   OwnerFieldCore(const Backend& backend, std::string key, std::string channel,
                  const LockOptions& options)
       : HashFieldCore<KindT>(backend, std::move(key), std::move(channel), options),
+        fence_key_(companion_key(this->key_, "fence")),
+        fencing_(options.fencing()),
         renewer_(this->template make_renewer<FieldRenewer>()) {}
 
   std::string id_for(Kind) const { return this->owner(); }
@@ -290,6 +292,19 @@ class OwnerFieldCore : public HashFieldCore<KindT> {
   }
 
   static std::string describe(Kind) { return "hold"; }
+
+ protected:
+  // An acquire script's answer: granted nil, or [1, fence] with fencing;
+  // refused the holder's PTTL, or [0, PTTL]. `what` names the script.
+  Attempt acquire_answer(const Reply& reply, const char* what) const {
+    if (!fencing_) return granted_on_nil(reply, what);
+    reply.throw_if_error();
+    if (reply.size() != 2) throw ConnectionError(Errc::protocol_error, "bad fenced acquire reply");
+    return fenced_attempt(reply);
+  }
+
+  const std::string fence_key_;  // {key}:fence
+  const bool fencing_;
 
  private:
   std::shared_ptr<Renewer> renewer_;
