@@ -42,6 +42,7 @@ using testing::RedisServer;
 // The README's rules and the helpers around them (support/acl_rules.hpp).
 using testing::acl::admin_rules;
 using testing::acl::fair_rules;
+using testing::acl::multi_rules;
 using testing::acl::mutex_rules;
 using testing::acl::rate_limiter_rules;
 using testing::acl::readme_rules;
@@ -190,6 +191,17 @@ std::string reentrant_paths(const RedisServer& server, const std::string& user) 
         return std::make_unique<ReentrantMutex>(client, "jobs:tree", renewed_fenced);
       },
       "jobs:tree", "redisson_lock__channel:{jobs:tree}", true);
+}
+
+// Two names, the waiter refused at the first.
+std::string multi_paths(const RedisServer& server, const std::string& user) {
+  return exclusive_paths(
+      server, user,
+      [](Client& client) {
+        return std::make_unique<MultiMutex>(client, std::vector<std::string>{"jobs:in", "jobs:out"},
+                                            renewing);
+      },
+      "jobs:in", "{jobs:in}:released", false);
 }
 
 // A FairMutex waiter listens on a channel of its own (the ACL LOG shows a
@@ -368,6 +380,7 @@ TEST_F(AclTest, MutexMinHold) { expect_works(mutex_rules, min_hold_paths); }
 TEST_F(AclTest, SimpleMutex) { expect_works(simple_mutex_rules, simple_mutex_paths); }
 TEST_F(AclTest, ReentrantMutex) { expect_works(reentrant_rules, reentrant_paths); }
 TEST_F(AclTest, FairMutex) { expect_works(fair_rules, fair_paths); }
+TEST_F(AclTest, MultiMutex) { expect_works(multi_rules, multi_paths); }
 TEST_F(AclTest, SharedMutexWriteSide) { expect_works(shared_rules, shared_write_paths); }
 TEST_F(AclTest, SharedMutexReadSide) { expect_works(shared_rules, shared_read_paths); }
 TEST_F(AclTest, Semaphore) { expect_works(semaphore_rules, semaphore_paths); }
@@ -426,6 +439,9 @@ TEST_F(AclTest, ReentrantMutexFailsWithoutItsRules) {
 TEST_F(AclTest, FairMutexFailsWithoutItsRules) {
   expect_fails_without(fair_rules, "~redisson_lock_queue:{jobs:*}", fair_paths);  // the queue
   expect_fails_without(fair_rules, "+time", fair_paths);  // the server's clock
+}
+TEST_F(AclTest, MultiMutexFailsWithoutItsRules) {
+  expect_fails_without(multi_rules, "+exists", multi_paths);  // all free?
 }
 TEST_F(AclTest, SharedMutexFailsWithoutItsRules) {
   expect_fails_without(shared_rules, "~{jobs:*}:*rwlock_timeout*", shared_read_paths);
@@ -491,6 +507,7 @@ TEST(AclReadme, ListsTheRulesTheTestsRunWith) {
   EXPECT_EQ(readme_rules("jobs-simple"), simple_mutex_rules);
   EXPECT_EQ(readme_rules("jobs-reentrant"), reentrant_rules);
   EXPECT_EQ(readme_rules("jobs-fair"), fair_rules);
+  EXPECT_EQ(readme_rules("jobs-multi"), multi_rules);
   EXPECT_EQ(readme_rules("jobs-shared"), shared_rules);
   EXPECT_EQ(readme_rules("jobs-semaphore"), semaphore_rules);
   EXPECT_EQ(readme_rules("jobs-rate"), rate_limiter_rules);

@@ -47,6 +47,7 @@ class ScriptedProtocol : public OneKindProtocol {
     return TokenCheck::done;
   }
   void wake() {}
+  bool listens_elsewhere(const std::string&) const noexcept { return false; }
 
   int released() const { return *released_; }
 

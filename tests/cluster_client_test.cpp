@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -28,6 +29,7 @@
 #include "distlock/detail/wire/sharded_scripts.hpp"
 #include "distlock/fair_mutex.hpp"
 #include "distlock/inspect.hpp"
+#include "distlock/multi_mutex.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/reentrant_mutex.hpp"
 #include "distlock/shared_mutex.hpp"
@@ -380,6 +382,44 @@ TEST_F(ClusterLocks, FairMutexOnEachMasterWakesTheWaiterAtTheFront) {
     holder.unlock();
     EXPECT_TRUE(waited.get()) << master;
     EXPECT_EQ(at(master, {"EXISTS", name, queue, holder.deadlines_key()}), "0");
+  }
+}
+
+// Names on every master's slots are taken slot by slot: one held by a
+// Mutex refuses the whole, and the slots taken before it are given back.
+// Its release wakes the waiter through that name's shard (the holder's
+// lease outlasts the waiter's deadline, its policy polls hourly); then
+// every name holds the one token, and the release frees them all.
+TEST_F(ClusterLocks, MultiMutexOverNamesOnEveryMaster) {
+  std::vector<std::string> names;
+  for (std::size_t master = 0; master < cluster().size(); ++master) {
+    names.push_back(name_on(master, "multi"));
+  }
+  // The name that sorts last is in the slot taken last.
+  const std::size_t last =
+      static_cast<std::size_t>(std::max_element(names.begin(), names.end()) - names.begin());
+  Mutex holder(client(), names[last], LockOptions{}.ttl(60s));
+  ASSERT_TRUE(holder.try_lock());
+  MultiMutex all(client(), names, LockOptions{}.ttl(60s), FixedInterval{std::chrono::hours(1)});
+  EXPECT_FALSE(all.try_lock());
+  for (std::size_t master = 0; master < names.size(); ++master) {
+    if (master != last) {
+      EXPECT_EQ(at(master, {"EXISTS", names[master]}), "0") << master;
+    }
+  }
+  std::future<bool> waited = std::async(std::launch::async, [&] { return all.try_lock_for(20s); });
+  const std::string channel = "{" + names[last] + "}:released";
+  ASSERT_TRUE(testing::eventually([&] {
+    return at(last, {"PUBSUB", "SHARDNUMSUB", channel}) == channel + "\n1";
+  }));
+  holder.unlock();
+  ASSERT_TRUE(waited.get());
+  for (std::size_t master = 0; master < names.size(); ++master) {
+    EXPECT_EQ(at(master, {"GET", names[master]}), all.token()) << master;
+  }
+  EXPECT_EQ(all.release(), Release::released);
+  for (std::size_t master = 0; master < names.size(); ++master) {
+    EXPECT_EQ(at(master, {"EXISTS", names[master]}), "0") << master;
   }
 }
 

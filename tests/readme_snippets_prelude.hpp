@@ -34,5 +34,6 @@ inline void send_mail() {}
 inline void sell_from(std::size_t) {}
 inline void render() {}
 inline void print_job() {}
+inline void move_stock() {}
 
 }  // namespace readme

@@ -22,6 +22,7 @@
 #include "distlock/fair_mutex.hpp"
 #include "distlock/inspect.hpp"
 #include "distlock/lock_options.hpp"
+#include "distlock/multi_mutex.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/rate_limiter.hpp"
 #include "distlock/reentrant_mutex.hpp"
@@ -141,6 +142,11 @@ TEST_F(Sentinel, FindsTheMasterAndEveryLockWorks) {
   }));
   fair.unlock();
   waiter.join();
+  MultiMutex both(sentinel, {"move:a", "move:b"});
+  ASSERT_TRUE(both.try_lock());
+  EXPECT_EQ(group().master().command({"MGET", "move:a", "move:b"}),
+            both.token() + "\n" + both.token());
+  both.unlock();
   SharedMutex shared(sentinel, "rw");
   ASSERT_TRUE(shared.try_lock_shared());
   shared.unlock_shared();

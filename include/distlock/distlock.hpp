@@ -21,6 +21,7 @@
 #include "distlock/lease.hpp"
 #include "distlock/lock_layout.hpp"
 #include "distlock/lock_options.hpp"
+#include "distlock/multi_mutex.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/rate_limiter.hpp"
 #include "distlock/redlock.hpp"

@@ -97,6 +97,11 @@ inline const Rules mutex_rules =
     with_common(joined({lease_commands,
                         {"+publish", "+incr", "~jobs:*", "~{jobs:*}:fence", "~{jobs:*}:released",
                          "&{jobs:*}:released"}}));
+// Mutex keys taken and given back together: EXISTS (all free?) where a
+// Mutex has GET; no fence.
+inline const Rules multi_rules =
+    with_common({"+exists", "+set", "+del", "+pexpire", "+pttl", "+mget", "+type", "+publish",
+                 "~jobs:*", "~{jobs:*}:released", "&{jobs:*}:released"});
 // No scripts: MULTI/EXEC, WATCH, and the release announced by PUBLISH.
 inline const Rules simple_mutex_rules =
     joined({{"+ping", "+subscribe", "+unsubscribe"},

@@ -3,10 +3,12 @@
 // does, but each attempt goes to every master at once, on the link of each
 // master's backend on the caller's context (LinkService), and is judged by
 // the Redlock's own rules as the answers come (RedlockCore::record_rounds,
-// RedlockProtocol::judged): granted as soon as a quorum said yes with
-// validity left, else once every master answered or the attempt's budget
-// (the node timeout, cut to the deadline) ran out, a master that did not
-// answer by then counting as slow. A Redlock has no holder to read and no
+// RedlockProtocol::judged) once every master answered or the attempt's
+// budget (the node timeout, cut to the deadline) ran out, a master that did
+// not answer by then counting as slow: granted when a quorum said yes with
+// validity left. Not at the first quorum: the hold's release goes through
+// the backends' pools, not these links, and could reach a slow master
+// before its SET, which would then stand for the lease. A Redlock has no holder to read and no
 // release announcement to wait for: between attempts it sleeps at the
 // policy's pace, woken early by cancel_waits() or a local unlock.
 //
@@ -191,7 +193,6 @@ class RedlockOp : public std::enable_shared_from_this<RedlockOp<Handler>> {
     if (answer.reply) {
       round.state = FanOut::State::replied;
       round.reply = std::move(*answer.reply);
-      if (round.reply.is_ok() && ++granted_by_ >= protocol().core().quorum()) return decide();
     } else {
       const std::error_code code = code_of(answer.failure);
       round.state = code == Errc::timed_out ? FanOut::State::timed_out : FanOut::State::broken;
@@ -214,7 +215,6 @@ class RedlockOp : public std::enable_shared_from_this<RedlockOp<Handler>> {
   // back, the take-back's answers awaited first (see the top).
   void decide() {
     end();
-    granted_by_ = 0;
     RedlockCore& core = protocol().core();
     RedlockAttempt result = core.record_rounds(
         rounds_, [&](std::size_t i) { return core.sites()[i]->describe(); }, RedlockStep::acquire,
@@ -365,12 +365,11 @@ class RedlockOp : public std::enable_shared_from_this<RedlockOp<Handler>> {
   Phase phase_ = Phase::none;
   // The attempt under way.
   std::string token_;
-  clock::time_point by_;       // its deadline
-  clock::time_point started_;  // when it was sent
-  clock::time_point until_;    // when its budget runs out
-  std::vector<Round> rounds_;  // each master's answer
-  std::size_t owed_ = 0;       // answers still to come
-  std::size_t granted_by_ = 0;
+  clock::time_point by_;           // its deadline
+  clock::time_point started_;      // when it was sent
+  clock::time_point until_;        // when its budget runs out
+  std::vector<Round> rounds_;      // each master's answer
+  std::size_t owed_ = 0;           // answers still to come
   std::optional<Attempt> judged_;  // its outcome, once the masters answered
   std::exception_ptr failure_;     // or why there is none (NoQuorumError)
   std::size_t wrong_type_ = 0;     // its take-back's WRONGTYPE answers

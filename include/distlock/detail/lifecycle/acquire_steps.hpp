@@ -256,7 +256,8 @@ class AcquireSteps : public HoldKeeper<Protocol> {
   // Ends a refused call that is out of time (a try_lock() or a last
   // attempt, the deadline) or cancelled; else subscribes to the release
   // channel once (again when a cluster node dropped the subscription: the
-  // slot moved), or goes to sleep.
+  // slot moved; or when the refusal names another channel: a MultiMutex's
+  // other name), or goes to sleep.
   Next give_up_or_wait(Waiter& waiter) {
     const clock::time_point now = clock::now();
     if (waiter.last_chance || now >= waiter.deadline) {
@@ -270,7 +271,8 @@ class AcquireSteps : public HoldKeeper<Protocol> {
                       : waiter.heard.outcome_at(std::min(waiter.came_back, waiter.deadline)));
     }
     if (cancellation_.since(waiter.cancel_seen)) return done(Outcome::cancelled);
-    if (waiter.subscription && waiter.subscription->moved()) {
+    if (waiter.subscription &&
+        (waiter.subscription->moved() || protocol_.listens_elsewhere(waiter.id))) {
       waiter.subscription.reset();
       waiter.subscribed = false;
     }

@@ -27,6 +27,8 @@
 //                                      attempt: a fair queue is left)
 //   release(kind, id) / extend(kind, id, ttl)  -> TokenCheck
 //   read_holder(deadline), subscribe(id, deadline), wake()   for waiting
+//   listens_elsewhere(id)              the waiter's refusal names another
+//                                      channel than it subscribed to
 //   left(kind, id, deadline, answering)  a waiting acquire of id with
 //                                      `deadline` ended without the lock,
 //                                      after an attempt (answering: Redis

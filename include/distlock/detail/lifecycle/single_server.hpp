@@ -60,6 +60,9 @@ class SingleServer {
                                                   SteadyClock::time_point deadline) {
     return site_->subscribe(channel_, deadline);
   }
+  /// Whether the waiter `id` now waits for another channel than the one it
+  /// subscribed to: never, with the lock's one channel.
+  bool listens_elsewhere(const std::string& /*id*/) const noexcept { return false; }
   /// Wakes every waiter of this lock (cancel_waits()).
   void wake() { site_->wake(channel_); }
   /// The acquire of `id` ended without the lock; `answering` when Redis

@@ -195,6 +195,7 @@ class RedlockProtocol : public OneKindProtocol {
   std::optional<Notifier::Subscription> subscribe(const std::string&, clock::time_point) const {
     return std::nullopt;
   }
+  bool listens_elsewhere(const std::string&) const noexcept { return false; }
   void wake() const noexcept {}
   void left(Kind, const std::string&, clock::time_point, bool) const noexcept {}
 

@@ -1,6 +1,7 @@
 // Every Lua script distlock runs, and nothing else (the hash-layout ones
 // of ReentrantMutex and SharedMutex through detail/wire/hash_scripts.hpp,
-// FairMutex's through detail/wire/fair_scripts.hpp).
+// FairMutex's through detail/wire/fair_scripts.hpp, MultiMutex's through
+// detail/wire/multi_scripts.hpp).
 //
 // Keys and tokens always arrive as KEYS/ARGV, never spliced into the source,
 // so the text (and with it the SHA-1 that EVALSHA names) never changes. The
@@ -10,6 +11,7 @@
 #include "distlock/detail/wire/connection.hpp"
 #include "distlock/detail/wire/fair_scripts.hpp"
 #include "distlock/detail/wire/hash_scripts.hpp"
+#include "distlock/detail/wire/multi_scripts.hpp"
 
 namespace distlock::scripts {
 
@@ -152,6 +154,7 @@ inline constexpr const Script* all[] = {&release,           &extend,
                                         &read_extend,       &write_acquire,
                                         &write_release,     &force_unlock,
                                         &fair_acquire,      &fair_release,
-                                        &fair_leave};
+                                        &fair_leave,        &multi_acquire,
+                                        &multi_release,     &multi_extend};
 
 }  // namespace distlock::scripts
