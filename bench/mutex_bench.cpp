@@ -1,5 +1,7 @@
 // Mutex and SimpleMutex on a free lock: one acquire and one release each,
-// to be read against BM_Raw_SetNxPx_EvalshaDel and BM_Raw_SetNxPx_Del.
+// to be read against BM_Raw_SetNxPx_EvalshaDel and BM_Raw_SetNxPx_Del. And
+// MultiMutex over three names, against the same floor (one script each
+// way) and against three Mutexes taken one after another.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -7,6 +9,7 @@
 
 #include "bench_support.hpp"
 #include "counters.hpp"
+#include "distlock/multi_mutex.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/simple_mutex.hpp"
 
@@ -37,6 +40,36 @@ void BM_Mutex_LockUnlock_Tls(benchmark::State& state) {
   lock_unlock<Mutex>(state, LockOptions{}, tls_server_options());
 }
 BENCHMARK(BM_Mutex_LockUnlock_Tls)->UseRealTime();
+
+void BM_MultiMutex_LockUnlock_3Names(benchmark::State& state) {
+  Client client(server_options());
+  MultiMutex lock(client, {"bench:a", "bench:b", "bench:c"});
+  for (auto _ : state) {
+    if (!lock.try_lock()) {
+      state.SkipWithError("lock was not free");
+      break;
+    }
+    lock.unlock();
+  }
+}
+BENCHMARK(BM_MultiMutex_LockUnlock_3Names)->UseRealTime();
+
+void BM_Mutex_LockUnlock_3InTurn(benchmark::State& state) {
+  Client client(server_options());
+  Mutex a(client, "bench:a");
+  Mutex b(client, "bench:b");
+  Mutex c(client, "bench:c");
+  for (auto _ : state) {
+    if (!a.try_lock() || !b.try_lock() || !c.try_lock()) {
+      state.SkipWithError("lock was not free");
+      break;
+    }
+    c.unlock();
+    b.unlock();
+    a.unlock();
+  }
+}
+BENCHMARK(BM_Mutex_LockUnlock_3InTurn)->UseRealTime();
 
 void BM_Mutex_LockUnlock_Fenced(benchmark::State& state) {
   lock_unlock<Mutex>(state, LockOptions{}.fencing(true));

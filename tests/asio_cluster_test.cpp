@@ -76,9 +76,10 @@ TEST_F(AsioClusterTest, TheCountingPrimitivesAndStripesRunOnEveryNode) {
   for (const bool allowed : {true, true, false}) {
     std::promise<std::pair<std::error_code, RateDecision>> decided;
     async_try_acquire(limiter, 1,
-                      asio::bind_executor(io_, [&](std::error_code ec, RateDecision decision) {
-                        decided.set_value({ec, decision});
-                      }));
+                      asio::bind_executor(io_, testing::Completion<std::error_code, RateDecision>(
+                                                   [&](std::error_code ec, RateDecision decision) {
+                                                     decided.set_value({ec, decision});
+                                                   })));
     const auto [ec, decision] = wait_for(decided.get_future());
     ASSERT_FALSE(ec) << ec.message();
     EXPECT_EQ(decision.allowed, allowed);

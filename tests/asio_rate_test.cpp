@@ -47,9 +47,10 @@ class AsioRateTest : public testing::AsioTest {
     auto done = std::make_shared<std::promise<Decided>>();
     std::future<Decided> result = done->get_future();
     initiate(asio::bind_cancellation_slot(
-        slot, asio::bind_executor(io_, [done](std::error_code ec, RateDecision decision) {
-          done->set_value(Decided{ec, decision});
-        })));
+        slot, asio::bind_executor(io_, testing::Completion<std::error_code, RateDecision>(
+                                           [done](std::error_code ec, RateDecision decision) {
+                                             done->set_value(Decided{ec, decision});
+                                           }))));
     return result;
   }
   Decided try_acquire(RateLimiter& limiter, std::uint64_t cost = 1) {

@@ -265,9 +265,11 @@ TEST_F(AsioRedlockTest, RunGoesOnUntilAHoldGivenBackIsReleased) {
                LockOptions().ttl(10s));
   asio::io_context own;
   bool held = false;
-  async_try_lock(lock, asio::bind_executor(own, [&](std::error_code, RedlockHold hold) {
-                   held = static_cast<bool>(hold);  // given back as the handler ends
-                 }));
+  async_try_lock(lock, asio::bind_executor(own, testing::Completion<std::error_code, RedlockHold>(
+                                                    [&](std::error_code, RedlockHold hold) {
+                                                      held = static_cast<bool>(
+                                                          hold);  // given back as the handler ends
+                                                    })));
   own.run();
   EXPECT_TRUE(held);
   EXPECT_TRUE(told) << "run() returned before the hold's release was answered";
@@ -285,9 +287,10 @@ TEST_F(AsioRedlockTest, RunLockedRunsTheTaskUnderTheLockAndReleasesIt) {
         seen = get(1, lock.key());
         std::move(complete)();
       },
-      asio::bind_executor(io_, [done](std::error_code ec, RunLocked outcome) {
-        done->set_value({ec, outcome});
-      }));
+      asio::bind_executor(io_, testing::Completion<std::error_code, RunLocked>(
+                                   [done](std::error_code ec, RunLocked outcome) {
+                                     done->set_value({ec, outcome});
+                                   })));
   const auto [ec, outcome] = wait_for(std::move(finished));
   EXPECT_FALSE(ec) << ec.message();
   EXPECT_EQ(outcome, RunLocked::held);

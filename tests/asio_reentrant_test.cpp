@@ -199,19 +199,22 @@ TEST_F(AsioReentrantTest, TheRunningThreadsOwnerIdAndCountsAreUntouched) {
   const std::string before = tree.owner_id();
   asio::io_context here;  // run by this thread
   ReentrantHold held;
-  async_try_lock(tree, asio::bind_executor(here, [&](std::error_code ec, ReentrantHold hold) {
-                   EXPECT_FALSE(ec) << ec.message();
-                   held = std::move(hold);
-                 }));
+  async_try_lock(tree,
+                 asio::bind_executor(here, testing::Completion<std::error_code, ReentrantHold>(
+                                               [&](std::error_code ec, ReentrantHold hold) {
+                                                 EXPECT_FALSE(ec) << ec.message();
+                                                 held = std::move(hold);
+                                               })));
   here.run();
   ASSERT_TRUE(held);
   EXPECT_TRUE(detail::ThreadFieldHolds::none());
   EXPECT_EQ(tree.hold_count(), 0u);
   Release outcome = Release::lost;
-  async_release(held, asio::bind_executor(here, [&](std::error_code ec, Release answer) {
-                  EXPECT_FALSE(ec) << ec.message();
-                  outcome = answer;
-                }));
+  async_release(held, asio::bind_executor(here, testing::Completion<std::error_code, Release>(
+                                                    [&](std::error_code ec, Release answer) {
+                                                      EXPECT_FALSE(ec) << ec.message();
+                                                      outcome = answer;
+                                                    })));
   here.restart();
   here.run();
   EXPECT_EQ(outcome, Release::kept);

@@ -74,9 +74,10 @@ class AsioRunLockedTest : public testing::AsioTest {
   std::future<Ran> ran(Start start) {
     auto result = std::make_shared<std::promise<Ran>>();
     std::future<Ran> outcome = result->get_future();
-    start(asio::bind_executor(strand_, [result](std::error_code ec, RunLocked how) {
-      result->set_value(Ran{ec, how});
-    }));
+    start(asio::bind_executor(strand_, testing::Completion<std::error_code, RunLocked>(
+                                           [result](std::error_code ec, RunLocked how) {
+                                             result->set_value(Ran{ec, how});
+                                           })));
     return outcome;
   }
 

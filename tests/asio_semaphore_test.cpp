@@ -115,9 +115,11 @@ TEST_F(AsioSemaphoreTest, APermitLockTakesTheMutexCalls) {
   Semaphore exports(client, "async:permit-lock", 1);
   PermitLock one(exports);
   std::promise<std::pair<std::error_code, bool>> told;
-  async_try_lock(one, asio::bind_executor(io_, [&](std::error_code ec, AsyncHold<PermitLock> h) {
-                   told.set_value({ec, h.owns_lock() && one.owns_lock()});
-                 }));
+  async_try_lock(
+      one, asio::bind_executor(io_, testing::Completion<std::error_code, AsyncHold<PermitLock>>(
+                                        [&](std::error_code ec, AsyncHold<PermitLock> h) {
+                                          told.set_value({ec, h.owns_lock() && one.owns_lock()});
+                                        })));
   const auto [ec, held] = wait_for(told.get_future());
   EXPECT_FALSE(ec) << ec.message();
   EXPECT_TRUE(held);
@@ -183,10 +185,12 @@ TEST_F(AsioSemaphoreTest, BusyUntilTheDeadlineCompletesEmptyByIt) {
   }
   const auto begun = Clock::now();
   std::promise<Got> told;
-  async_try_acquire_until(exports, std::chrono::system_clock::now() + 200ms,
-                          asio::bind_executor(io_, [&](std::error_code ec, AsyncPermit permit) {
-                            told.set_value(Got{ec, std::move(permit)});
-                          }));
+  async_try_acquire_until(
+      exports, std::chrono::system_clock::now() + 200ms,
+      asio::bind_executor(io_, testing::Completion<std::error_code, AsyncPermit>(
+                                   [&](std::error_code ec, AsyncPermit permit) {
+                                     told.set_value(Got{ec, std::move(permit)});
+                                   })));
   const Got until = wait_for(told.get_future());
   EXPECT_FALSE(until.ec) << until.ec.message();
   EXPECT_FALSE(until.hold);
@@ -284,9 +288,10 @@ TEST_F(AsioSemaphoreTest, APermitLostUnderATaskCancelsIt) {
                                            std::move(done)();
                                          }));
       },
-      asio::bind_executor(strand, [&](std::error_code ec, RunLocked outcome) {
-        ran.set_value({ec, outcome});
-      }));
+      asio::bind_executor(strand, testing::Completion<std::error_code, RunLocked>(
+                                      [&](std::error_code ec, RunLocked outcome) {
+                                        ran.set_value({ec, outcome});
+                                      })));
   ASSERT_TRUE(eventually([&] { return started.load() && live(exports) == 1; }));
   const std::string permits = server().command({"ZRANGE", exports.key(), "0", "-1"});
   ASSERT_EQ(server().command({"ZREM", exports.key(), permits}), "1");
@@ -312,21 +317,25 @@ TEST_F(AsioSemaphoreTest, AsyncAndBlockingHoldersNeverExceedTheCount) {
   };
   constexpr int async_waiters = 40;
   for (int i = 0; i < async_waiters; ++i) {
-    async_acquire(exports, asio::bind_executor(io_, [&](std::error_code ec, AsyncPermit permit) {
-                    if (ec || !permit) {
-                      ++errors;
-                      ++ended;
-                      return;
-                    }
-                    enter();
-                    --inside;
-                    auto kept = std::make_shared<AsyncPermit>(std::move(permit));
-                    async_release(*kept, asio::bind_executor(
-                                             io_, [&, kept](std::error_code e, Release outcome) {
-                                               if (e || outcome != Release::released) ++errors;
-                                               ++ended;
-                                             }));
-                  }));
+    async_acquire(
+        exports,
+        asio::bind_executor(
+            io_, testing::Completion<std::error_code, AsyncPermit>([&](std::error_code ec,
+                                                                       AsyncPermit permit) {
+              if (ec || !permit) {
+                ++errors;
+                ++ended;
+                return;
+              }
+              enter();
+              --inside;
+              auto kept = std::make_shared<AsyncPermit>(std::move(permit));
+              async_release(*kept,
+                            asio::bind_executor(io_, [&, kept](std::error_code e, Release outcome) {
+                              if (e || outcome != Release::released) ++errors;
+                              ++ended;
+                            }));
+            })));
   }
   std::vector<std::thread> threads;
   for (int t = 0; t < 2; ++t) {

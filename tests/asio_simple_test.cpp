@@ -77,9 +77,12 @@ TEST_F(AsioSimpleTest, RunGoesOnUntilAHoldGivenBackIsReleased) {
   SimpleMutex report(client, "async:simple", LockOptions().ttl(30s));
   asio::io_context own;
   bool held = false;
-  async_try_lock(report, asio::bind_executor(own, [&](std::error_code, SimpleHold hold) {
-                   held = static_cast<bool>(hold);  // given back as the handler ends
-                 }));
+  async_try_lock(report,
+                 asio::bind_executor(own, testing::Completion<std::error_code, SimpleHold>(
+                                              [&](std::error_code, SimpleHold hold) {
+                                                held = static_cast<bool>(
+                                                    hold);  // given back as the handler ends
+                                              })));
   own.run();
   EXPECT_TRUE(held);
   EXPECT_TRUE(told) << "run() returned before the hold's release was answered";
@@ -207,10 +210,12 @@ TEST_F(AsioSimpleFaultTest, AnAttemptOwedWhenItsContextGoesIsGivenBackApart) {
     asio::io_context own;  // run by this thread
     GotSimple warm;
     bool done = false;
-    async_try_lock(report, asio::bind_executor(own, [&](std::error_code ec, SimpleHold hold) {
-                     warm = GotSimple{ec, std::move(hold)};
-                     done = true;
-                   }));
+    async_try_lock(report,
+                   asio::bind_executor(own, testing::Completion<std::error_code, SimpleHold>(
+                                                [&](std::error_code ec, SimpleHold hold) {
+                                                  warm = GotSimple{ec, std::move(hold)};
+                                                  done = true;
+                                                })));
     while (!done && own.run_one() > 0) {
     }
     ASSERT_TRUE(warm.hold) << warm.ec.message();  // the link is connected
@@ -218,7 +223,9 @@ TEST_F(AsioSimpleFaultTest, AnAttemptOwedWhenItsContextGoesIsGivenBackApart) {
     ASSERT_TRUE(eventually([&] { return !key_exists(report.key()); }));
     proxy_->stall(testing::FaultProxy::Direction::to_client);
     proxy_->sync();
-    async_try_lock(report, asio::bind_executor(own, [](std::error_code, SimpleHold) {}));
+    async_try_lock(report,
+                   asio::bind_executor(own, testing::Completion<std::error_code, SimpleHold>(
+                                                [](std::error_code, SimpleHold) {})));
     ASSERT_TRUE(eventually([&] {
       own.poll();
       return key_exists(report.key());  // applied, its answer held back

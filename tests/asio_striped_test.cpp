@@ -358,16 +358,19 @@ TEST_F(AsioStripedTest, AsyncAndBlockingHoldersOfTheStripesExcludeEachOther) {
   std::mutex failures_mutex;
   std::vector<std::string> failures;
   for (int n = 0; n < waits; ++n) {
-    async_lock_any(segments, asio::bind_executor(io_, [&](std::error_code ec, AsyncStripe taken) {
-                     if (ec || !taken) {
-                       std::lock_guard<std::mutex> guard(failures_mutex);
-                       failures.push_back(ec.message());
-                     } else {
-                       enter(taken.stripe);
-                       leave(taken.stripe);  // then released as `taken` goes
-                     }
-                     if (served.fetch_add(1) + 1 == waits) all_served.set_value();
-                   }));
+    async_lock_any(segments, asio::bind_executor(
+                                 io_, testing::Completion<std::error_code, AsyncStripe>(
+                                          [&](std::error_code ec, AsyncStripe taken) {
+                                            if (ec || !taken) {
+                                              std::lock_guard<std::mutex> guard(failures_mutex);
+                                              failures.push_back(ec.message());
+                                            } else {
+                                              enter(taken.stripe);
+                                              leave(taken.stripe);  // then released as `taken` goes
+                                            }
+                                            if (served.fetch_add(1) + 1 == waits)
+                                              all_served.set_value();
+                                          })));
   }
   std::vector<std::thread> threads;
   for (int t = 0; t < 2; ++t) {

@@ -209,15 +209,17 @@ TEST_F(AsioTest, RunReturnsOnceNothingIsInFlight) {
   Mutex mutex(client, "async:run-returns");
   asio::io_context single;
   std::error_code released{make_error_code(Errc::io_error)};
-  async_try_lock(mutex, asio::bind_executor(single, [&](std::error_code ec, Hold hold) {
-                   ASSERT_FALSE(ec) << ec.message();
-                   ASSERT_TRUE(hold);
-                   auto shared = std::make_shared<Hold>(std::move(hold));
-                   async_release(*shared, asio::bind_executor(
-                                              single, [&, shared](std::error_code rc, Release) {
-                                                released = rc;
-                                              }));
-                 }));
+  async_try_lock(
+      mutex,
+      asio::bind_executor(
+          single, testing::Completion<std::error_code, Hold>([&](std::error_code ec, Hold hold) {
+            ASSERT_FALSE(ec) << ec.message();
+            ASSERT_TRUE(hold);
+            auto shared = std::make_shared<Hold>(std::move(hold));
+            async_release(*shared,
+                          asio::bind_executor(
+                              single, [&, shared](std::error_code rc, Release) { released = rc; }));
+          })));
   std::future<void> ran = std::async(std::launch::async, [&] { single.run(); });
   if (ran.wait_for(10s) != std::future_status::ready) {
     single.stop();
@@ -274,10 +276,11 @@ TEST_F(AsioTest, AHoldOutlivingItsContextIsStillGivenBack) {
   Hold kept;
   {
     asio::io_context own;
-    async_try_lock(mutex, asio::bind_executor(own, [&](std::error_code ec, Hold hold) {
-                     EXPECT_FALSE(ec) << ec.message();
-                     kept = std::move(hold);
-                   }));
+    async_try_lock(mutex, asio::bind_executor(own, testing::Completion<std::error_code, Hold>(
+                                                       [&](std::error_code ec, Hold hold) {
+                                                         EXPECT_FALSE(ec) << ec.message();
+                                                         kept = std::move(hold);
+                                                       })));
     own.run();
   }
   ASSERT_TRUE(kept);
@@ -294,13 +297,16 @@ TEST_F(AsioTest, AHoldDestroyedWithItsContextIsStillGivenBack) {
   {
     asio::io_context own;
     bool taken = false;
-    async_try_lock(mutex, asio::bind_executor(own, [&](std::error_code ec, Hold hold) {
-                     EXPECT_FALSE(ec) << ec.message();
-                     taken = static_cast<bool>(hold);
-                     auto held = std::make_shared<Hold>(std::move(hold));
-                     auto timer = std::make_shared<asio::steady_timer>(own, 60s);
-                     timer->async_wait([held, timer](std::error_code) {});
-                   }));
+    async_try_lock(
+        mutex,
+        asio::bind_executor(
+            own, testing::Completion<std::error_code, Hold>([&](std::error_code ec, Hold hold) {
+              EXPECT_FALSE(ec) << ec.message();
+              taken = static_cast<bool>(hold);
+              auto held = std::make_shared<Hold>(std::move(hold));
+              auto timer = std::make_shared<asio::steady_timer>(own, 60s);
+              timer->async_wait([held, timer](std::error_code) {});
+            })));
     while (!taken && own.run_one() > 0) {
     }
     ASSERT_TRUE(taken);
@@ -318,9 +324,12 @@ TEST_F(AsioTest, AReleaseOutlivingItsContextTouchesNothingOfIt) {
   ASSERT_TRUE(taken.hold) << taken.ec.message();
   {
     asio::io_context own;
-    async_release(taken.hold, asio::bind_executor(own, [](std::error_code, Release) {
-                    ADD_FAILURE() << "completed after its context was gone";
-                  }));
+    async_release(
+        taken.hold,
+        asio::bind_executor(
+            own, testing::Completion<std::error_code, Release>([](std::error_code, Release) {
+              ADD_FAILURE() << "completed after its context was gone";
+            })));
   }
   EXPECT_TRUE(eventually([&] { return !mutex.owns_lock(); }));
 }
@@ -450,24 +459,29 @@ TEST_F(AsioTest, ConcurrentTriesOnFourThreadsExcludeEachOther) {
       ++ended;
       return;
     }
-    async_try_lock(*mutexes[static_cast<std::size_t>(index)],
-                   asio::bind_executor(io_, [&, index, left](std::error_code ec, Hold hold) {
-                     if (ec) ++errors;
-                     const int name = index % names;
-                     if (!hold) return round(index, left - 1);
-                     ++acquired;
-                     // Counted from the grant until its release is asked for;
-                     // meanwhile the key holds this hold's token.
-                     if (++holders[static_cast<std::size_t>(name)] > 1) ++overlaps;
-                     const std::string& key = mutexes[static_cast<std::size_t>(index)]->key();
-                     if (server().command({"GET", key}) != hold.id()) ++overlaps;
-                     --holders[static_cast<std::size_t>(name)];
-                     auto shared = std::make_shared<Hold>(std::move(hold));
-                     async_release(*shared, asio::bind_executor(io_, [&, index, left, shared](
-                                                                         std::error_code, Release) {
-                       round(index, left - 1);
-                     }));
-                   }));
+    async_try_lock(
+        *mutexes[static_cast<std::size_t>(index)],
+        asio::bind_executor(
+            io_, testing::Completion<std::error_code, Hold>([&, index, left](std::error_code ec,
+                                                                             Hold hold) {
+              if (ec) ++errors;
+              const int name = index % names;
+              if (!hold) return round(index, left - 1);
+              ++acquired;
+              // Counted from the grant until its release is asked for;
+              // meanwhile the key holds this hold's token.
+              if (++holders[static_cast<std::size_t>(name)] > 1) ++overlaps;
+              const std::string& key = mutexes[static_cast<std::size_t>(index)]->key();
+              if (server().command({"GET", key}) != hold.id()) ++overlaps;
+              --holders[static_cast<std::size_t>(name)];
+              auto shared = std::make_shared<Hold>(std::move(hold));
+              async_release(
+                  *shared,
+                  asio::bind_executor(io_, testing::Completion<std::error_code, Release>(
+                                               [&, index, left, shared](std::error_code, Release) {
+                                                 round(index, left - 1);
+                                               })));
+            })));
   };
   for (int i = 0; i < names * per_name; ++i) round(i, rounds);
   ASSERT_TRUE(eventually([&] { return ended.load() == names * per_name; }, 60s));

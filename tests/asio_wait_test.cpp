@@ -46,7 +46,7 @@ class AsioWaitTest : public testing::AsioTest {
   }
 
   long long subscribers(const Mutex& mutex) {
-    return AsioTest::subscribers(detail::companion_key(mutex.key(), "released"));
+    return testing::AsioTest::subscribers(detail::companion_key(mutex.key(), "released"));
   }
   // An async waiter is asleep on the release channel, its subscription
   // confirmed.
@@ -73,22 +73,26 @@ class AsioWaitTest : public testing::AsioTest {
     std::atomic<int> inside{0};
     std::atomic<int> overlaps{0};
     for (int i = 0; i < waiters; ++i) {
-      async_lock(lock_of(i), asio::bind_executor(io_, [&](std::error_code ec, Hold hold) {
-                   if (ec || !hold) {
-                     ++errors;
-                     ++ended;
-                     return;
-                   }
-                   if (++inside > 1) ++overlaps;
-                   if (server().command({"GET", "async:herd"}) != hold.id()) ++overlaps;
-                   --inside;
-                   auto kept = std::make_shared<Hold>(std::move(hold));
-                   async_release(*kept,
-                                 asio::bind_executor(io_, [&, kept](std::error_code e, Release r) {
-                                   if (e || r != Release::released) ++errors;
-                                   ++ended;
-                                 }));
-                 }));
+      async_lock(
+          lock_of(i),
+          asio::bind_executor(
+              io_, testing::Completion<std::error_code, Hold>([&](std::error_code ec, Hold hold) {
+                if (ec || !hold) {
+                  ++errors;
+                  ++ended;
+                  return;
+                }
+                if (++inside > 1) ++overlaps;
+                if (server().command({"GET", "async:herd"}) != hold.id()) ++overlaps;
+                --inside;
+                auto kept = std::make_shared<Hold>(std::move(hold));
+                async_release(
+                    *kept, asio::bind_executor(io_, testing::Completion<std::error_code, Release>(
+                                                        [&, kept](std::error_code e, Release r) {
+                                                          if (e || r != Release::released) ++errors;
+                                                          ++ended;
+                                                        })));
+              })));
     }
     // Every waiter has tried twice (before and after subscribing) and sleeps.
     ASSERT_TRUE(eventually([&] { return set_calls() >= 2 * waiters; }, 30s));
@@ -318,21 +322,24 @@ TEST_F(AsioWaitTest, AsyncAndBlockingWaitersOnOneNameTakeTurns) {
   };
   for (int i = 0; i < async_waiters; ++i) {
     Mutex& mutex = *mutexes[static_cast<std::size_t>(i)];
-    async_lock(mutex, asio::bind_executor(io_, [&](std::error_code ec, Hold hold) {
-                 if (ec || !hold) {
-                   ++errors;
-                   ++ended;
-                   return;
-                 }
-                 ++acquired;
-                 enter(hold.id());
-                 auto shared = std::make_shared<Hold>(std::move(hold));
-                 async_release(*shared, asio::bind_executor(
-                                            io_, [&, shared](std::error_code e, Release outcome) {
-                                              if (e || outcome != Release::released) ++errors;
-                                              ++ended;
-                                            }));
-               }));
+    async_lock(
+        mutex,
+        asio::bind_executor(
+            io_, testing::Completion<std::error_code, Hold>([&](std::error_code ec, Hold hold) {
+              if (ec || !hold) {
+                ++errors;
+                ++ended;
+                return;
+              }
+              ++acquired;
+              enter(hold.id());
+              auto shared = std::make_shared<Hold>(std::move(hold));
+              async_release(*shared, asio::bind_executor(
+                                         io_, [&, shared](std::error_code e, Release outcome) {
+                                           if (e || outcome != Release::released) ++errors;
+                                           ++ended;
+                                         }));
+            })));
   }
   std::vector<std::thread> blocking;
   for (int t = 0; t < threads; ++t) {
@@ -396,20 +403,25 @@ TEST_F(AsioWaitTest, TenThousandWaitersOverAThousandNamesEachGetInAlone) {
   for (int i = 0; i < waiters; ++i) {
     mutexes.push_back(std::make_unique<Mutex>(client, name(i % names), LockOptions().ttl(30s)));
     Mutex& mutex = *mutexes.back();
-    async_lock(mutex, asio::bind_executor(io_, [&](std::error_code ec, Hold hold) {
-                 if (ec || !hold) {
-                   ++errors;
-                   ++ended;
-                   return;
-                 }
-                 if (server().command({"GET", mutex.key()}) != hold.id()) ++overlaps;
-                 auto kept = std::make_shared<Hold>(std::move(hold));
-                 async_release(*kept,
-                               asio::bind_executor(io_, [&, kept](std::error_code e, Release r) {
-                                 if (e || r != Release::released) ++errors;
-                                 ++ended;
-                               }));
-               }));
+    async_lock(
+        mutex,
+        asio::bind_executor(
+            io_, testing::Completion<std::error_code, Hold>([&](std::error_code ec, Hold hold) {
+              if (ec || !hold) {
+                ++errors;
+                ++ended;
+                return;
+              }
+              if (server().command({"GET", mutex.key()}) != hold.id()) ++overlaps;
+              auto kept = std::make_shared<Hold>(std::move(hold));
+              async_release(*kept,
+                            asio::bind_executor(io_, testing::Completion<std::error_code, Release>(
+                                                         [&, kept](std::error_code e, Release r) {
+                                                           if (e || r != Release::released)
+                                                             ++errors;
+                                                           ++ended;
+                                                         })));
+            })));
   }
   // Every waiter has tried twice (before and after subscribing) and sleeps.
   ASSERT_TRUE(eventually([&] { return set_calls() >= names + 2 * waiters; }, 60s));

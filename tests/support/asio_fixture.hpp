@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -40,6 +41,22 @@ struct Got {
   Held hold;
 };
 using Tried = Got<Hold>;
+
+/// A completion that hands what it got to a promise. A named type rather
+/// than a lambda in start(): a lambda there would be a type of its own for
+/// every call site, and each would instantiate the async operations anew
+/// (most of the async tests' compile time).
+template <class Held>
+struct Deliver {
+  std::shared_ptr<std::promise<Got<Held>>> done;
+  void operator()(std::error_code ec, Held hold) const {
+    done->set_value(Got<Held>{ec, std::move(hold)});
+  }
+};
+
+/// A handler written in place, as one type per signature (see Deliver).
+template <class... Args>
+using Completion = std::function<void(Args...)>;
 
 /// The calls of the async tests and the context they run on, over the
 /// servers of `Fixture` (a RedisTest's one server, a ClusterSuite's
@@ -84,10 +101,7 @@ class AsioOn : public Fixture {
   std::future<Got<Held>> start(Initiate initiate, asio::cancellation_slot slot = {}) {
     auto done = std::make_shared<std::promise<Got<Held>>>();
     std::future<Got<Held>> result = done->get_future();
-    initiate(asio::bind_cancellation_slot(
-        slot, asio::bind_executor(io_, [done](std::error_code ec, Held hold) {
-          done->set_value(Got<Held>{ec, std::move(hold)});
-        })));
+    initiate(asio::bind_cancellation_slot(slot, asio::bind_executor(io_, Deliver<Held>{done})));
     return result;
   }
   template <class T>

@@ -63,7 +63,7 @@ class AcquireOp : public std::enable_shared_from_this<AcquireOp<Lock, side, Hand
   static constexpr bool undoes_behind = UndoesBehind<Protocol>::value;
   static_assert(HasLinkSteps<Protocol>::value,
                 "async locks take a Mutex, a SimpleMutex, a ReentrantMutex, a SharedMutex, a "
-                "Redlock or a Semaphore (not yet a FairMutex)");
+                "Redlock or a Semaphore (not yet a FairMutex or a MultiMutex)");
 
  public:
   /// `wait` false: one attempt (async_try_lock), `deadline` ignored.
