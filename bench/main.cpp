@@ -28,7 +28,7 @@ const std::vector<Ratio> ratios = {
     {"BM_Mutex_LockUnlock", "BM_Raw_SetNxPx_EvalshaDelPublish", 1.05},
     {"BM_Mutex_LockGuard", "BM_Mutex_LockUnlock", 1.05},
     {"BM_Mutex_LockUnlock_Fenced", "BM_Raw_FencedAcquire_EvalshaDel", 1.05},
-    {"BM_MultiMutex_LockUnlock_3Names", "BM_Raw_SetNxPx_EvalshaDel", 1.5},
+    {"BM_MultiMutex_LockUnlock_3Names", "BM_Raw_SetNxPx_EvalshaDel", 1.6},
     {"BM_MultiMutex_LockUnlock_3Names", "BM_Mutex_LockUnlock_3InTurn", 0.5},
     {"BM_SimpleMutex_LockUnlock", "BM_Raw_SetNxPx_Del", 1.8},
     {"BM_Mutex_LockUnlock_Replicas1", "BM_Raw_SetNxPx_Wait1_EvalshaDel", 1.1},

@@ -16,11 +16,9 @@
 namespace distlock::bench {
 namespace {
 
+// try_lock() and unlock() of a free `lock`, again and again.
 template <class Lock>
-void lock_unlock(benchmark::State& state, const LockOptions& options,
-                 const ClientOptions& where = server_options()) {
-  Client client(where);
-  Lock lock(client, "bench:lock", options);
+void cycle(benchmark::State& state, Lock& lock) {
   const CycleCounters counters;
   for (auto _ : state) {
     if (!lock.try_lock()) {
@@ -30,6 +28,14 @@ void lock_unlock(benchmark::State& state, const LockOptions& options,
     lock.unlock();
   }
   counters.report(state);
+}
+
+template <class Lock>
+void lock_unlock(benchmark::State& state, const LockOptions& options,
+                 const ClientOptions& where = server_options()) {
+  Client client(where);
+  Lock lock(client, "bench:lock", options);
+  cycle(state, lock);
 }
 
 void BM_Mutex_LockUnlock(benchmark::State& state) { lock_unlock<Mutex>(state, LockOptions{}); }
@@ -44,13 +50,7 @@ BENCHMARK(BM_Mutex_LockUnlock_Tls)->UseRealTime();
 void BM_MultiMutex_LockUnlock_3Names(benchmark::State& state) {
   Client client(server_options());
   MultiMutex lock(client, {"bench:a", "bench:b", "bench:c"});
-  for (auto _ : state) {
-    if (!lock.try_lock()) {
-      state.SkipWithError("lock was not free");
-      break;
-    }
-    lock.unlock();
-  }
+  cycle(state, lock);
 }
 BENCHMARK(BM_MultiMutex_LockUnlock_3Names)->UseRealTime();
 

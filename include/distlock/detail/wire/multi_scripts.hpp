@@ -37,29 +37,34 @@ return {0, 1, -2, 'none'}
 
 /// MultiMutex release. KEYS[1..n] the lock keys, KEYS[n+1..2n] their
 /// release channels; ARGV[1] token. Deletes every key that still holds the
-/// token, announcing each on its channel in the same step, and no other:
-/// MGET reads a key of another type as nil, so a name some other data took
-/// is left alone. Returns 1 when every key held the token, -1 when some
+/// token (by one DEL), announcing each on its channel in the same step, and
+/// no other: MGET reads a key of another type as nil, so a name some other
+/// data took is left alone. Returns 1 when every key held the token, -1 when some
 /// key exists without it (another owner's, or not a lock), 0 otherwise
 /// (some ran out, none was taken).
 inline constexpr Script multi_release{
     R"lua(local n = #KEYS / 2
 local tokens = redis.call('mget', unpack(KEYS, 1, n))
-local released, taken = 0, false
+local mine, taken = {}, false
 for i = 1, n do
   if tokens[i] == ARGV[1] then
-    redis.call('del', KEYS[i])
-    redis.call('publish', KEYS[n + i], '0')
-    released = released + 1
+    mine[#mine + 1] = KEYS[i]
+    tokens[i] = true
   elseif redis.call('exists', KEYS[i]) == 1 then
     taken = true
   end
 end
-if released == n then return 1 end
+if #mine > 0 then
+  redis.call('del', unpack(mine))
+  for i = 1, n do
+    if tokens[i] == true then redis.call('publish', KEYS[n + i], '0') end
+  end
+end
+if #mine == n then return 1 end
 if taken then return -1 end
 return 0
 )lua",
-    "1d957130bdff4c9b52bc814e8f2ec7e70cdaed97"};
+    "ddc195263ea0ed6eb1121395fbb43a5fe078150d"};
 
 /// MultiMutex extend. KEYS the lock keys; ARGV[1] token, ARGV[2] new TTL in
 /// ms. Only when every key holds the token are they all given the TTL;
