@@ -67,8 +67,8 @@ struct NameGroup {
 /// and never changed: the views point into it.
 using NameGroups = std::vector<NameGroup>;
 
-/// Takes group `g` by its script; a refusal tells which key refused and
-/// its holder, checked as a Mutex checks its key.
+/// Takes `group` by its script; a refusal tells which key refused (`busy`,
+/// its place in the group) and its holder, checked as a Mutex checks its key.
 inline Attempt take_group(Connection& connection, const NameGroup& group, const std::string& token,
                           const Decimal& ttl, std::size_t& busy) {
   const Reply reply = connection.eval(scripts::multi_acquire, group.keys(), {token, ttl});
@@ -88,14 +88,17 @@ inline Attempt take_group(Connection& connection, const NameGroup& group, const 
   return attempt;
 }
 
-/// Gives back what `token` holds in `group`.
-inline TokenCheck give_group_back(Connection& connection, const NameGroup& group,
-                                  const std::string& token) {
-  return token_check(connection.eval(scripts::multi_release, group.keys_and_channels(), {token}),
-                     "multi release");
+/// Gives back what `token` holds in `group`, on its site by `deadline`.
+inline TokenCheck give_group_back(const NameGroup& group, const std::string& token,
+                                  SteadyClock::time_point deadline) {
+  return on_site(*group.site, deadline, [&](Connection& connection) {
+    return token_check(connection.eval(scripts::multi_release, group.keys_and_channels(), {token}),
+                       "multi release");
+  });
 }
 
-/// The first group's answer that is not done, else done.
+/// What several groups' answers come to: another owner's if any says so,
+/// else the first that is not done, else done.
 inline TokenCheck worst_of(TokenCheck a, TokenCheck b) noexcept {
   if (a == TokenCheck::other_token || b == TokenCheck::other_token) return TokenCheck::other_token;
   return a == TokenCheck::done ? b : a;
@@ -141,9 +144,7 @@ class MultiRenewer final : public Renewer {
     if (outcome == Renewed::gone) {
       for (const NameGroup& group : *groups_) {
         try {
-          on_site(*group.site, deadline, [&](Connection& connection) {
-            return give_group_back(connection, group, lease.token);
-          });
+          give_group_back(group, lease.token, deadline);
         } catch (...) {  // what is left runs out with its lease
         }
       }
@@ -179,9 +180,7 @@ class MultiProtocol : public OneKindProtocol {
     TokenCheck check = TokenCheck::done;
     for (const NameGroup& group : *groups_) {
       try {
-        check = worst_of(check, on_site(*group.site, no_deadline, [&](Connection& connection) {
-                           return give_group_back(connection, group, token);
-                         }));
+        check = worst_of(check, give_group_back(group, token, no_deadline));
       } catch (const Error&) {
         if (!failed) failed = std::current_exception();  // the others still go back
       }
@@ -373,19 +372,14 @@ inline void MultiProtocol::give_back_first(std::size_t count, const std::string&
       const NameGroup& group = (*groups_)[g];
       try {
         if (SteadyClock::now() < deadline) {
-          on_site(*group.site, deadline, [&](Connection& connection) {
-            return give_group_back(connection, group, token);
-          });
+          give_group_back(group, token, deadline);
           continue;
         }
       } catch (const Error&) {
       }
       group.site->connector().post([groups = groups_, g, token]() noexcept {
         try {
-          const NameGroup& later = (*groups)[g];
-          on_site(*later.site, no_deadline, [&](Connection& connection) {
-            return give_group_back(connection, later, token);
-          });
+          give_group_back((*groups)[g], token, no_deadline);
         } catch (...) {  // it runs out with its lease
         }
       });
