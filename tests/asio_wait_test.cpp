@@ -62,6 +62,34 @@ class AsioWaitTest : public testing::AsioTest {
     const std::string::size_type at = stats.find("cmdstat_set:calls=");
     return at == std::string::npos ? 0 : std::stoll(stats.substr(at + 18));
   }
+  // async_lock(mutex): on the grant `inside(hold)`, then the hold given
+  // back. A failed grant or release counts in `errors`, each end in `ended`.
+  void lock_then_release(Mutex& mutex, std::function<void(const Hold&)> inside,
+                         std::atomic<int>& errors, std::atomic<int>& ended) {
+    async_lock(
+        mutex,
+        asio::bind_executor(
+            io_,
+            testing::Completion<std::error_code, Hold>(
+                [this, inside = std::move(inside), &errors, &ended](std::error_code ec, Hold hold) {
+                  if (ec || !hold) {
+                    ++errors;
+                    ++ended;
+                    return;
+                  }
+                  inside(hold);
+                  auto kept = std::make_shared<Hold>(std::move(hold));
+                  async_release(*kept,
+                                asio::bind_executor(
+                                    io_, testing::Completion<std::error_code, Release>(
+                                             [kept, &errors, &ended](std::error_code e, Release r) {
+                                               if (e || r != Release::released) {
+                                                 ++errors;
+                                               }
+                                               ++ended;
+                                             })));
+                })));
+  }
   // `waiters` async_lock()s of `lock_of(i)`, on "async:herd", each
   // released as it is granted, after waiting behind another holder: each
   // gets in once, alone, in a few attempts.
@@ -73,26 +101,14 @@ class AsioWaitTest : public testing::AsioTest {
     std::atomic<int> inside{0};
     std::atomic<int> overlaps{0};
     for (int i = 0; i < waiters; ++i) {
-      async_lock(
+      lock_then_release(
           lock_of(i),
-          asio::bind_executor(
-              io_, testing::Completion<std::error_code, Hold>([&](std::error_code ec, Hold hold) {
-                if (ec || !hold) {
-                  ++errors;
-                  ++ended;
-                  return;
-                }
-                if (++inside > 1) ++overlaps;
-                if (server().command({"GET", "async:herd"}) != hold.id()) ++overlaps;
-                --inside;
-                auto kept = std::make_shared<Hold>(std::move(hold));
-                async_release(
-                    *kept, asio::bind_executor(io_, testing::Completion<std::error_code, Release>(
-                                                        [&, kept](std::error_code e, Release r) {
-                                                          if (e || r != Release::released) ++errors;
-                                                          ++ended;
-                                                        })));
-              })));
+          [&](const Hold& hold) {
+            if (++inside > 1) ++overlaps;
+            if (server().command({"GET", "async:herd"}) != hold.id()) ++overlaps;
+            --inside;
+          },
+          errors, ended);
     }
     // Every waiter has tried twice (before and after subscribing) and sleeps.
     ASSERT_TRUE(eventually([&] { return set_calls() >= 2 * waiters; }, 30s));
@@ -321,25 +337,13 @@ TEST_F(AsioWaitTest, AsyncAndBlockingWaitersOnOneNameTakeTurns) {
     --inside;
   };
   for (int i = 0; i < async_waiters; ++i) {
-    Mutex& mutex = *mutexes[static_cast<std::size_t>(i)];
-    async_lock(
-        mutex,
-        asio::bind_executor(
-            io_, testing::Completion<std::error_code, Hold>([&](std::error_code ec, Hold hold) {
-              if (ec || !hold) {
-                ++errors;
-                ++ended;
-                return;
-              }
-              ++acquired;
-              enter(hold.id());
-              auto shared = std::make_shared<Hold>(std::move(hold));
-              async_release(*shared, asio::bind_executor(
-                                         io_, [&, shared](std::error_code e, Release outcome) {
-                                           if (e || outcome != Release::released) ++errors;
-                                           ++ended;
-                                         }));
-            })));
+    lock_then_release(
+        *mutexes[static_cast<std::size_t>(i)],
+        [&](const Hold& hold) {
+          ++acquired;
+          enter(hold.id());
+        },
+        errors, ended);
   }
   std::vector<std::thread> blocking;
   for (int t = 0; t < threads; ++t) {
@@ -403,25 +407,12 @@ TEST_F(AsioWaitTest, TenThousandWaitersOverAThousandNamesEachGetInAlone) {
   for (int i = 0; i < waiters; ++i) {
     mutexes.push_back(std::make_unique<Mutex>(client, name(i % names), LockOptions().ttl(30s)));
     Mutex& mutex = *mutexes.back();
-    async_lock(
+    lock_then_release(
         mutex,
-        asio::bind_executor(
-            io_, testing::Completion<std::error_code, Hold>([&](std::error_code ec, Hold hold) {
-              if (ec || !hold) {
-                ++errors;
-                ++ended;
-                return;
-              }
-              if (server().command({"GET", mutex.key()}) != hold.id()) ++overlaps;
-              auto kept = std::make_shared<Hold>(std::move(hold));
-              async_release(*kept,
-                            asio::bind_executor(io_, testing::Completion<std::error_code, Release>(
-                                                         [&, kept](std::error_code e, Release r) {
-                                                           if (e || r != Release::released)
-                                                             ++errors;
-                                                           ++ended;
-                                                         })));
-            })));
+        [&](const Hold& hold) {
+          if (server().command({"GET", mutex.key()}) != hold.id()) ++overlaps;
+        },
+        errors, ended);
   }
   // Every waiter has tried twice (before and after subscribing) and sleeps.
   ASSERT_TRUE(eventually([&] { return set_calls() >= names + 2 * waiters; }, 60s));
