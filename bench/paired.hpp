@@ -19,6 +19,18 @@
 
 namespace distlock::bench {
 
+/// The counters of a paired run: each side's time per cycle and their
+/// ratio.
+inline void report_pair(benchmark::State& state, std::chrono::duration<double> lock_total,
+                        std::chrono::duration<double> floor_total) {
+  if (floor_total.count() <= 0) return;
+  state.counters["lock_us"] =
+      benchmark::Counter(lock_total.count() * 1e6, benchmark::Counter::kAvgIterations);
+  state.counters["floor_us"] =
+      benchmark::Counter(floor_total.count() * 1e6, benchmark::Counter::kAvgIterations);
+  state.counters["ratio"] = benchmark::Counter(lock_total / floor_total);
+}
+
 /// Runs `lock_cycle` and `floor_cycle` in turns, the one that goes first
 /// alternating, and times each. The benchmark's time is the lock's
 /// (register it with UseManualTime()); its counters are lock_us and
@@ -44,12 +56,30 @@ void run_paired(benchmark::State& state, LockCycle lock_cycle, FloorCycle floor_
     state.SetIterationTime(lock.count());
     lock_first = !lock_first;
   }
-  if (floor_total.count() <= 0) return;
-  state.counters["lock_us"] =
-      benchmark::Counter(lock_total.count() * 1e6, benchmark::Counter::kAvgIterations);
-  state.counters["floor_us"] =
-      benchmark::Counter(floor_total.count() * 1e6, benchmark::Counter::kAvgIterations);
-  state.counters["ratio"] = benchmark::Counter(lock_total / floor_total);
+  report_pair(state, lock_total, floor_total);
+}
+
+/// The same for cycles that time themselves (a handoff's start is not its
+/// call's): each returns its duration, or nothing if it failed, having
+/// recorded why on `state`.
+template <class LockCycle, class FloorCycle>
+void run_paired_timed(benchmark::State& state, LockCycle lock_cycle, FloorCycle floor_cycle) {
+  using Seconds = std::chrono::duration<double>;
+  Seconds lock_total{0};
+  Seconds floor_total{0};
+  bool lock_first = true;
+  for (auto _ : state) {
+    const auto first = lock_first ? lock_cycle() : floor_cycle();
+    if (!first) break;
+    const auto second = lock_first ? floor_cycle() : lock_cycle();
+    if (!second) break;
+    const Seconds lock = lock_first ? *first : *second;
+    lock_total += lock;
+    floor_total += lock_first ? *second : *first;
+    state.SetIterationTime(lock.count());
+    lock_first = !lock_first;
+  }
+  report_pair(state, lock_total, floor_total);
 }
 
 /// One try_lock() + unlock() of `lock`, as a cycle for run_paired(); false,

@@ -1,16 +1,15 @@
 // Waiting and leases: how fast a waiter gets a released lock (with the
-// notifier, with 50 ms polling, and the raw pub/sub floor), and what one
+// notifier, with 50 ms polling, and the raw pub/sub floor; alone and in
+// turns with the floor), and what one
 // watchdog round over 1,000 leases costs against 1,000 pipelined PEXPIREs
 // (and, for read holds, against the three commands per lease their layout
 // needs).
 #include <benchmark/benchmark.h>
-#include <sys/socket.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -22,73 +21,13 @@
 #include "distlock/reentrant_mutex.hpp"
 #include "distlock/shared_mutex.hpp"
 #include "distlock/simple_mutex.hpp"
+#include "handoff.hpp"
+#include "paired.hpp"
 
 namespace distlock::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A thread that, on each go(), calls lock() on its own lock object and
-// reports when it got it; then it unlocks before the next round.
-template <class Lock>
-class Waiter {
- public:
-  explicit Waiter(Lock& lock) : lock_(lock), thread_([this] { run(); }) {}
-  ~Waiter() {
-    {
-      std::lock_guard guard(mutex_);
-      stop_ = true;
-    }
-    changed_.notify_all();
-    thread_.join();
-  }
-
-  // Starts a lock() and returns once the waiter has found the lock held and
-  // gone to sleep on it: once `asleep()` says so (it blocks until then), or
-  // after 2 ms of idling without it.
-  template <class Asleep>
-  void go(Asleep&& asleep) {
-    {
-      std::lock_guard guard(mutex_);
-      ++round_;
-    }
-    changed_.notify_all();
-    asleep();
-  }
-
-  // Waits for the round's lock() to return; its moment of return.
-  Clock::time_point acquired() {
-    std::unique_lock guard(mutex_);
-    changed_.wait(guard, [&] { return done_ == round_; });
-    return acquired_at_;
-  }
-
- private:
-  void run() {
-    std::unique_lock guard(mutex_);
-    for (;;) {
-      changed_.wait(guard, [&] { return stop_ || round_ > done_; });
-      if (stop_) return;
-      guard.unlock();
-      lock_.lock();
-      const Clock::time_point at = Clock::now();
-      lock_.unlock();
-      guard.lock();
-      acquired_at_ = at;
-      ++done_;
-      changed_.notify_all();
-    }
-  }
-
-  Lock& lock_;
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  long round_ = 0;
-  long done_ = 0;
-  bool stop_ = false;
-  Clock::time_point acquired_at_{};
-  std::thread thread_;
-};
 
 // Calls of one command the server has run (INFO commandstats); -1 if the
 // reply does not say.
@@ -140,19 +79,14 @@ template <class Lock, class Asleep>
 void handoff(benchmark::State& state, Lock& holder, Lock& waiting, Asleep&& asleep) {
   Waiter<Lock> waiter(waiting);
   for (auto _ : state) {
-    holder.lock();
-    waiter.go(asleep);
-    const Clock::time_point released = Clock::now();
-    holder.unlock();
-    const Clock::time_point acquired = waiter.acquired();
-    state.SetIterationTime(std::chrono::duration<double>(acquired - released).count());
+    const Clock::duration took = lock_handoff(holder, waiter, asleep);
+    state.SetIterationTime(std::chrono::duration<double>(took).count());
   }
 }
 
 template <class Lock>
 void handoff(benchmark::State& state, Lock& holder, Lock& waiting) {
-  handoff(state, holder, waiting,
-          [] { std::this_thread::sleep_for(std::chrono::milliseconds(2)); });
+  handoff(state, holder, waiting, idle_2ms);
 }
 
 // The holder releases as soon as the waiter sleeps, from a busy machine: the
@@ -187,6 +121,38 @@ BENCHMARK(BM_Mutex_Handoff_Idle2ms)->UseManualTime()->Iterations(2000);
 void BM_FairMutex_Handoff_Idle2ms(benchmark::State& state) { handoff_idle_2ms<FairMutex>(state); }
 BENCHMARK(BM_FairMutex_Handoff_Idle2ms)->UseManualTime()->Iterations(2000);
 
+// The idle handoffs in turns with the raw floor's (paired.hpp), so that
+// both see the machine at the same moment.
+template <class Lock>
+void paired_handoff_idle_2ms(benchmark::State& state) {
+  Client client(server_options());
+  const LockOptions options = LockOptions{}.ttl(std::chrono::seconds(30));
+  Lock holder(client, "bench:handoff", options);
+  Lock waiting(client, "bench:handoff", options);
+  Waiter<Lock> waiter(waiting);
+  RawHandoff raw(state);
+  run_paired_timed(
+      state,
+      [&]() -> std::optional<Clock::duration> { return lock_handoff(holder, waiter, idle_2ms); },
+      [&] { return raw.handoff(std::chrono::milliseconds(2)); });
+}
+
+void BM_Paired_Mutex_Handoff_Idle2ms(benchmark::State& state) {
+  paired_handoff_idle_2ms<Mutex>(state);
+}
+BENCHMARK(BM_Paired_Mutex_Handoff_Idle2ms)->UseManualTime()->Iterations(2000);
+
+// The hash layout's handoff: what FairMutex's costs beside it is its queue.
+void BM_Paired_ReentrantMutex_Handoff_Idle2ms(benchmark::State& state) {
+  paired_handoff_idle_2ms<ReentrantMutex>(state);
+}
+BENCHMARK(BM_Paired_ReentrantMutex_Handoff_Idle2ms)->UseManualTime()->Iterations(2000);
+
+void BM_Paired_FairMutex_Handoff_Idle2ms(benchmark::State& state) {
+  paired_handoff_idle_2ms<FairMutex>(state);
+}
+BENCHMARK(BM_Paired_FairMutex_Handoff_Idle2ms)->UseManualTime()->Iterations(2000);
+
 void BM_Mutex_Handoff_Polling50ms(benchmark::State& state) {
   Client client(server_options());
   const LockOptions options = LockOptions{}.ttl(std::chrono::seconds(30)).wake_on_release(false);
@@ -197,60 +163,15 @@ void BM_Mutex_Handoff_Polling50ms(benchmark::State& state) {
 }
 BENCHMARK(BM_Mutex_Handoff_Polling50ms)->UseManualTime()->Iterations(20);
 
-// The floor: the holder releases with one EVALSHA that deletes and
-// publishes; a thread blocked reading its subscribed connection gets the
-// message and at once sends SET NX PX on its own connection. Measured from
-// the release call to that SET's OK. With `idle`, the holder first pauses
-// as long as Waiter::go() does before each of BM_Mutex_Handoff_Idle2ms's
-// releases, so that both hand over from the same idle start.
+// The floor: the raw handoff (handoff.hpp), from the same busy or idle
+// start as the Mutex's.
 void raw_handoff(benchmark::State& state, std::chrono::milliseconds idle) {
-  const ClientOptions& where = server_options();
-  const RawConnection holder = raw_connect(where);
-  const RawConnection subscriber = raw_connect(where);
-  const RawConnection taker = raw_connect(where);
-  const std::string sha = load_script(compare_delete_publish_lua);
-  const RawCommand take{"SET", "bench:raw-handoff", "taker", "NX", "PX", "30000"};
-  const RawCommand give_back{"DEL", "bench:raw-handoff"};
-  const RawCommand hold{"SET", "bench:raw-handoff", "holder", "NX", "PX", "30000"};
-  const RawCommand release{"EVALSHA", sha, "2", "bench:raw-handoff", "bench:raw-channel", "holder"};
-  const RawCommand subscribe{"SUBSCRIBE", "bench:raw-channel"};
-  if (!subscribe.run(subscriber.get(), REDIS_REPLY_ARRAY, state)) return;
-
-  std::mutex mutex;
-  std::condition_variable changed;
-  long round = 0;
-  long done = 0;
-  bool ok = true;
-  Clock::time_point taken_at{};
-  std::thread taker_thread([&] {
-    for (;;) {
-      void* message = nullptr;
-      if (redisGetReply(subscriber.get(), &message) != REDIS_OK) return;  // closed at the end
-      freeReplyObject(message);
-      const bool took = take.run(taker.get(), REDIS_REPLY_STATUS);
-      const Clock::time_point at = Clock::now();
-      std::lock_guard guard(mutex);
-      ok = ok && took;
-      taken_at = at;
-      ++done;
-      changed.notify_all();
-    }
-  });
+  RawHandoff raw(state);
   for (auto _ : state) {
-    if (!hold.run(holder.get(), REDIS_REPLY_STATUS, state)) break;
-    ++round;
-    if (idle.count() > 0) std::this_thread::sleep_for(idle);
-    const Clock::time_point released = Clock::now();
-    if (!release.run(holder.get(), REDIS_REPLY_INTEGER, state)) break;
-    std::unique_lock guard(mutex);
-    changed.wait(guard, [&] { return done == round; });
-    if (!ok) break;
-    state.SetIterationTime(std::chrono::duration<double>(taken_at - released).count());
-    guard.unlock();
-    if (!give_back.run(holder.get(), REDIS_REPLY_INTEGER, state)) break;
+    const std::optional<Clock::duration> took = raw.handoff(idle);
+    if (!took) break;
+    state.SetIterationTime(std::chrono::duration<double>(*took).count());
   }
-  ::shutdown(subscriber->fd, SHUT_RDWR);  // ends the taker's blocking read
-  taker_thread.join();
 }
 
 void BM_Raw_Handoff_PubSub(benchmark::State& state) {

@@ -1,8 +1,9 @@
 // Tests for fair_mutex.hpp against real redis-servers: Redisson's RFairLock
 // layout, grants in arrival order (threads and processes), a waiter that
 // stops asking (SIGKILL) or gives up (deadline, cancel_waits) leaving the
-// queue, places kept through holds longer than the waiter timeout, try_lock
-// never jumping the queue, a Redisson-style peer in the same line,
+// queue, a late waiter served when it asks at the front, places kept
+// through holds longer than the waiter timeout, try_lock never jumping the
+// queue, a Redisson-style peer in the same line,
 // re-entry, fencing and bad arguments.
 #include "distlock/fair_mutex.hpp"
 
@@ -314,6 +315,31 @@ TEST_F(FairMutexTest, ARedissonPeerWaitsInTheSameLine) {
   peer_releases("java:7");
   EXPECT_EQ(cpp_told.next(), "0");  // still in line: its turn, told
   EXPECT_TRUE(waited.get());
+}
+
+// A waiter that asks is alive: at the front, its deadline passed (it was
+// slow to ask), it is served, not dropped behind those after it; anyone
+// else's script drops it. The grant moves the others up one place.
+TEST_F(FairMutexTest, AWaiterAtTheFrontPastItsDeadlineIsServedWhenItAsks) {
+  const auto ask = [&](const std::string& owner) {
+    return client().command("EVAL", std::string(scripts::fair_acquire.source), "3", "turns", queue,
+                            deadlines, "30000", owner, "10000", "1");
+  };
+  const long long now = server_ms();
+  client().command("RPUSH", queue, "late:1", "next:2", "last:3");
+  client().command("ZADD", deadlines, std::to_string(now - 1000), "late:1",
+                   std::to_string(now + 20000), "next:2", std::to_string(now + 30000), "last:3");
+  ASSERT_TRUE(ask("late:1").is_nil()) << "the late front waiter was not served";
+  EXPECT_EQ(client().command("HGET", "turns", "late:1").str(), "1");
+  EXPECT_EQ(queue_now(), (std::vector<std::string>{"next:2", "last:3"}));
+  EXPECT_EQ(client().command("ZSCORE", deadlines, "next:2").str(), std::to_string(now + 10000));
+  EXPECT_EQ(client().command("ZSCORE", deadlines, "last:3").str(), std::to_string(now + 20000));
+  client().command("DEL", "turns");
+  // Now next:2 is late at the front; last:3 asking drops it and is served.
+  client().command("ZADD", deadlines, std::to_string(now - 1000), "next:2");
+  ASSERT_TRUE(ask("last:3").is_nil()) << "the late waiter was not dropped";
+  EXPECT_TRUE(queue_now().empty());
+  EXPECT_EQ(client().command("ZCARD", deadlines).integer(), 0);
 }
 
 TEST_F(FairMutexTest, ReentersWithoutTheQueue) {

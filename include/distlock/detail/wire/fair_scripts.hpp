@@ -10,7 +10,9 @@
 // Redisson's, these scripts read the time from the server (TIME), not from
 // the caller, and a waiter that asks again renews its deadline for its
 // place. A waiter at the front whose deadline has passed stopped asking
-// (crashed, or gave up unheard): the next script to run drops it.
+// (crashed, or gave up unheard): the next script run for anyone else drops
+// it; the waiter itself, asking, is alive, and takes its turn (which also
+// spares the grant to the front, the handoff, a clock read).
 // A release announces itself to the front waiter alone, on
 // "redisson_lock__channel:{name}:<its owner id>", as Redisson's does.
 // detail/wire/scripts.hpp lists these with the others in scripts::all.
@@ -40,14 +42,16 @@ inline constexpr Script fair_acquire{
 end
 local wait = tonumber(ARGV[3])
 local now
-local first = redis.call('lindex', KEYS[2], 0)
-if first then now = clock() end
-while first do
+local front = redis.call('lrange', KEYS[2], 0, 1)
+local first = front[1]
+if first and first ~= ARGV[2] then now = clock() end
+while first and first ~= ARGV[2] do
   local due = tonumber(redis.call('zscore', KEYS[3], first))
   if due and due > now then break end
   redis.call('lpop', KEYS[2])
   redis.call('zrem', KEYS[3], first)
-  first = redis.call('lindex', KEYS[2], 0)
+  front = redis.call('lrange', KEYS[2], 0, 1)
+  first = front[1]
 end
 local held = redis.call('exists', KEYS[1]) == 1
 local mine = held and redis.call('hexists', KEYS[1], ARGV[2]) == 1
@@ -62,8 +66,10 @@ if mine or (not held and (not first or first == ARGV[2])) then
   if first == ARGV[2] and not mine then
     redis.call('lpop', KEYS[2])
     redis.call('zrem', KEYS[3], ARGV[2])
-    for _, waiter in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
-      redis.call('zincrby', KEYS[3], -wait, waiter)
+    if front[2] then
+      for _, waiter in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+        redis.call('zincrby', KEYS[3], -wait, waiter)
+      end
     end
   end
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
@@ -98,7 +104,7 @@ ask = math.max(1, math.min(ask, math.floor(wait / 3)))
 if KEYS[4] then return {0, ask} end
 return ask
 )lua",
-    "1167b132a01d4cbdc0a37553251c087ddfb0d1ac"};
+    "8c08ce98bcdb3d178d1b4c34fbd6b41b21f4ef5f"};
 
 /// FairMutex release. KEYS[1] hash, KEYS[2] queue, KEYS[3] deadlines;
 /// ARGV[1] owner, ARGV[2] the release channel's stem. One hold fewer; the
