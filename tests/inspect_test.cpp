@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include "distlock/fair_mutex.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/reentrant_mutex.hpp"
 #include "distlock/shared_mutex.hpp"
@@ -244,12 +245,12 @@ TEST_F(Inspect, ForceUnlockRemovesReadersTimeoutKeys) {
 // A waiter woken by the release announcement sleeps until the holder's
 // lease ends (30 s here) or its own deadline (20 s): only force_unlock's
 // announcement lets it in within 10 s. `command` is what the waiter's
-// attempts run.
-template <class Lock, class Acquire>
-void expect_force_unlock_wakes(Client& client, const char* command, Acquire acquire) {
+// attempts run; `more` goes to each lock's constructor after its options.
+template <class Lock, class Acquire, class... More>
+void expect_force_unlock_wakes(Client& client, const char* command, Acquire acquire, More... more) {
   for (const Script* script : scripts::all) client.command("SCRIPT", "LOAD", script->source);
-  Lock holder(client, "w", LockOptions{}.ttl(30s));
-  Lock waiter(client, "w", LockOptions{}.ttl(30s));
+  Lock holder(client, "w", LockOptions{}.ttl(30s), more...);
+  Lock waiter(client, "w", LockOptions{}.ttl(30s), more...);
   ASSERT_TRUE(holder.try_lock());
   client.command("CONFIG", "RESETSTAT");
   auto waiting = std::async(std::launch::async, [&] { return acquire(waiter); });
@@ -268,6 +269,11 @@ TEST_F(Inspect, ForceUnlockWakesWaitersOfEveryKind) {
                                             [](ReentrantMutex& m) { return m.try_lock_for(20s); });
   expect_force_unlock_wakes<SharedMutex>(client(), "evalsha",
                                          [](SharedMutex& m) { return m.try_lock_shared_for(20s); });
+  // A fair waiter hears only its own channel; with a long waiter timeout
+  // it would ask again only when the holder's lease ends.
+  expect_force_unlock_wakes<FairMutex>(
+      client(), "evalsha", [](FairMutex& m) { return m.try_lock_for(20s); }, AcquirePolicy{},
+      FairMutex::redisson_waiter_timeout);
 }
 
 }  // namespace

@@ -73,12 +73,12 @@ DISTLOCK_DECL bool is_locked(const Backend& backend, std::string_view name,
 /// whatever holds it, in one atomic step that also checks it is a lock
 /// (lock_layout.hpp): a lease's string key, or a ReentrantMutex's or
 /// SharedMutex's hash with every reader's timeout key. Announces the
-/// release on every lock type's channel, so waiters of any kind look again
-/// at once. The fencing counter is kept: the next holder's fence is still
-/// higher than every earlier one. A key that is no lock (no expiry, a hash
-/// of other fields, another type) is left alone: NotALockError, naming the
-/// key and what it holds ("key 'user:42' is a string without expiry, not a
-/// lock; not deleted"). Returns whether a lock was there.
+/// release on every lock type's channel (and to a FairMutex's front
+/// waiter on its own), so waiters of any kind look again at once. The fencing counter is kept: the
+/// next holder's fence is still higher than every earlier one. A key that is no lock (no expiry, a
+/// hash of other fields, another type) is left alone: NotALockError, naming the key and what it
+/// holds ("key 'user:42' is a string without expiry, not a lock; not deleted"). Returns whether a
+/// lock was there.
 ///
 /// The holder is not told until it next touches Redis: its renewal finds
 /// the lease gone (lost(), on_lost), its release() answers expired, and
@@ -151,10 +151,12 @@ DISTLOCK_DECL bool force_unlock(const Backend& backend, std::string_view name,
   const std::string reentrant_channel = detail::redisson_prefixed("redisson_lock__channel", key);
   const std::string shared_channel = detail::redisson_prefixed("redisson_rwlock", key);
   const std::string stem = detail::redisson_tagged(key);
+  const std::string fair_queue = detail::redisson_prefixed("redisson_lock_queue", key);
   const Reply reply =
       detail::on_site(*backend.site_for(key), detail::no_deadline, [&](Connection& connection) {
-        return connection.eval(scripts::force_unlock,
-                               {key, lease_channel, reentrant_channel, shared_channel, stem}, {});
+        return connection.eval(
+            scripts::force_unlock,
+            {key, lease_channel, reentrant_channel, shared_channel, stem, fair_queue}, {});
       });
   if (reply.size() == 3) {
     const std::string type(reply[0].str());

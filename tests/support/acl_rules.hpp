@@ -159,7 +159,8 @@ inline const Rules redlock_rules =
             lease_commands,
             {"+publish", "~jobs:*", "~{jobs:*}:released", "&{jobs:*}:released"}});
 // inspect() and is_locked() read in one MULTI/EXEC; force_unlock() is one
-// script over the key, the read holds' timeout keys and every channel.
+// script over the key, the read holds' timeout keys, every channel and a
+// fair queue's front (told on its own channel).
 inline const Rules admin_rules = {"+multi",
                                   "+exec",
                                   "+type",
@@ -169,6 +170,7 @@ inline const Rules admin_rules = {"+multi",
                                   "+eval",
                                   "+del",
                                   "+publish",
+                                  "+lindex",
                                   "~jobs:*",
                                   "~{jobs:*}",
                                   "~{jobs:*}:*rwlock_timeout*",
@@ -177,7 +179,9 @@ inline const Rules admin_rules = {"+multi",
                                   "~redisson_lock__channel:{jobs:*}",
                                   "&redisson_lock__channel:{jobs:*}",
                                   "~redisson_rwlock:{jobs:*}",
-                                  "&redisson_rwlock:{jobs:*}"};
+                                  "&redisson_rwlock:{jobs:*}",
+                                  "~redisson_lock_queue:{jobs:*}",
+                                  "&redisson_lock__channel:{jobs:*}:*"};
 
 // The cluster's extras, on every node: the slot map (CLUSTER SHARDS, and
 // CLUSTER SLOTS where a SHARDS reply is doubtful while a failover settles),

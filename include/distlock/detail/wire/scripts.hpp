@@ -97,12 +97,14 @@ return gone
 
 /// Administrative force_unlock (inspect.hpp), for every layout. KEYS[1]
 /// lock, KEYS[2..4] the release channels of Mutex, ReentrantMutex and
-/// SharedMutex, KEYS[5] the read holds' timeout-key stem ("{name}").
-/// Deletes a lock of any holder (lock_layout.hpp's rule, checked in the
-/// same step: a string with an expiry, or a Redisson hash with an expiry,
-/// and then a read-write lock's timeout keys too) and announces the release
-/// on every channel, so every kind of waiter looks again; the fence counter
-/// stays. A timeout key that expired ends the deletion of an owner's: the
+/// SharedMutex, KEYS[5] the read holds' timeout-key stem ("{name}"),
+/// KEYS[6] a FairMutex's queue. Deletes a lock of any holder
+/// (lock_layout.hpp's rule, checked in the same step: a string with an
+/// expiry, or a Redisson hash with an expiry, and then a read-write lock's
+/// timeout keys too) and announces the release on every channel, so every
+/// kind of waiter looks again, and to the fair queue's front waiter on its
+/// own channel (KEYS[3]:<its id>, as fair_release tells it); the fence
+/// counter stays. A timeout key that expired ends the deletion of an owner's: the
 /// ones after it expire by themselves, and a hold count read from the hash
 /// bounds nothing (a loop to it could block the server). Anything else is
 /// left alone. Returns 1 removed, 0 nothing there, or {type, why, field}
@@ -140,9 +142,11 @@ if kind == 'hash' then
 end
 redis.call('del', KEYS[1])
 for i = 2, 4 do redis.call('publish', KEYS[i], '0') end
+local first = redis.call('lindex', KEYS[6], 0)
+if first then redis.call('publish', KEYS[3] .. ':' .. first, '0') end
 return 1
 )lua",
-    "69cbecbbc9246d21d654abf0499eb14b7dd78b15"};
+    "18eff14ce51510bbbd4afab872b2b8b61c5d5938"};
 
 /// Every script above, for checks that cover them all.
 inline constexpr const Script* all[] = {&release,           &extend,
