@@ -15,6 +15,8 @@
 #include <thread>
 
 #include "bench_support.hpp"
+#include "distlock/client.hpp"
+#include "distlock/lock_options.hpp"
 
 namespace distlock::bench {
 
@@ -80,6 +82,15 @@ class Waiter {
   bool stop_ = false;
   std::chrono::steady_clock::time_point acquired_at_{};
   std::thread thread_;
+};
+
+/// A holder and a waiting lock object on one name, through one Client,
+/// with leases that outlast any round.
+template <class Lock>
+struct HandoffLocks {
+  Client client{server_options()};
+  Lock holder{client, "bench:handoff", LockOptions{}.ttl(std::chrono::seconds(30))};
+  Lock waiting{client, "bench:handoff", LockOptions{}.ttl(std::chrono::seconds(30))};
 };
 
 /// The idle start: the holder pauses 2 ms while the waiter goes to sleep.

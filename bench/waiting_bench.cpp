@@ -107,11 +107,8 @@ BENCHMARK(BM_Mutex_Handoff)->UseManualTime()->Iterations(2000);
 // the raw floor twice what a busy one does).
 template <class Lock>
 void handoff_idle_2ms(benchmark::State& state) {
-  Client client(server_options());
-  const LockOptions options = LockOptions{}.ttl(std::chrono::seconds(30));
-  Lock holder(client, "bench:handoff", options);
-  Lock waiting(client, "bench:handoff", options);
-  handoff(state, holder, waiting);
+  HandoffLocks<Lock> locks;
+  handoff(state, locks.holder, locks.waiting);
 }
 
 void BM_Mutex_Handoff_Idle2ms(benchmark::State& state) { handoff_idle_2ms<Mutex>(state); }
@@ -125,15 +122,14 @@ BENCHMARK(BM_FairMutex_Handoff_Idle2ms)->UseManualTime()->Iterations(2000);
 // both see the machine at the same moment.
 template <class Lock>
 void paired_handoff_idle_2ms(benchmark::State& state) {
-  Client client(server_options());
-  const LockOptions options = LockOptions{}.ttl(std::chrono::seconds(30));
-  Lock holder(client, "bench:handoff", options);
-  Lock waiting(client, "bench:handoff", options);
-  Waiter<Lock> waiter(waiting);
+  HandoffLocks<Lock> locks;
+  Waiter<Lock> waiter(locks.waiting);
   RawHandoff raw(state);
   run_paired_timed(
       state,
-      [&]() -> std::optional<Clock::duration> { return lock_handoff(holder, waiter, idle_2ms); },
+      [&]() -> std::optional<Clock::duration> {
+        return lock_handoff(locks.holder, waiter, idle_2ms);
+      },
       [&] { return raw.handoff(std::chrono::milliseconds(2)); });
 }
 
