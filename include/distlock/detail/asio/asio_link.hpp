@@ -292,10 +292,12 @@ class AsioLink : public std::enable_shared_from_this<AsioLink> {
         std::shared_ptr<AsioLink> self = weak.lock();
         if (!self) return;
         const Strand strand = self->strand_;
+        // The failure moves too: were this thread to drop the last copy, it
+        // would destroy the exception while the strand may still read it,
+        // through a count TSan does not see in an uninstrumented libstdc++.
         asio::post(strand,
-                   [self = std::move(self), made = std::move(made), failure, epoch, to]() mutable {
-                     self->connected(to, std::move(made), failure, epoch);
-                   });
+                   [self = std::move(self), made = std::move(made), failure = std::move(failure),
+                    epoch, to]() mutable { self->connected(to, std::move(made), failure, epoch); });
       });
     });
   }
