@@ -32,10 +32,16 @@ void paired_lock_unlock(benchmark::State& state, const LockOptions& options,
 const std::string raw_channel = detail::companion_key("bench:raw", "released");
 const std::string raw_fence = detail::companion_key("bench:raw", "fence");
 
-void BM_Paired_Mutex_LockUnlock(benchmark::State& state) {
+// `Lock`'s cycle against the plain floor: SET NX PX + compare-and-delete.
+template <class Lock>
+void paired_against_plain_floor(benchmark::State& state) {
   const std::string sha = load_script(compare_and_delete_lua);
-  paired_lock_unlock(state, LockOptions{}, {"SET", "bench:raw", "tok", "NX", "PX", "30000"},
-                     REDIS_REPLY_STATUS, {"EVALSHA", sha, "1", "bench:raw", "tok"});
+  paired_lock_unlock<Lock>(state, LockOptions{}, {"SET", "bench:raw", "tok", "NX", "PX", "30000"},
+                           REDIS_REPLY_STATUS, {"EVALSHA", sha, "1", "bench:raw", "tok"});
+}
+
+void BM_Paired_Mutex_LockUnlock(benchmark::State& state) {
+  paired_against_plain_floor<Mutex>(state);
 }
 BENCHMARK(BM_Paired_Mutex_LockUnlock)->UseManualTime();
 
@@ -75,18 +81,12 @@ BENCHMARK(BM_Paired_Mutex_LockUnlock_Fenced_SameCommands)->UseManualTime();
 // beside SET NX PX (a hash field and a counter; the fair one also reads the
 // server's clock and its empty queue), taken in turns like Mutex's.
 void BM_Paired_ReentrantMutex_LockUnlock(benchmark::State& state) {
-  const std::string sha = load_script(compare_and_delete_lua);
-  paired_lock_unlock<ReentrantMutex>(state, LockOptions{},
-                                     {"SET", "bench:raw", "tok", "NX", "PX", "30000"},
-                                     REDIS_REPLY_STATUS, {"EVALSHA", sha, "1", "bench:raw", "tok"});
+  paired_against_plain_floor<ReentrantMutex>(state);
 }
 BENCHMARK(BM_Paired_ReentrantMutex_LockUnlock)->UseManualTime();
 
 void BM_Paired_FairMutex_LockUnlock(benchmark::State& state) {
-  const std::string sha = load_script(compare_and_delete_lua);
-  paired_lock_unlock<FairMutex>(state, LockOptions{},
-                                {"SET", "bench:raw", "tok", "NX", "PX", "30000"},
-                                REDIS_REPLY_STATUS, {"EVALSHA", sha, "1", "bench:raw", "tok"});
+  paired_against_plain_floor<FairMutex>(state);
 }
 BENCHMARK(BM_Paired_FairMutex_LockUnlock)->UseManualTime();
 
