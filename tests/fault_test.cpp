@@ -55,6 +55,7 @@
 #include <utility>
 #include <vector>
 
+#include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/wire/scripts.hpp"
 #include "distlock/fair_mutex.hpp"
 #include "distlock/mutex.hpp"
@@ -256,6 +257,11 @@ struct Outcome {
   double seconds = 0;  // how long the contenders ran
   std::int64_t deadline_calls = 0;
   double worst_overshoot_ms = 0;
+  // How far past its deadline a call may return: the slack, and where the
+  // pool's connections are killed, the undo of an attempt cut mid-reply on
+  // a fresh connection (detail/lifecycle/acquire.hpp), which may outlast
+  // the deadline by apart_undo_budget twice (to connect, to answer).
+  std::chrono::milliseconds overshoot_allowed = deadline_slack;
   std::int64_t errors = 0;
   std::string first_error;
   std::int64_t unanswered = 0;       // acquires that ended in TimeoutError (not errors)
@@ -278,9 +284,9 @@ std::string describe(const Outcome& o) {
          ") lost_updates=" + std::to_string(o.verdict.lost_updates) +
          " errors=" + std::to_string(o.errors) + " (first: " + o.first_error +
          ") unanswered=" + std::to_string(o.unanswered) +
-         " worst_overshoot_ms=" + std::to_string(o.worst_overshoot_ms) + " (call " +
-         std::to_string(o.worst_call) + " of its thread, begun " +
-         std::to_string(o.worst_call_began_ms) + " ms after go)" +
+         " worst_overshoot_ms=" + std::to_string(o.worst_overshoot_ms) + " (allowed " +
+         std::to_string(o.overshoot_allowed.count()) + "; call " + std::to_string(o.worst_call) +
+         " of its thread, begun " + std::to_string(o.worst_call_began_ms) + " ms after go)" +
          " crashed=" + std::to_string(o.children.crashed) +
          " hung=" + std::to_string(o.children.hung);
 }
@@ -401,6 +407,9 @@ class FaultTest : public ::testing::Test {
     }
     shared->stop.store(1);
     Outcome outcome;
+    if (fault.size() >= 11 && fault.compare(fault.size() - 11, 11, "kill-normal") == 0) {
+      outcome.overshoot_allowed += 2 * distlock::detail::apart_undo_budget;
+    }
     outcome.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     outcome.children = testing::reap(pids, options.duration + 20s);
@@ -488,7 +497,8 @@ class FaultTest : public ::testing::Test {
     EXPECT_EQ(o.children.hung, 0) << describe(o);
     EXPECT_EQ(o.dropped, 0) << "the record ran out of room: the oracle saw only part of the run";
     EXPECT_GT(o.deadline_calls, 0) << describe(o);
-    EXPECT_LE(o.worst_overshoot_ms, static_cast<double>(deadline_slack.count())) << describe(o);
+    EXPECT_LE(o.worst_overshoot_ms, static_cast<double>(o.overshoot_allowed.count()))
+        << describe(o);
     EXPECT_FALSE(o.keys_without_expiry) << describe(o);
     EXPECT_TRUE(o.keys_gone) << describe(o);
   }

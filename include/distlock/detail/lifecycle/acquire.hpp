@@ -14,6 +14,11 @@
 // An attempt whose reply never came is ambiguous: the server may still
 // apply it. Its undo is written on the same connection, behind it, and not
 // waited for: if the attempt lands late, the undo lands right after it.
+// Where nothing written behind can arrive (the connection broke mid-reply,
+// or a WAIT blocks it), the undo goes on a fresh connection (undo_apart),
+// the one step that may outlast the deadline, by apart_undo_budget to
+// connect and as much to answer: a grant left behind would keep the name
+// for its whole lease.
 //
 // With replica acknowledgement (LockOptions::replicas), an attempt carries
 // WAIT behind it in the same write (ReplicaCheck); a grant too few
@@ -260,8 +265,8 @@ inline SteadyClock::time_point next_attempt_at(const AcquirePolicy& policy, unsi
   return deadline - now < pause ? deadline : now + pause;
 }
 
-/// How long the undo of a grant whose WAIT never answered may take to
-/// connect (and authenticate) on a connection of its own.
+/// How long the undo of an attempt on a connection of its own may take to
+/// connect (and authenticate), and again to be answered.
 inline constexpr std::chrono::milliseconds apart_undo_budget{20};
 
 /// `undo` on a fresh connection to the server `blocked` talks to, for a
