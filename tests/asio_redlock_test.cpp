@@ -89,6 +89,21 @@ class AsioRedlockTest : public testing::AsioOn<Masters> {
     }
     return true;
   }
+  // A quorum of masters has `key` with `token`, and no master has it with
+  // another: a grant may lack a master that answered it before another
+  // holder's release reached it there.
+  bool held_by(const std::string& key, const std::string& token) {
+    std::size_t with_token = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::string value = get(i, key);
+      if (value == token) {
+        ++with_token;
+      } else if (value != "(nil)") {
+        return false;
+      }
+    }
+    return with_token >= count / 2 + 1;
+  }
 };
 
 TEST_F(AsioRedlockTest, ATryTakesEveryMasterWithOneTokenAndTheReleaseFreesThem) {
@@ -127,7 +142,7 @@ TEST_F(AsioRedlockTest, AWaiterTakesTheLockOnceTheHolderReleasesIt) {
   holder.unlock();
   Got got = wait_for(std::move(waiting));
   ASSERT_TRUE(got.hold) << got.ec.message();
-  EXPECT_TRUE(only(waiter.key(), got.hold.id()));
+  EXPECT_TRUE(held_by(waiter.key(), got.hold.id()));
 }
 
 // As try_lock_for(): busy until the deadline, then an empty hold, no error.
