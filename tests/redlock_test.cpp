@@ -951,5 +951,23 @@ TEST_F(RedlockTest, ExtendRacingRenewalsNeverLeavesAMastersLeaseShortOfTheRecord
   EXPECT_EQ(lock.release(), Release::released);
 }
 
+// Every LockOptions setter a Redlock takes keeps a RedlockOptions chain
+// going: one that returned LockOptions& would turn back into a
+// RedlockOptions without the node timeout set before it, silently.
+TEST(RedlockOptionsChain, EverySetterKeepsTheNodeTimeout) {
+  const RedlockOptions held = RedlockOptions{}.node_timeout(50ms).min_hold(1s);
+  EXPECT_EQ(held.node_timeout(), 50ms);
+  EXPECT_EQ(held.min_hold(), 1s);
+  const RedlockOptions renewed = RedlockOptions{}
+                                     .node_timeout(50ms)
+                                     .ttl(2s)
+                                     .auto_renew(true)
+                                     .max_hold(10s)
+                                     .on_lost([](const LeaseInfo&) {})
+                                     .key_prefix("app:")
+                                     .fencing(false);
+  EXPECT_EQ(renewed.node_timeout(), 50ms);
+}
+
 }  // namespace
 }  // namespace distlock

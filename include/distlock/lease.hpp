@@ -41,7 +41,9 @@ enum class LostReason {
 struct LeaseInfo {
   std::string key;    ///< the lock's Redis key
   std::string token;  ///< the token of the lost lease
-  LostReason reason;
+  /// Why it was lost.
+  LostReason reason = LostReason::taken;
+  /// The lock's key, as `key`.
   const std::string& name() const noexcept { return key; }
 };
 

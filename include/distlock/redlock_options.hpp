@@ -43,6 +43,7 @@ inline const char* to_string(NodeStatus status) noexcept {
 
 /// One master's part in a step.
 struct NodeOutcome {
+  /// What the master answered.
   NodeStatus status = NodeStatus::failed;
   /// For timed_out and failed: what went wrong, in distlock's category
   /// (connect_failed, io_error, timed_out, server_error, ...).
@@ -67,6 +68,7 @@ inline const char* to_string(RedlockStep step) noexcept {
 
 /// What every master said to one acquire attempt, extend or release.
 struct RedlockAttempt {
+  /// Which step this was.
   RedlockStep step = RedlockStep::acquire;
   /// One per master, in the order the masters were given to the lock.
   std::vector<NodeOutcome> nodes;
@@ -88,6 +90,7 @@ struct RedlockAttempt {
     return static_cast<std::size_t>(std::count_if(
         nodes.begin(), nodes.end(), [status](const NodeOutcome& n) { return n.status == status; }));
   }
+  /// Masters that answered ok.
   std::size_t ok() const noexcept { return count(NodeStatus::ok); }
   /// Masters that gave a definite answer: ok, other_owner or no_key.
   std::size_t answered() const noexcept { return ok() + refused(); }
@@ -103,9 +106,11 @@ struct RedlockAttempt {
 /// side a quorum. attempt() holds what each master said.
 class NoQuorumError : public Error {
  public:
+  /// Errc::no_quorum; `attempt` is what each master said to the step.
   NoQuorumError(const std::string& what, RedlockAttempt attempt)
       : Error(Errc::no_quorum, what),
         attempt_(std::make_shared<const RedlockAttempt>(std::move(attempt))) {}
+  /// What each master said to the step that could not be decided.
   const RedlockAttempt& attempt() const noexcept { return *attempt_; }
 
  private:
@@ -127,39 +132,66 @@ class RedlockOptions : public LockOptions {
   RedlockOptions(LockOptions options) : LockOptions(std::move(options)) {}
 
   // LockOptions' setters, returning RedlockOptions so a chain can go on.
+  /// Whether acquisitions yield fencing tokens; a Redlock refuses true.
   using LockOptions::fencing;
+  /// Prepended to every lock name; empty unless set.
   using LockOptions::key_prefix;
+  /// The lease; 30 s unless set.
   using LockOptions::ttl;
+  /// As LockOptions::ttl(lease).
   template <class Rep, class Period>
   RedlockOptions& ttl(std::chrono::duration<Rep, Period> lease) {
     LockOptions::ttl(lease);
     return *this;
   }
+  /// As LockOptions::fencing(on); a Redlock refuses true when made.
   RedlockOptions& fencing(bool on) noexcept {
     LockOptions::fencing(on);
     return *this;
   }
+  /// As LockOptions::key_prefix(prefix).
   RedlockOptions& key_prefix(std::string prefix) {
     LockOptions::key_prefix(std::move(prefix));
     return *this;
   }
 
-  // Renewal is opt-in for a Redlock (see the top of this file); wake-ups do
+  // Renewal is opt-in for a Redlock (see the top of redlock.hpp); wake-ups do
   // not apply. Redeclared, not inherited, because the inherited setters
   // would return LockOptions and quietly drop the node timeout from the chain.
+  /// LockOptions' answer: as set, or else true while no ttl is set. A
+  /// Redlock renews only when auto_renew(true) was set, whatever this says.
   using LockOptions::auto_renew;
+  /// The cap on a renewed hold; zero when unset (no cap).
   using LockOptions::max_hold;
+  /// The least a hold is kept after its acquire; zero when unset.
+  using LockOptions::min_hold;
+  /// The lost-lease callback; empty when unset.
   using LockOptions::on_lost;
+  /// The value LockOptions carried in, true by default; a Redlock does not
+  /// use it (its waiters retry at the policy's pace), so its setter is
+  /// deleted here.
   using LockOptions::wake_on_release;
+  /// As LockOptions::auto_renew(on): a Redlock renews only when this is
+  /// set to true.
   RedlockOptions& auto_renew(bool on) noexcept {
     LockOptions::auto_renew(on);
     return *this;
   }
+  /// As LockOptions::max_hold(cap); a Redlock refuses it without
+  /// auto_renew(true).
   template <class Rep, class Period>
   RedlockOptions& max_hold(std::chrono::duration<Rep, Period> cap) {
     LockOptions::max_hold(cap);
     return *this;
   }
+  /// As LockOptions::min_hold(least): kept on every master.
+  template <class Rep, class Period>
+  RedlockOptions& min_hold(std::chrono::duration<Rep, Period> least) {
+    LockOptions::min_hold(least);
+    return *this;
+  }
+  /// As LockOptions::on_lost(callback); a Redlock refuses it without
+  /// auto_renew(true).
   RedlockOptions& on_lost(LostCallback callback) {
     LockOptions::on_lost(std::move(callback));
     return *this;
@@ -178,6 +210,7 @@ class RedlockOptions : public LockOptions {
     node_timeout_ = detail::checked_milliseconds(timeout, max_ttl, "Redlock node timeout");
     return *this;
   }
+  /// The per-node timeout as set; zero when unset (chosen by the Redlock).
   std::chrono::milliseconds node_timeout() const noexcept { return node_timeout_; }
 
  private:
