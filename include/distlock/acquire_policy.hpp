@@ -28,6 +28,7 @@ namespace distlock {
 
 /// Retries at once; each attempt is one round trip to the server.
 struct NoWait {
+  /// Zero, always: the next attempt goes out at once.
   std::chrono::nanoseconds pause(unsigned /*attempt*/, double /*unit*/) const noexcept {
     return std::chrono::nanoseconds(0);
   }
@@ -36,9 +37,11 @@ struct NoWait {
 /// Pauses `interval` after every failed attempt (no jitter).
 class FixedInterval {
  public:
+  /// Throws InvalidArgument if `interval` is negative (zero: as NoWait).
   explicit FixedInterval(std::chrono::nanoseconds interval) : interval_(interval) {
     if (interval.count() < 0) throw InvalidArgument("FixedInterval must not be negative");
   }
+  /// `interval`, whatever the attempt.
   std::chrono::nanoseconds pause(unsigned /*attempt*/, double /*unit*/) const noexcept {
     return interval_;
   }
@@ -55,12 +58,15 @@ class FixedInterval {
 class ExponentialBackoff {
  public:
   ExponentialBackoff() = default;
+  /// Throws InvalidArgument unless 0 < initial <= cap.
   ExponentialBackoff(std::chrono::nanoseconds initial, std::chrono::nanoseconds cap)
       : initial_(initial), cap_(cap) {
     if (initial.count() <= 0) throw InvalidArgument("backoff initial pause must be positive");
     if (cap < initial) throw InvalidArgument("backoff cap must not be below its initial pause");
   }
 
+  /// The pause after failed attempt `attempt`: `unit` (clamped to [0, 1])
+  /// times min(cap, initial * 2^(attempt-1)); attempt 0 counts as 1.
   std::chrono::nanoseconds pause(unsigned attempt, double unit) const noexcept {
     // Doubling stops once it passes the cap, so the shift cannot overflow.
     std::chrono::nanoseconds ceiling = initial_;
@@ -71,7 +77,9 @@ class ExponentialBackoff {
         static_cast<std::int64_t>(fraction * static_cast<double>(ceiling.count())));
   }
 
+  /// The ceiling after the first failed attempt; 1 ms by default.
   std::chrono::nanoseconds initial() const noexcept { return initial_; }
+  /// The most the ceiling grows to; 100 ms by default.
   std::chrono::nanoseconds cap() const noexcept { return cap_; }
 
  private:
@@ -87,6 +95,8 @@ using DefaultPolicy = ExponentialBackoff;
 class AcquirePolicy {
  public:
   AcquirePolicy() : AcquirePolicy(DefaultPolicy{}) {}
+  /// Keeps a copy of `policy`, any type with a const pause(unsigned, double)
+  /// whose result converts to std::chrono::nanoseconds.
   template <class Policy,
             class = std::enable_if_t<!std::is_same_v<std::decay_t<Policy>, AcquirePolicy>>,
             class = decltype(std::declval<const Policy&>().pause(1U, 0.0))>
@@ -95,6 +105,7 @@ class AcquirePolicy {
           return std::chrono::nanoseconds(policy.pause(attempt, unit));
         }) {}
 
+  /// The kept policy's pause(attempt, unit); throws what that throws.
   std::chrono::nanoseconds pause(unsigned attempt, double unit) const {
     return pause_(attempt, unit);
   }

@@ -40,8 +40,11 @@ class AsyncHold {
 
  public:
   AsyncHold() noexcept = default;
+  /// Takes `other`'s hold, leaving `other` empty.
   AsyncHold(AsyncHold&& other) noexcept
       : life_(std::move(other.life_)), id_(std::move(other.id_)), link_(std::move(other.link_)) {}
+  /// Gives this hold back first, as unlock() does, then takes `other`'s,
+  /// leaving `other` empty.
   AsyncHold& operator=(AsyncHold&& other) noexcept {
     if (this != &other) {
       unlock();
@@ -58,6 +61,7 @@ class AsyncHold {
   bool owns_lock() const noexcept {
     return life_ != nullptr && !id_.empty() && life_->owns(kind, id_);
   }
+  /// As owns_lock().
   explicit operator bool() const noexcept { return owns_lock(); }
   /// The Watchdog reported the lease lost (see Mutex::lost()).
   bool lost() const noexcept { return life_ != nullptr && life_->lost(kind, id_); }

@@ -29,8 +29,11 @@ namespace distlock {
 /// A stripe taken by an async wait on any stripe: which one, and its hold
 /// (empty, and `stripe` meaningless, when none was taken).
 struct AsyncStripe {
+  /// The stripe's index; meaningless when none was taken.
   std::size_t stripe = 0;
+  /// The stripe's hold; empty when none was taken.
   AsyncHold<Mutex> hold;
+  /// Whether a stripe was taken: hold.owns_lock().
   explicit operator bool() const noexcept { return hold.owns_lock(); }
 };
 

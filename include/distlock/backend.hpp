@@ -20,6 +20,8 @@ namespace detail {
 class Site;
 }
 
+/// What every lock type is made on: the base of Client, ClusterClient and
+/// SentinelClient. A lock asks it for its key's site once, when it is made.
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -30,9 +32,13 @@ class Backend {
 
  protected:
   Backend() = default;
+  /// Copied only as part of a derived handle; Backend has no state.
   Backend(const Backend&) = default;
+  /// Moved only as part of a derived handle; Backend has no state.
   Backend(Backend&&) noexcept = default;
+  /// Assigned only as part of a derived handle; Backend has no state.
   Backend& operator=(const Backend&) = default;
+  /// Assigned only as part of a derived handle; Backend has no state.
   Backend& operator=(Backend&&) noexcept = default;
 };
 

@@ -54,11 +54,19 @@ class Client : public Backend {
 
   /// Throws InvalidArgument if the options are out of range; connects nothing.
   DISTLOCK_DECL explicit Client(ClientOptions options = {});
+  /// Client(ClientOptions::from_uri(uri)): InvalidArgument for a bad URI;
+  /// connects nothing.
   DISTLOCK_DECL explicit Client(std::string_view uri);
   DISTLOCK_DECL ~Client() override;
+  /// Another handle to the same endpoint (pool, Runtime, id).
   DISTLOCK_DECL Client(const Client&);
+  /// Takes `other`'s endpoint; the moved-from Client may only be destroyed
+  /// or assigned to.
   DISTLOCK_DECL Client(Client&&) noexcept;
+  /// Makes this a handle to `other`'s endpoint, letting go of its own.
   DISTLOCK_DECL Client& operator=(const Client&);
+  /// Takes `other`'s endpoint, letting go of its own; `other` may then only
+  /// be destroyed or assigned to.
   DISTLOCK_DECL Client& operator=(Client&&) noexcept;
 
   /// Lends a connection, opening one if the pool has room. Waits for one
@@ -83,6 +91,7 @@ class Client : public Backend {
     return borrow()->eval(script, keys, args);
   }
 
+  /// The options the endpoint was made with, shared by every copy.
   const ClientOptions& options() const noexcept { return endpoint_->options(); }
 
   /// The release notifier, started (one thread, one connection) on first use.

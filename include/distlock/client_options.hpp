@@ -32,6 +32,8 @@ struct ClientOptions : ConnectionOptions {
   EventHook on_event;
 
   ClientOptions() = default;
+  /// `connection`, with the pool's fields at their defaults (implicit:
+  /// ConnectionOptions may be given where ClientOptions are taken).
   ClientOptions(ConnectionOptions connection) : ConnectionOptions(std::move(connection)) {}
   /// ConnectionOptions::from_uri, plus the pool's options: pool_size (a
   /// whole number, at least 1), max_waiters (a whole number, 0 allowed),

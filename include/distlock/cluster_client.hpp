@@ -49,9 +49,17 @@ class ClusterClient : public Backend {
   /// ClusterOptions::from_uri: "redis://host1:port1,host2:port2?...".
   DISTLOCK_DECL explicit ClusterClient(std::string_view uri);
   DISTLOCK_DECL ~ClusterClient() override;
+  /// Another handle to the same cluster (pools, slot map, Runtime), bound
+  /// to the same slot.
   DISTLOCK_DECL ClusterClient(const ClusterClient&);
+  /// Takes `other`'s share and slot; the moved-from handle may only be
+  /// destroyed or assigned to.
   DISTLOCK_DECL ClusterClient(ClusterClient&&) noexcept;
+  /// Makes this a handle to `other`'s cluster and slot, letting go of its
+  /// own.
   DISTLOCK_DECL ClusterClient& operator=(const ClusterClient&);
+  /// Takes `other`'s share and slot, letting go of its own; `other` may then
+  /// only be destroyed or assigned to.
   DISTLOCK_DECL ClusterClient& operator=(ClusterClient&&) noexcept;
 
   /// A copy bound to the slot of `key`: what a lock object keeps.
@@ -115,13 +123,16 @@ class ClusterClient : public Backend {
   /// when unbound) now: sharded pub/sub, started (one thread, one
   /// connection per node) on first use.
   Notifier& notifier() { return nodes_->notifier_of(slot_ >= 0 ? slot_ : 0); }
+  /// The options' on_event as the locks share it; null when none is set.
   const detail::SharedEventHook& events() const noexcept { return nodes_->events(); }
   /// The lease watchdog, started (one thread) on first use.
   Watchdog& watchdog() { return nodes_->runtime().watchdog(); }
 
   /// A random id shared by the copies, used to name lock owners.
   const std::string& id() const noexcept { return nodes_->id(); }
+  /// Whether this handle was made before a fork() and is used in the child.
   bool forked() const noexcept { return nodes_->forked(); }
+  /// Throws Error(forked) if forked().
   void check_process() const { nodes_->check_process(); }
 
   /// Where a lock on `key` sends its steps: the owner of its slot.

@@ -34,7 +34,11 @@ struct ClusterOptions : ClientOptions {
   std::chrono::milliseconds refresh_interval{5000};
 
   ClusterOptions() = default;
+  /// `client` for every node; no seeds yet, the cluster's own fields at
+  /// their defaults.
   ClusterOptions(ClientOptions client) : ClientOptions(std::move(client)) {}
+  /// `seed_nodes` as the seeds, `client` for every node; validate() checks
+  /// them, not this.
   ClusterOptions(std::vector<std::string> seed_nodes, ClientOptions client = {})
       : ClientOptions(std::move(client)), seeds(std::move(seed_nodes)) {}
 

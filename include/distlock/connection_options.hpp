@@ -29,20 +29,27 @@ namespace distlock {
 
 /// Where a Redis server is and how to talk to it.
 struct ConnectionOptions {
+  /// A name, or an IPv4 or IPv6 address (without brackets).
   std::string host = "127.0.0.1";
+  /// 1 to 65535; unused with unix_socket.
   int port = 6379;
   std::string unix_socket;  ///< when set, used instead of host and port
-  std::string username;     ///< ACL user; empty sends the legacy AUTH <password>
+  std::string username;     ///< ACL user; empty sends the legacy `AUTH <password>`
   std::string password;     ///< empty: no AUTH
   /// When set, asked on every new connection in place of username and
   /// password: for credentials that rotate (credentials.hpp). Thread-safe
   /// it must be; set in code, never from a URI.
   CredentialsProvider credentials;
+  /// The database, SELECTed on each new connection unless 0.
   int db = 0;
+  /// The longest the connect itself may take: TCP or Unix socket, and the
+  /// TLS handshake. AUTH and SELECT then run under command_timeout.
   std::chrono::milliseconds connect_timeout{1000};
   /// The longest one reply may take. A command that times out may still have
   /// been applied by the server.
   std::chrono::milliseconds command_timeout{1000};
+  /// TCP keepalive (probing after 15 s idle where TCP_KEEPIDLE exists), so
+  /// that a dead peer is found even on a connection nobody reads.
   bool keepalive = true;
   /// TLS, when tls.enabled (tls_options.hpp); verified by default.
   TlsOptions tls;
@@ -87,6 +94,7 @@ struct ConnectionOptions {
 
 /// A Lua script with its SHA-1, run by EVALSHA with an EVAL fallback.
 struct Script {
+  /// The Lua text, sent by EVAL when the server lacks the script.
   std::string_view source;
   std::string_view sha1;  ///< lower-case hex SHA-1 of source
 };

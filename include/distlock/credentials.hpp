@@ -20,8 +20,8 @@ namespace distlock {
 
 /// What a CredentialsProvider answers.
 struct Credentials {
-  /// The ACL user; empty: the options' username (AUTH <password> when that
-  /// is empty too).
+  /// The ACL user; empty: the options' username (`AUTH <password>` when
+  /// that is empty too).
   std::string username;
   /// The password or token. Must not be empty.
   std::string password;
@@ -42,8 +42,11 @@ struct Credentials {
 class CredentialsProvider {
  public:
   CredentialsProvider() = default;
+  /// No provider, as the default: `credentials = nullptr` unsets one.
   CredentialsProvider(std::nullptr_t) noexcept {}
 
+  /// Keeps `provider`, a callable answering Credentials, or a std::string:
+  /// the password (or token) for the options' username.
   template <class F, class Result = std::invoke_result_t<F&>,
             class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, CredentialsProvider> &&
                                      (std::is_convertible_v<Result, Credentials> ||

@@ -6,7 +6,7 @@
 // (ConnectionError, TimeoutError, ServerError; WrongTypeError and
 // NotALockError for a key no lock of the kind can use) and for lease trouble
 // (LockLostError, NotReplicatedError). Messages never contain credentials or lock tokens.
-// Redlock's NoQuorumError (Errc::no_quorum) lives in redlock.hpp, next to
+// Redlock's NoQuorumError (Errc::no_quorum) lives in redlock_options.hpp, next to
 // the per-master results it carries.
 #pragma once
 
@@ -80,8 +80,10 @@ inline std::error_code make_error_code(Errc code) noexcept {
 
 }  // namespace distlock
 
+/// \cond
 template <>
 struct std::is_error_code_enum<distlock::Errc> : std::true_type {};
+/// \endcond
 
 namespace distlock {
 
@@ -119,6 +121,8 @@ inline ServerErrorKind classify_server_error(std::string_view message) noexcept 
 /// Root of every exception distlock throws; code() is in error_category().
 class Error : public std::system_error {
  public:
+  /// `what` is the message; what() appends the code's message to it, as
+  /// std::system_error does.
   Error(Errc code, const std::string& what) : std::system_error(code, what) {}
 };
 
@@ -127,12 +131,15 @@ class Error : public std::system_error {
 /// the server's script with nothing changed (retrying cannot help either way).
 class InvalidArgument : public Error {
  public:
+  /// Errc::invalid_argument; `what` says which input is wrong and why.
   explicit InvalidArgument(const std::string& what) : Error(Errc::invalid_argument, what) {}
 };
 
 /// The connection could not be opened, broke, or spoke garbage.
 class ConnectionError : public Error {
  public:
+  /// Error(code, what); distlock throws it with connect_failed, io_error or
+  /// protocol_error.
   using Error::Error;
 };
 
@@ -140,18 +147,23 @@ class ConnectionError : public Error {
 /// command, the server may still have applied it.
 class TimeoutError : public Error {
  public:
+  /// Error(code, what); distlock throws it with timed_out or pool_exhausted.
   using Error::Error;
 };
 
 /// The server answered with an error reply; kind() tells which.
 class ServerError : public Error {
  public:
+  /// `reply` is the server's error text, the message as it is; kind() is
+  /// read from its first word.
   explicit ServerError(std::string_view reply)
       : Error(Errc::server_error, std::string(reply)), kind_(classify_server_error(reply)) {}
+  /// Which error the server sent (ServerErrorKind::other when unknown).
   ServerErrorKind kind() const noexcept { return kind_; }
 
  protected:
-  // For errors distlock words itself, whose first word is not the server's.
+  /// For errors distlock words itself, whose first word is not the
+  /// server's: `kind` is given, not read from `what`.
   ServerError(ServerErrorKind kind, const std::string& what)
       : Error(Errc::server_error, what), kind_(kind) {}
 
@@ -165,6 +177,8 @@ class ServerError : public Error {
 /// waiting for it would never end. A ServerError of kind wrongtype.
 class WrongTypeError : public ServerError {
  public:
+  /// `key` holds a `found` (as TYPE names it) where the lock keeps
+  /// `expected`; the message, starting with WRONGTYPE, says so.
   WrongTypeError(const std::string& key, const std::string& found, const std::string& expected)
       : ServerError("WRONGTYPE " + key + " holds a " + found + ", not the " + expected +
                     " this lock keeps there (another kind of lock, or not a lock, uses the name)"),
@@ -177,6 +191,7 @@ class WrongTypeError : public ServerError {
 
  protected:
   struct Worded {};  // the message is given whole
+  /// For a subclass that words the message itself: `what`, whole.
   WrongTypeError(Worded, std::string key, std::string found, const std::string& what)
       : ServerError(ServerErrorKind::wrongtype, what),
         key_(std::move(key)),
@@ -213,6 +228,7 @@ class NotALockError : public WrongTypeError {
 /// The lease is gone: it expired, or the key now holds someone else's token.
 class LockLostError : public Error {
  public:
+  /// Errc::lock_lost; `what` names the lock.
   explicit LockLostError(const std::string& what) : Error(Errc::lock_lost, what) {}
 };
 
@@ -221,6 +237,8 @@ class LockLostError : public Error {
 /// back: the lock is not held.
 class NotReplicatedError : public Error {
  public:
+  /// Errc::not_replicated: `acknowledged` replicas (or connected ones)
+  /// where `wanted` were asked for.
   NotReplicatedError(const std::string& what, int acknowledged, int wanted)
       : Error(Errc::not_replicated, what), acknowledged_(acknowledged), wanted_(wanted) {}
   /// Replicas that acknowledged (WAIT's answer), or that were connected.
@@ -236,6 +254,7 @@ class NotReplicatedError : public Error {
 /// The operation needs a lock that this object does not hold.
 class NotHeldError : public Error {
  public:
+  /// Errc::not_held; `what` says which call found nothing held.
   explicit NotHeldError(const std::string& what) : Error(Errc::not_held, what) {}
 };
 

@@ -57,6 +57,7 @@ inline const char* to_string(LockEventType type) noexcept {
 
 /// One event. The views are valid only during the hook's call.
 struct LockEvent {
+  /// What happened; it says which of the fields below are set.
   LockEventType type = LockEventType::acquired;
   std::string_view key;  ///< the lock's Redis key; the endpoint for notifier_reconnected
                          ///< and master_switched

@@ -237,6 +237,8 @@ class FairMutex : public detail::ExclusiveLock<detail::FairProtocol> {
   /// The waiters' queue, redisson_lock_queue:{key}, and their deadlines,
   /// redisson_lock_timeout:{key}.
   const std::string& queue_key() const noexcept { return this->life_->protocol().queue_key(); }
+  /// The waiters' deadlines, redisson_lock_timeout:{key}: a sorted set of
+  /// owner ids, each scored by when it must ask again (ms since the epoch).
   const std::string& deadlines_key() const noexcept {
     return this->life_->protocol().deadlines_key();
   }

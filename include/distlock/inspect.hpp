@@ -43,6 +43,8 @@ namespace distlock {
 /// What inspect() found.
 struct LockStatus {
   bool held = false;  ///< a lock holds the name (kind is neither none nor other)
+  /// Which kind of lock the key's layout shows: none when nothing is there,
+  /// other when it is no lock.
   LockKind kind = LockKind::none;
   /// The key's lease left; nullopt when the key has no expiry (then it is
   /// no lock: kind other) or nothing is there.
@@ -55,7 +57,7 @@ struct LockStatus {
   std::string holds;
 };
 
-/// The state of the lock `name` (with options' key_prefix) on `client`'s
+/// The state of the lock `name` (with options' key_prefix) on `backend`'s
 /// server, in one round trip (one MULTI/EXEC of reads; no script, so any
 /// user allowed TYPE, PTTL and HGETALL may call it). A key that is no lock
 /// (lock_layout.hpp: no expiry, a hash of other fields, a list...) is kind

@@ -50,6 +50,7 @@ inline const char* to_string(LockKind kind) noexcept {
 
 /// A key's layout, as classify_lock() reads it.
 struct LockLayout {
+  /// The kind of lock the layout shows; other when it is no lock.
   LockKind kind = LockKind::none;
   /// Owners holding it: 1 for a lease, the owner fields of a hash.
   std::size_t holders = 0;

@@ -40,6 +40,7 @@ class LockOptions {
     ttl_set_ = true;
     return *this;
   }
+  /// The lease; 30 s unless set.
   std::chrono::milliseconds ttl() const noexcept { return ttl_; }
 
   /// Whether the client's Watchdog renews the lease (about every ttl/3)
@@ -50,6 +51,8 @@ class LockOptions {
     auto_renew_ = on ? 1 : 0;
     return *this;
   }
+  /// Whether the lease is renewed: as set, or else exactly when no ttl was
+  /// set.
   bool auto_renew() const noexcept { return auto_renew_ < 0 ? !ttl_set_ : auto_renew_ == 1; }
 
   /// With auto-renewal: stop renewing once the lock has been held this long,
@@ -64,6 +67,7 @@ class LockOptions {
     max_hold_ = checked;
     return *this;
   }
+  /// The cap on a renewed hold; zero when unset (no cap).
   std::chrono::milliseconds max_hold() const noexcept { return max_hold_; }
 
   /// The shortest hold: an unlock() or release() of an exclusive hold
@@ -86,6 +90,7 @@ class LockOptions {
     min_hold_ = checked;
     return *this;
   }
+  /// The shortest hold; zero when unset (no minimum).
   std::chrono::milliseconds min_hold() const noexcept { return min_hold_; }
 
   /// Called once, on the watchdog's thread, when a held lease is lost: a
@@ -99,6 +104,7 @@ class LockOptions {
     on_lost_ = std::move(callback);
     return *this;
   }
+  /// The lost-lease callback; empty when unset.
   const LostCallback& on_lost() const noexcept { return on_lost_; }
 
   /// Whether a waiting acquirer is woken by the release notification (on by
@@ -107,6 +113,8 @@ class LockOptions {
     wake_on_release_ = on;
     return *this;
   }
+  /// Whether waiters are woken by release notifications; true unless set
+  /// off.
   bool wake_on_release() const noexcept { return wake_on_release_; }
 
   /// When on, every acquisition also yields a fencing token: a number that
@@ -118,6 +126,7 @@ class LockOptions {
     fencing_ = on;
     return *this;
   }
+  /// Whether acquisitions yield fencing tokens; false unless set.
   bool fencing() const noexcept { return fencing_; }
 
   /// Replica acknowledgement: every grant (acquire, with its fence), extend
@@ -159,6 +168,7 @@ class LockOptions {
   /// Replicas asked for: 0 for none (the default), majority for the
   /// majority form.
   int replicas() const noexcept { return replicas_; }
+  /// WAIT's timeout; zero when no replicas are asked for.
   std::chrono::milliseconds replica_timeout() const noexcept { return replica_timeout_; }
   /// The most replicas replicas() may ask for.
   static constexpr int max_replicas = 1000;
@@ -170,6 +180,7 @@ class LockOptions {
     key_prefix_ = std::move(prefix);
     return *this;
   }
+  /// Prepended to every lock name; empty unless set.
   const std::string& key_prefix() const noexcept { return key_prefix_; }
 
  private:

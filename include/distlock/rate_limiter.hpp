@@ -58,6 +58,7 @@ class RateOp;
 /// smooth(). Setters validate at once (InvalidArgument).
 class RateOptions {
  public:
+  /// The algorithms; none until fixed_window() or smooth() is called.
   enum class Algorithm { none, fixed_window, smooth };
 
   /// At most `limit` (>= 1) units per `window` (1 ms to max_ttl).
@@ -82,13 +83,17 @@ class RateOptions {
     return *this;
   }
 
+  /// The algorithm chosen; none until one is.
   Algorithm algorithm() const noexcept { return algorithm_; }
+  /// Units per window (or per smooth period); 0 until chosen.
   std::uint64_t limit() const noexcept { return limit_; }
+  /// The fixed window, or the smooth period; zero until chosen.
   std::chrono::milliseconds window() const noexcept { return window_; }
   /// The most units one call may ask for: the limit, or the smooth burst.
   std::uint64_t burst() const noexcept { return burst_; }
   /// Smooth: the time one unit takes to come back, in whole microseconds.
   std::chrono::microseconds interval() const noexcept { return interval_; }
+  /// Prepended to the name to form the key; empty unless set.
   const std::string& key_prefix() const noexcept { return key_prefix_; }
 
  private:
@@ -129,12 +134,14 @@ class RateOptions {
 
 /// What one try_acquire() found.
 struct RateDecision {
+  /// Admitted, and counted; refused calls count nothing.
   bool allowed = false;
   /// When refused: the wait until the same call would be admitted, were
   /// nobody else to take units meanwhile. Zero when allowed.
   std::chrono::milliseconds retry_after{0};
   /// Units that could still be taken now (after this call's, if allowed).
   std::uint64_t remaining = 0;
+  /// As `allowed`.
   explicit operator bool() const noexcept { return allowed; }
 };
 
@@ -142,13 +149,18 @@ struct RateDecision {
 /// site of its key (detail/backend/site.hpp), so it may outlive its backend object.
 class RateLimiter {
  public:
+  /// The clock the waits keep their deadlines on; a try_acquire_until()
+  /// deadline of another clock is converted to it.
   using clock = std::chrono::steady_clock;
 
   /// Validates name and options (InvalidArgument, also when no algorithm
   /// was chosen); contacts no server.
   DISTLOCK_DECL RateLimiter(const Backend& backend, std::string_view name, RateOptions options);
   DISTLOCK_DECL ~RateLimiter();
+  /// Another limiter on the same key, sharing the cancellation:
+  /// cancel_waits() on either ends the waits of both.
   RateLimiter(const RateLimiter&) = default;
+  /// Takes `other`'s state; the moved-from limiter may only be destroyed.
   RateLimiter(RateLimiter&&) = default;
 
   /// One attempt to take `cost` units: admitted (and counted) or refused
@@ -207,7 +219,9 @@ class RateLimiter {
                     [&](Connection& connection) { return connection.command("DEL", key_); });
   }
 
+  /// The Redis key (prefix and name).
   const std::string& key() const noexcept { return key_; }
+  /// The options it was made with.
   const RateOptions& options() const noexcept { return options_; }
 
  private:

@@ -126,6 +126,7 @@ class Redlock : public detail::ExclusiveLock<detail::RedlockProtocol> {
   /// or release of this object (a default RedlockAttempt before the first).
   RedlockAttempt last_attempt() const { return life_->protocol().core().last_attempt(); }
 
+  /// The options it was made with.
   const RedlockOptions& options() const noexcept { return life_->protocol().options(); }
   /// Masters needed: N/2 + 1.
   std::size_t quorum() const noexcept { return life_->protocol().core().quorum(); }

@@ -127,6 +127,7 @@ inline std::string_view server_info_field(std::string_view info, std::string_vie
 /// A borrowed view of one reply node; cheap to copy.
 class ReplyView : public detail::ReplyAccess<ReplyView> {
  public:
+  /// Views `reply`, which must stay valid while the view is used.
   explicit ReplyView(const redisReply* reply) noexcept : reply_(reply) {}
 
   /// Element i of an array reply; i must be < size().
@@ -141,8 +142,10 @@ class ReplyView : public detail::ReplyAccess<ReplyView> {
 /// An owned reply tree. Move-only; never empty once handed out by Connection.
 class Reply : public detail::ReplyAccess<Reply> {
  public:
+  /// Takes ownership of `reply`, freed with freeReplyObject.
   explicit Reply(redisReply* reply) noexcept : reply_(reply) {}
 
+  /// A view of the whole reply, valid as long as this Reply.
   ReplyView view() const noexcept { return ReplyView(reply_.get()); }
   /// Element i of an array reply; i must be < size().
   ReplyView operator[](std::size_t i) const noexcept { return view()[i]; }

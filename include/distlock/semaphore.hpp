@@ -74,7 +74,10 @@ class PermitLock : public detail::ExclusiveLock<detail::SemaphoreProtocol> {
 
   /// Gives the permit back if held.
   ~PermitLock() = default;
+  /// Takes `other`'s permit, its lease and renewal; the moved-from lock may
+  /// only be destroyed or assigned to.
   PermitLock(PermitLock&&) noexcept = default;
+  /// Gives back the permit held, if any, then takes `other`'s.
   PermitLock& operator=(PermitLock&&) noexcept = default;
 
   /// The held permit's id (its member in the sorted set); empty when none.
@@ -86,6 +89,7 @@ class PermitLock : public detail::ExclusiveLock<detail::SemaphoreProtocol> {
 class Permit {
  public:
   Permit() noexcept = default;
+  /// Takes `other`'s permit, leaving `other` empty.
   Permit(Permit&&) noexcept = default;
   /// Gives back the permit held, if any, and takes `other`'s.
   Permit& operator=(Permit&&) noexcept = default;
@@ -95,6 +99,7 @@ class Permit {
 
   /// Whether a permit is held (even one reported lost: see lost()).
   explicit operator bool() const noexcept { return held(); }
+  /// As operator bool.
   bool held() const noexcept { return lock_ && lock_->owns_lock(); }
 
   /// Gives the permit back and says what happened: released, expired (its
@@ -133,7 +138,9 @@ class Permit {
 /// Thread-safe: any number of threads may take permits through one object.
 class Semaphore {
  public:
+  /// The held permit acquire() and its kin return.
   using Permit = distlock::Permit;
+  /// One permit as a lock, for std::unique_lock and its kin.
   using PermitLock = distlock::PermitLock;
 
   /// `permits` (1 to 10^9) is this object's count: adopted for the name by
@@ -245,6 +252,7 @@ class Semaphore {
 
   /// The Redis key of the permits' sorted set (prefix and name).
   const std::string& key() const noexcept { return core_.key; }
+  /// Each permit's options, as given.
   const LockOptions& options() const noexcept { return core_.options; }
 
  private:

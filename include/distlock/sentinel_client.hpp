@@ -48,9 +48,15 @@ class SentinelClient : public Backend {
   /// Throws InvalidArgument for bad options; connects nothing.
   DISTLOCK_DECL explicit SentinelClient(SentinelOptions options);
   DISTLOCK_DECL ~SentinelClient() override;
+  /// Another handle to the same master (pools, watch thread, Runtime).
   DISTLOCK_DECL SentinelClient(const SentinelClient&);
+  /// Takes `other`'s share; the moved-from handle may only be destroyed or
+  /// assigned to.
   DISTLOCK_DECL SentinelClient(SentinelClient&&) noexcept;
+  /// Makes this a handle to `other`'s master, letting go of its own.
   DISTLOCK_DECL SentinelClient& operator=(const SentinelClient&);
+  /// Takes `other`'s share, letting go of its own; `other` may then only be
+  /// destroyed or assigned to.
   DISTLOCK_DECL SentinelClient& operator=(SentinelClient&&) noexcept;
 
   /// A connection to the master, found first if need be. Throws
@@ -105,13 +111,16 @@ class SentinelClient : public Backend {
 
   /// The release notifier (at the master, following it), started on first use.
   Notifier& notifier() { return master_->runtime().notifier(); }
+  /// The options' on_event as the locks share it; null when none is set.
   const detail::SharedEventHook& events() const noexcept { return master_->events(); }
   /// The lease watchdog, started (one thread) on first use.
   Watchdog& watchdog() { return master_->runtime().watchdog(); }
 
   /// A random id shared by the copies, used to name lock owners.
   const std::string& id() const noexcept { return master_->id(); }
+  /// Whether this handle was made before a fork() and is used in the child.
   bool forked() const noexcept { return master_->forked(); }
+  /// Throws Error(forked) if forked().
   void check_process() const { master_->check_process(); }
 
   /// Where a lock on any key sends its steps: the master, wherever it is.

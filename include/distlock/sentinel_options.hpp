@@ -37,6 +37,7 @@ struct SentinelOptions : ClientOptions {
   /// Credentials for the Sentinels, separate from the master's (username
   /// and password above); empty password: no AUTH.
   std::string sentinel_username;
+  /// The Sentinels' password; empty: no AUTH to them.
   std::string sentinel_password;
   /// TLS to the Sentinels, separate from `tls` (the data nodes'): off
   /// unless enabled here, whatever `tls` says (see the top of this file).
@@ -47,6 +48,8 @@ struct SentinelOptions : ClientOptions {
   std::chrono::milliseconds retry_pause{50};
 
   SentinelOptions() = default;
+  /// The master's name, the Sentinels' "host:port" addresses, and `data`
+  /// for the master's pools; validate() checks them, not this.
   SentinelOptions(std::string master, std::vector<std::string> sentinel_addresses,
                   ClientOptions data = {})
       : ClientOptions(std::move(data)),

@@ -276,6 +276,8 @@ class SharedMutex : public detail::ExclusiveLock<detail::SharedProtocol> {
   using Kind = detail::SharedKind;
 
  public:
+  /// The clock the waits keep their deadlines on; a deadline given on
+  /// another clock is converted to it.
   using clock = std::chrono::steady_clock;
 
   /// Validates name and options (InvalidArgument, also for fencing, which
@@ -308,11 +310,14 @@ class SharedMutex : public detail::ExclusiveLock<detail::SharedProtocol> {
 
   /// The read side's std::error_code forms, as try_lock(ec) and its kin.
   [[nodiscard]] bool try_lock_shared(std::error_code& ec) { return try_as(Kind::read, ec); }
+  /// As try_lock_shared_for(timeout), with errors in `ec` instead of thrown.
   template <class Rep, class Period>
   [[nodiscard]] bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout,
                                          std::error_code& ec) {
     return until_as(Kind::read, detail::deadline_after(timeout), ec);
   }
+  /// As try_lock_shared_until(deadline), with errors in `ec` instead of
+  /// thrown.
   template <class Clock, class Duration>
   [[nodiscard]] bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& deadline,
                                            std::error_code& ec) {

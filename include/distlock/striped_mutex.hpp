@@ -166,14 +166,20 @@ class StripePass {
 /// as a Mutex is: each stripe has at most one holder through this object.
 class StripedMutex {
  public:
+  /// Each stripe is a Mutex.
   using Stripe = Mutex;
+  /// The clock the waits keep their deadlines on; a deadline given on
+  /// another clock is converted to it.
   using clock = std::chrono::steady_clock;
 
   /// A stripe taken by try_lock_any_for/until(): which one, and its guard
   /// (owns_lock() false, and `stripe` meaningless, when none was taken).
   struct Taken {
+    /// The stripe's index; meaningless when none was taken.
     std::size_t stripe = 0;
+    /// The stripe's lock, held; owns_lock() false when none was taken.
     std::unique_lock<Stripe> guard;
+    /// Whether a stripe was taken: guard.owns_lock().
     explicit operator bool() const noexcept { return guard.owns_lock(); }
   };
 
@@ -183,8 +189,10 @@ class StripedMutex {
                              LockOptions options = {}, AcquirePolicy policy = {});
   DISTLOCK_DECL ~StripedMutex();
 
+  /// The most stripes one object may have.
   static constexpr std::size_t max_stripes = detail::Stripes::max_stripe_count;
 
+  /// The number of stripes, as made.
   std::size_t size() const noexcept { return stripes_->locks.size(); }
 
   /// The stripe `key` maps to: fnv1a32(key) % size().
@@ -195,6 +203,7 @@ class StripedMutex {
   /// Stripe `i` itself, a Mutex (its own lock(), try_lock_for(), lost(),
   /// fence()...). Throws std::out_of_range past size().
   Stripe& stripe(std::size_t i) { return *stripes_->locks.at(i); }
+  /// As stripe(i), read-only.
   const Stripe& stripe(std::size_t i) const { return *stripes_->locks.at(i); }
 
   /// The Mutex for `key`'s stripe; lock it as any Mutex:

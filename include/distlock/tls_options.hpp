@@ -21,6 +21,7 @@ struct TlsOptions {
   /// The client's certificate (chain) and key, for a server that asks for
   /// one (mutual TLS: Redis's tls-auth-clients). Both or neither.
   std::string cert_file;
+  /// The private key of cert_file.
   std::string key_file;
   /// The name sent as SNI and checked against the certificate; empty: the
   /// host dialled (an IP address is checked as one, and sent as no SNI).
@@ -29,11 +30,13 @@ struct TlsOptions {
   /// it lets a man in the middle read and forge every lock.
   bool insecure_skip_verify = false;
 
+  /// Every field equal.
   bool operator==(const TlsOptions& other) const {
     return enabled == other.enabled && ca_file == other.ca_file && ca_dir == other.ca_dir &&
            cert_file == other.cert_file && key_file == other.key_file &&
            server_name == other.server_name && insecure_skip_verify == other.insecure_skip_verify;
   }
+  /// Not operator==.
   bool operator!=(const TlsOptions& other) const { return !(*this == other); }
 };
 
