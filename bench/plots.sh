@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Draws the README's benchmark pictures (PNG, with gnuplot) into bench/img/:
+# Draws docs/performance.md's benchmark pictures (PNG, with gnuplot) into bench/img/:
 #
 #   handoff.png    unlock-to-lock handoff: distlock, the raw pub/sub floor
 #                  and 50 ms polling (log scale)

@@ -1,11 +1,11 @@
-// The README's "Redis Cluster" example, as a program that runs: the part
-// between the "README cluster" markers is the README's code block,
-// character for character (a test compares them).
+// The Redis Cluster guide's example (docs/cluster.md), as a program that
+// runs: the part between the "docs cluster" markers is the guide's code
+// block, character for character (a test compares them).
 //
 //   cluster redis://host1:port1,host2:port2
 #include <cstdio>
 
-// [README cluster]
+// [docs cluster]
 #include <distlock/distlock.hpp>
 using namespace std::chrono_literals;
 
@@ -30,4 +30,4 @@ int main(int argc, char** argv) {
     std::shared_lock read{catalog};
   }
 }
-// [README cluster end]
+// [docs cluster end]

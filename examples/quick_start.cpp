@@ -1,7 +1,8 @@
 // The README's Quick start, as a program that runs: the part between the
 // "README quick start" markers is the README's code block, character for
 // character (a test compares them), and what comes before it stands in for
-// the application the README's lines call into.
+// the application the README's lines call into. Redis down, it says so and
+// exits 1.
 //
 //   quick_start [redis://host:port | unix:///path/to/redis.sock]
 #include <cstdio>
@@ -39,9 +40,10 @@ const std::string item = "stock:42";
 
 // [README quick start]
 #include <distlock/distlock.hpp>
+#include <iostream>
 using namespace std::chrono_literals;
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   // One Client per Redis endpoint: a bounded connection pool, thread-safe, shared.
   auto where = distlock::ClientOptions::from_uri(argc > 1 ? argv[1] : "redis://127.0.0.1:6379");
   where.command_timeout = 500ms;  // or "?command_timeout=500" in the URI
@@ -88,5 +90,8 @@ int main(int argc, char** argv) {
       case distlock::Release::kept: break;       // held on until LockOptions::min_hold ends
     }
   }
+} catch (const distlock::Error& e) {  // Redis down or unreachable, a bad URI, an ACL refusal...
+  std::cerr << "quick_start: " << e.what() << '\n';
+  return 1;
 }
 // [README quick start end]

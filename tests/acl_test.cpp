@@ -1,17 +1,17 @@
 // Least privilege: every lock type run as a Redis ACL user that has exactly
-// the rules the README's "Least privilege (ACL)" section lists for it, and
-// nothing more. The rules are the README's, written once in
+// the rules docs/connecting.md's "Least privilege (ACL)" section lists for it, and
+// nothing more. The rules are the guide's, written once in
 // support/acl_rules.hpp (beside the Cluster's and Sentinel's extras,
 // tested in cluster_acl_test.cpp and sentinel_acl_test.cpp), so a
 // lock that starts sending a command (or touching a key or channel) the
-// README does not list fails these tests instead of an operator's
+// guide does not list fails these tests instead of an operator's
 // deployment. Each test takes the lock through its real paths as that user:
 // try_lock, a contended wait woken by the holder's release (another
 // client), a Watchdog renewal, extend, unlock, the fencing token and
 // min_hold where the type has them; the admin user runs inspect(),
 // is_locked() and force_unlock(). The negative tests drop one listed
 // rule and show some path then fails, so the lists are not padded; and
-// the README's ready-to-paste lines must be these lists word for word.
+// the guide's ready-to-paste lines must be these lists word for word.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,13 +39,13 @@ using testing::eventually;
 
 using testing::RedisServer;
 
-// The README's rules and the helpers around them (support/acl_rules.hpp).
+// The guide's rules and the helpers around them (support/acl_rules.hpp).
 using testing::acl::admin_rules;
 using testing::acl::fair_rules;
+using testing::acl::guide_rules;
 using testing::acl::multi_rules;
 using testing::acl::mutex_rules;
 using testing::acl::rate_limiter_rules;
-using testing::acl::readme_rules;
 using testing::acl::redlock_rules;
 using testing::acl::reentrant_rules;
 using testing::acl::refusals;
@@ -149,7 +149,7 @@ std::string mutex_paths(const RedisServer& server, const std::string& user) {
 }
 
 // A Mutex without fencing or wake-on-release: the rules less those the
-// README lists as these options' extras.
+// guide lists as these options' extras.
 std::string plain_mutex_paths(const RedisServer& server, const std::string& user) {
   return exclusive_paths(
       server, user,
@@ -501,22 +501,22 @@ TEST_F(AclTest, TheWatchPingsWhileALeaseIsHeld) {
   EXPECT_EQ(lock.release(), Release::released);
 }
 
-// The rules these tests run with are the README's, word for word.
-TEST(AclReadme, ListsTheRulesTheTestsRunWith) {
-  EXPECT_EQ(readme_rules("jobs"), mutex_rules);
-  EXPECT_EQ(readme_rules("jobs-simple"), simple_mutex_rules);
-  EXPECT_EQ(readme_rules("jobs-reentrant"), reentrant_rules);
-  EXPECT_EQ(readme_rules("jobs-fair"), fair_rules);
-  EXPECT_EQ(readme_rules("jobs-multi"), multi_rules);
-  EXPECT_EQ(readme_rules("jobs-shared"), shared_rules);
-  EXPECT_EQ(readme_rules("jobs-semaphore"), semaphore_rules);
-  EXPECT_EQ(readme_rules("jobs-rate"), rate_limiter_rules);
-  EXPECT_EQ(readme_rules("jobs-redlock"), redlock_rules);
-  EXPECT_EQ(readme_rules("jobs-admin"), admin_rules);
+// The rules these tests run with are the guide's, word for word.
+TEST(AclGuide, ListsTheRulesTheTestsRunWith) {
+  EXPECT_EQ(guide_rules("jobs"), mutex_rules);
+  EXPECT_EQ(guide_rules("jobs-simple"), simple_mutex_rules);
+  EXPECT_EQ(guide_rules("jobs-reentrant"), reentrant_rules);
+  EXPECT_EQ(guide_rules("jobs-fair"), fair_rules);
+  EXPECT_EQ(guide_rules("jobs-multi"), multi_rules);
+  EXPECT_EQ(guide_rules("jobs-shared"), shared_rules);
+  EXPECT_EQ(guide_rules("jobs-semaphore"), semaphore_rules);
+  EXPECT_EQ(guide_rules("jobs-rate"), rate_limiter_rules);
+  EXPECT_EQ(guide_rules("jobs-redlock"), redlock_rules);
+  EXPECT_EQ(guide_rules("jobs-admin"), admin_rules);
   // The backends' (cluster_acl_test.cpp, sentinel_acl_test.cpp).
-  EXPECT_EQ(readme_rules("jobs-cluster"), testing::acl::on_cluster(mutex_rules));
-  EXPECT_EQ(readme_rules("jobs-sentinel"), testing::acl::on_sentinel_master(mutex_rules));
-  EXPECT_EQ(readme_rules("jobs-sentinels"), testing::acl::sentinel_rules);
+  EXPECT_EQ(guide_rules("jobs-cluster"), testing::acl::on_cluster(mutex_rules));
+  EXPECT_EQ(guide_rules("jobs-sentinel"), testing::acl::on_sentinel_master(mutex_rules));
+  EXPECT_EQ(guide_rules("jobs-sentinels"), testing::acl::sentinel_rules);
 }
 
 // Redlock: the same user on each of three masters.

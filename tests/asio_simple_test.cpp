@@ -1,6 +1,6 @@
 // Tests for a SimpleMutex's async acquires (distlock/asio.hpp) over a real
 // io_context and a real server: the Mutex's lease with no script at all,
-// so a user without scripting (the README's least-privilege rules) takes,
+// so a user without scripting (docs/connecting.md's least-privilege rules) takes,
 // waits for and gives back locks asynchronously; a fenced attempt is one
 // MULTI on the link; a release, two round trips on one connection
 // (WATCH, then MULTI), goes through the connector; and an attempt whose
@@ -90,7 +90,7 @@ TEST_F(AsioSimpleTest, RunGoesOnUntilAHoldGivenBackIsReleased) {
 }
 
 // The point of a SimpleMutex: a user the server allows no script. Every
-// async call works under the README's rules for it, and the server
+// async call works under docs/connecting.md's rules for it, and the server
 // refused nothing on the way.
 TEST_F(AsioSimpleTest, EveryAsyncCallWorksForAUserWithoutScripting) {
   testing::acl::set_user(server(), "app", testing::acl::simple_mutex_rules);

@@ -1,6 +1,6 @@
 // Least privilege on a Redis Cluster: Mutex (fenced, woken by a release),
 // Semaphore and ReentrantMutex over a ClusterClient whose user has, on every
-// node, exactly the README's rules for the type with the Cluster's extras
+// node, exactly docs/connecting.md's rules for the type with the Cluster's extras
 // (support/acl_rules.hpp: sharded pub/sub in place of the unsharded, the
 // slot map, ASKING). Each runs try, a wait woken by another client's
 // release, a Watchdog renewal, extend and release; one more extends across

@@ -1,25 +1,23 @@
-# Fails unless the first ```cpp block under "## ${SECTION}" in README.md is
-# exactly the part of EXAMPLE between its "// [${MARKER}]" and
+# Fails unless the ```cpp block under DOC's "<!-- whole program: EXAMPLE -->"
+# line is exactly the part of EXAMPLE between its "// [${MARKER}]" and
 # "// [${MARKER} end]" lines.
-#   cmake -DREADME=README.md -DEXAMPLE=examples/cluster.cpp -DSECTION="Redis Cluster"
-#         -DMARKER="README cluster" -P readme_example.cmake
-file(READ "${README}" readme)
-file(READ "${EXAMPLE}" example)
+#   cmake -DROOT=<source dir> -DDOC=docs/cluster.md -DEXAMPLE=examples/cluster.cpp
+#         -DMARKER="README cluster" -P docs_example.cmake
+cmake_minimum_required(VERSION 3.16)  # the policies of the project
+file(READ "${ROOT}/${DOC}" doc)
+file(READ "${ROOT}/${EXAMPLE}" example)
 
-string(FIND "${readme}" "\n## ${SECTION}\n" at)
+set(heading "<!-- whole program: ${EXAMPLE} -->\n```cpp\n")
+string(FIND "${doc}" "${heading}" at)
 if(at EQUAL -1)
-  message(FATAL_ERROR "${README}: no \"## ${SECTION}\" section")
+  message(FATAL_ERROR "${DOC}: no \"<!-- whole program: ${EXAMPLE} -->\" line over a ```cpp block")
 endif()
-string(SUBSTRING "${readme}" ${at} -1 readme)
-string(FIND "${readme}" "\n```cpp\n" at)
-if(at EQUAL -1)
-  message(FATAL_ERROR "${README}: no ```cpp block under \"## ${SECTION}\"")
-endif()
-math(EXPR at "${at} + 8")
-string(SUBSTRING "${readme}" ${at} -1 readme)
-string(FIND "${readme}" "\n```" end)
+string(LENGTH "${heading}" length)
+math(EXPR at "${at} + ${length}")
+string(SUBSTRING "${doc}" ${at} -1 doc)
+string(FIND "${doc}" "\n```" end)
 math(EXPR end "${end} + 1")
-string(SUBSTRING "${readme}" 0 ${end} block)
+string(SUBSTRING "${doc}" 0 ${end} block)
 
 set(open_marker "// [${MARKER}]\n")
 string(FIND "${example}" "${open_marker}" at)
@@ -34,7 +32,7 @@ string(SUBSTRING "${example}" ${at} ${length} region)
 
 if(NOT block STREQUAL region)
   message(FATAL_ERROR
-    "The README's \"${SECTION}\" block differs from ${EXAMPLE}; copy the file's marked region "
-    "into the README's ```cpp block.\n--- README ---\n${block}--- ${EXAMPLE} ---\n${region}")
+    "${DOC}'s block differs from ${EXAMPLE}; copy the file's marked region into it.\n"
+    "--- ${DOC} ---\n${block}--- ${EXAMPLE} ---\n${region}")
 endif()
-message(STATUS "README \"${SECTION}\" matches ${EXAMPLE}")
+message(STATUS "${DOC} shows ${EXAMPLE} as it is")

@@ -1,5 +1,5 @@
-// What the README's code snippets call into, for the file
-// readme_snippets.cmake generates from them: each snippet is the body of a
+// What the C++ blocks of the README and docs/ call into, for the file
+// docs_snippets.cmake generates from them: each block is the body of a
 // function in namespace readme that is given a Client named `redis`; it is
 // compiled, never run.
 #pragma once
@@ -35,5 +35,6 @@ inline void sell_from(std::size_t) {}
 inline void render() {}
 inline void print_job() {}
 inline void move_stock() {}
+inline void save_with_fence(long long) {}
 
 }  // namespace readme

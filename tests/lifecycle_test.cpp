@@ -710,7 +710,7 @@ bool extend_hold(Lock& lock, milliseconds ttl) {
   }
 }
 
-// The README's table: once extend() returns false the hold is gone, and
+// docs/locks.md's table: once extend() returns false the hold is gone, and
 // the next release() says what the extend found (expired: no key; lost:
 // already reported lost), sending nothing, instead of NotHeldError; a
 // second release() throws NotHeldError; unlock() is a no-op, and the lock

@@ -1,7 +1,7 @@
 // Tests for examples/quick_start.cpp, the README's Quick start: the built
 // program (DISTLOCK_QUICK_START_PATH) runs against its own redis-server and
 // must exit 0, print what each part did and leave no lock behind but the
-// nightly one, held on for its min_hold.
+// nightly one, held on for its min_hold; with no Redis, exit 1 with a message.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -38,6 +38,17 @@ TEST_F(QuickStart, RunsToTheEndAndLeavesOnlyTheNightlyLockHeldOn) {
   EXPECT_GT(pttl, 0);
   EXPECT_LE(pttl, 5 * 60 * 1000);
   EXPECT_EQ(server().command({"GET", "{stock:42}:fence"}), "2");
+}
+
+// With no Redis where it points, the program says so and exits 1: the
+// Quick start a newcomer copies must not end in std::terminate.
+TEST_F(QuickStart, WithNoRedisThereItSaysSoAndExitsOne) {
+  const int port = testing::detail::pick_free_port();  // nothing listens there
+  const testing::ExampleRun run = testing::run_example(
+      DISTLOCK_QUICK_START_PATH, "redis://127.0.0.1:" + std::to_string(port), server().dir());
+  EXPECT_EQ(run.status, 1) << run.out;
+  EXPECT_NE(run.out.find("quick_start: "), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << run.out;
 }
 
 }  // namespace

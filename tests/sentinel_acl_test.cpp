@@ -1,8 +1,8 @@
 // Least privilege behind Redis Sentinel: a fenced Mutex, woken by a
 // release and renewed by the Watchdog, over a SentinelClient whose master
-// user has exactly the README's Mutex rules with Sentinel's extras for the
+// user has exactly docs/connecting.md's Mutex rules with Sentinel's extras for the
 // master (ROLE, INFO), and whose Sentinel user (sentinel_username) has
-// exactly the README's rules for the Sentinels
+// exactly docs/connecting.md's rules for the Sentinels
 // (support/acl_rules.hpp). The users are made with ACL SETUSER on every
 // data node (a replica is the next master) and on every Sentinel. Nothing
 // may be refused on the way (ACL LOG, on the data nodes and the

@@ -6,7 +6,7 @@
 //   distlock wait [options] NAME                   block until NAME is free
 //
 // It uses only distlock's public API (distlock/distlock.hpp). `status` and
-// `release` read the key layouts the README documents with plain commands.
+// `release` read the key layouts docs/locks.md documents with plain commands.
 //
 // Each subcommand lives in its own header: run_command.hpp (run),
 // admin_commands.hpp (status, release, wait); where.hpp and exit_status.hpp

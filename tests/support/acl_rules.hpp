@@ -1,4 +1,5 @@
-// The README's least-privilege ACL rules ("Least privilege (ACL)"), written
+// The least-privilege ACL rules of docs/connecting.md ("Least privilege
+// (ACL)"), written
 // once for the tests that run every lock type as a user with exactly them:
 // on one server (acl_test.cpp), on every node of a Redis Cluster
 // (cluster_acl_test.cpp) and on a Sentinel-watched master and its
@@ -7,7 +8,7 @@
 // the companions). Every user starts from "reset" (no commands, keys or
 // channels) so that these lines are all it has. AUTH and HELLO need no
 // rule. The helpers make such a user on a server, read what the server
-// refused (ACL LOG), and read the README's ready-to-paste lines, which
+// refused (ACL LOG), and read the guide's ready-to-paste lines, which
 // must be these lists word for word.
 #pragma once
 
@@ -25,10 +26,10 @@
 
 #include "support/redis_server.hpp"
 
-// The build passes the README's path; a bare compile (a syntax check from
-// the source tree) looks for it in the working directory.
-#ifndef DISTLOCK_README_PATH
-#define DISTLOCK_README_PATH "README.md"
+// The build passes the guide's path; a bare compile (a syntax check from
+// the source tree) looks for it under the working directory.
+#ifndef DISTLOCK_ACL_GUIDE_PATH
+#define DISTLOCK_ACL_GUIDE_PATH "docs/connecting.md"
 #endif
 
 // One failed step, as the result of a path ("" when every step worked).
@@ -80,7 +81,7 @@ inline Rules with_common(Rules rules) {
   return rules;
 }
 
-/// `parts` one after another, in order (the README lines are compared word
+/// `parts` one after another, in order (the guide's lines are compared word
 /// for word).
 inline Rules joined(std::initializer_list<Rules> parts) {
   Rules out;
@@ -191,7 +192,7 @@ inline const Rules admin_rules = {"+multi",
 inline const Rules cluster_extras = {"+cluster|shards", "+cluster|slots", "+asking"};
 
 // `rules` with `commands` after its own commands, before its keys and
-// channels (as the README writes them).
+// channels (as the guide writes them).
 inline Rules with_commands(Rules rules, const Rules& commands) {
   auto at = rules.begin();
   while (at != rules.end() && !at->empty() && at->front() == '+') ++at;
@@ -257,13 +258,13 @@ inline std::string refusals(const RedisServer& server) {
   return log;
 }
 
-// The README's ready-to-paste line for `user`: its rules after
+// The guide's ready-to-paste line for `user`: its rules after
 // "ACL SETUSER <user> reset on >secret".
-inline Rules readme_rules(const std::string& user) {
-  std::ifstream readme(DISTLOCK_README_PATH);
+inline Rules guide_rules(const std::string& user) {
+  std::ifstream guide(DISTLOCK_ACL_GUIDE_PATH);
   const std::string start = "ACL SETUSER " + user + " reset on >secret ";
   std::string line;
-  while (std::getline(readme, line)) {
+  while (std::getline(guide, line)) {
     if (line.compare(0, start.size(), start) != 0) continue;
     std::istringstream words(line.substr(start.size()));
     Rules rules;

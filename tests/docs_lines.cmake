@@ -1,0 +1,18 @@
+# read_lines(path out): the lines of `path`, every one, as a list whose
+# elements hold no list syntax: ";" "[" and "]" stand as <semicolon>,
+# <open> and <close> (an unbalanced bracket would join lines into one
+# element). restore_line(var) turns a line back as it was.
+function(read_lines path out)
+  file(READ "${path}" text)
+  string(REPLACE ";" "<semicolon>" text "${text}")
+  string(REPLACE "[" "<open>" text "${text}")
+  string(REPLACE "]" "<close>" text "${text}")
+  string(REPLACE "\n" ";" text "${text}")
+  set(${out} "${text}" PARENT_SCOPE)
+endfunction()
+
+macro(restore_line var)
+  string(REPLACE "<semicolon>" ";" ${var} "${${var}}")
+  string(REPLACE "<open>" "[" ${var} "${${var}}")
+  string(REPLACE "<close>" "]" ${var} "${${var}}")
+endmacro()
