@@ -691,5 +691,15 @@ TEST_F(Cli, RunsOverTlsWithTheCaGivenAndRefusesAnUnverifiedServer) {
   EXPECT_NE(no_tls.err().find("need TLS"), std::string::npos) << no_tls.err();
 }
 
+// A user with no password would connect as the default user (AUTH goes only
+// with a password): a usage error (64) that says so, and the job never runs.
+TEST_F(Cli, AUserWithoutAPasswordIsAUsageError) {
+  Tool& alone = run({"run", "--url", url(), "--user", "app", "job", "--", "sh", "-c",
+                     "echo ran > '" + path("ran") + "'"});
+  EXPECT_EQ(alone.status(), 64) << alone.err();
+  EXPECT_NE(alone.err().find("without a password"), std::string::npos) << alone.err();
+  EXPECT_FALSE(std::ifstream(path("ran")).good());
+}
+
 }  // namespace
 }  // namespace distlock

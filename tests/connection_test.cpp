@@ -1,6 +1,7 @@
 // Tests for detail/wire/connection.hpp and reply.hpp against real redis-servers.
 #include "distlock/detail/wire/connection.hpp"
 #include "distlock/detail/wire/command_format.hpp"
+#include "distlock/sentinel_options.hpp"
 
 #include <gtest/gtest.h>
 
@@ -552,6 +553,25 @@ TEST(ConnectionOptions, RejectsOutOfRangeValues) {
   o.db = -1;
   EXPECT_THROW(o.validate(), InvalidArgument);
   EXPECT_THROW(Connection{o}, InvalidArgument);
+}
+
+// A user alone would connect unauthenticated (AUTH goes only with a
+// password), as the default user: refused, as the URI parser refuses it.
+TEST(ConnectionOptions, RefusesAUserWithoutAPasswordOrAProvider) {
+  ConnectionOptions o;
+  o.username = "alice";
+  EXPECT_THROW(o.validate(), InvalidArgument);
+  EXPECT_THROW(Connection{o}, InvalidArgument);
+  o.password = "pw";
+  EXPECT_NO_THROW(o.validate());
+  o.password.clear();
+  o.credentials = [] { return std::string("token"); };
+  EXPECT_NO_THROW(o.validate());
+  SentinelOptions sentinel("mymaster", {"127.0.0.1:26379"});
+  sentinel.sentinel_username = "watcher";
+  EXPECT_THROW(sentinel.validate(), InvalidArgument);
+  sentinel.sentinel_password = "pw";
+  EXPECT_NO_THROW(sentinel.validate());
 }
 
 TEST(ClientOptionsUri, ParsesPoolOptionsBesideTheConnection) {

@@ -34,8 +34,10 @@ struct ConnectionOptions {
   /// 1 to 65535; unused with unix_socket.
   int port = 6379;
   std::string unix_socket;  ///< when set, used instead of host and port
-  std::string username;     ///< ACL user; empty sends the legacy `AUTH <password>`
-  std::string password;     ///< empty: no AUTH
+  /// ACL user; needs a password or credentials (validate() refuses it
+  /// alone). Empty sends the legacy `AUTH <password>`.
+  std::string username;
+  std::string password;  ///< empty: no AUTH
   /// When set, asked on every new connection in place of username and
   /// password: for credentials that rotate (credentials.hpp). Thread-safe
   /// it must be; set in code, never from a URI.
@@ -368,6 +370,13 @@ inline void ConnectionOptions::validate() const {
   if (command_timeout.count() <= 0) throw InvalidArgument("command_timeout must be positive");
   if (max_connection_age.count() < 0) {
     throw InvalidArgument("max_connection_age must not be negative (0: no limit)");
+  }
+  // A connection sends AUTH only with a password (or a provider's answer):
+  // a user alone would connect as the default user, silently.
+  if (!username.empty() && password.empty() && !credentials) {
+    throw InvalidArgument("a user name (" + username +
+                          ") without a password or a credentials provider: AUTH is sent only "
+                          "with a password");
   }
 }
 
