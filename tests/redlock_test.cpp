@@ -674,6 +674,15 @@ TEST_F(RedlockTest, RejectsWhatCannotBeARedlock) {
                InvalidArgument);
   EXPECT_NO_THROW(Redlock(masters(), "k", LockOptions{}.auto_renew(false)));
   EXPECT_NO_THROW(Redlock(masters(), "k", LockOptions{}.wake_on_release(false)));
+  // WAIT counts one server's replicas; a Redlock never sends it, so asking
+  // for it is refused rather than ignored.
+  try {
+    Redlock lock(masters(), "k", LockOptions{}.replicas(1, 100ms));
+    ADD_FAILURE() << "accepted replicas";
+  } catch (const InvalidArgument& error) {
+    EXPECT_NE(std::string(error.what()).find("replicas"), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(Redlock(masters(), "k", LockOptions{}.replicas_majority(100ms)), InvalidArgument);
   EXPECT_EQ(Redlock(masters(), "k").options().ttl(), 30s);  // the default lease, unrenewed
   EXPECT_THROW(Redlock(masters(), ""), InvalidArgument);
   EXPECT_THROW(Redlock(masters(), std::string(max_name_size + 1, 'x')), InvalidArgument);

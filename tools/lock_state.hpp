@@ -4,7 +4,7 @@
 //
 // Which keys are locks is the library's rule (classify_lock(), as inspect()
 // and force_unlock() apply it), so the tool and the library never disagree.
-// The names below are the layouts the README documents; the tool rebuilds
+// The names below are the layouts docs/locks.md documents; the tool rebuilds
 // them here because the library keeps its own functions for them in detail::.
 #pragma once
 

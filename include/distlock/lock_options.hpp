@@ -140,9 +140,9 @@ class LockOptions {
   /// renewal fewer acknowledge does not lengthen the lease's validity. The
   /// first acquire of each lock object reads INFO replication and throws
   /// NotReplicatedError if fewer than `count` replicas are connected.
-  /// WAIT is not consensus: see the README's "Replicas and failover".
+  /// WAIT is not consensus: see docs/replicas.md.
   /// Single-server locks only (Mutex, SimpleMutex, ReentrantMutex,
-  /// SharedMutex); Redlock ignores it, a Semaphore refuses it. `count` in
+  /// SharedMutex); a Redlock and a Semaphore refuse it. `count` in
   /// [1, max_replicas], `timeout` in [1 ms, max_ttl].
   template <class Rep, class Period>
   LockOptions& replicas(int count, std::chrono::duration<Rep, Period> timeout) {

@@ -91,7 +91,7 @@ class Redlock : public detail::ExclusiveLock<detail::RedlockProtocol> {
   /// Validates at once and contacts no server. Throws InvalidArgument for
   /// no masters, a null one, two on the same server, a bad name, a TTL no
   /// longer than its drift allowance (under 3 ms), or options a Redlock
-  /// cannot honour: fencing(true); max_hold or on_lost without
+  /// cannot honour: fencing(true); replicas(); max_hold or on_lost without
   /// auto_renew(true).
   DISTLOCK_DECL Redlock(const std::vector<const Backend*>& masters, std::string_view name,
                         RedlockOptions options = {}, AcquirePolicy policy = {});

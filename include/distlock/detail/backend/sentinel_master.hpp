@@ -285,7 +285,7 @@ inline void SentinelMaster::find(SteadyClock::time_point deadline) {
   }
   if (!refused.empty()) {
     // The master is there and answers, but not to this user: no wait for a
-    // failover will change that (the ACL rules, README "Least privilege").
+    // failover will change that (the ACL rules, docs/connecting.md "Least privilege").
     throw ServerError(refused);
   }
   throw ConnectionError(Errc::connect_failed,

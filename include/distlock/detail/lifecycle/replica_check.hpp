@@ -5,7 +5,7 @@
 // costs the round trips of an unreplicated one; its answer decides whether
 // the grant stands. WAIT tells that replicas received the write, not that
 // they fsynced it, and it is not consensus: a replica promoted before it
-// acknowledged loses the write (the README's "Replicas and failover").
+// acknowledged loses the write (docs/replicas.md).
 #pragma once
 
 #include <algorithm>

@@ -249,6 +249,11 @@ class RedlockProtocol : public OneKindProtocol {
           "Redlock offers no fencing token: counters kept on independent masters do not form "
           "one rising sequence");
     }
+    if (options.replicas() != 0) {
+      throw InvalidArgument(
+          "Redlock takes no replicas(): WAIT counts one server's replicas, and a Redlock's "
+          "masters are independent servers (a quorum of them is its redundancy)");
+    }
     if (!renews(options) && (options.max_hold().count() > 0 || options.on_lost())) {
       throw InvalidArgument(
           "max_hold and on_lost apply to a renewed lease: give the Redlock auto_renew(true)");
