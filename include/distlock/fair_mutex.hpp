@@ -101,12 +101,11 @@ class FairProtocol : public OwnerFieldCore<FairKind> {
                               {this->ttl_, owner, waiter_timeout_, waits ? "1" : "0"}),
               "fair acquire");
         },
-        [&](Connection& connection) {
-          connection.send_eval_behind(scripts::fair_release,
-                                      {this->key_, queue_key_, deadlines_key_},
-                                      {owner, this->channel_});
-          connection.send_eval_behind(scripts::fair_leave, {this->key_, queue_key_, deadlines_key_},
-                                      {owner, waiter_timeout_, this->channel_});
+        [&](UndoWriter& write) {
+          write.script(scripts::fair_release, {this->key_, queue_key_, deadlines_key_},
+                       {owner, this->channel_});
+          write.script(scripts::fair_leave, {this->key_, queue_key_, deadlines_key_},
+                       {owner, waiter_timeout_, this->channel_});
         });
   }
 

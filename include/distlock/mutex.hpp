@@ -65,8 +65,8 @@ struct ScriptedLease {
   }
 
   // Behind an attempt that got no reply: the release script.
-  static void undo(Connection& connection, const LeaseKeys& keys, const std::string& token) {
-    connection.send_eval_behind(scripts::release, {keys.key, keys.channel}, {token});
+  static void undo(UndoWriter& write, const LeaseKeys& keys, const std::string& token) {
+    write.script(scripts::release, {keys.key, keys.channel}, {token});
   }
   static void send_undo(Link& link, const LeaseKeys& keys, const std::string& token) {
     link.undo_eval(scripts::release, {keys.key, keys.channel}, {token});

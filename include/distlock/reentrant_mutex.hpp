@@ -65,9 +65,8 @@ class ReentrantProtocol : public OwnerFieldCore<ReentrantKind> {
                                  bool /*waits*/) {
     return this->attempt_field(
         deadline, [&](Connection& connection) { return send_acquire(connection, owner); },
-        [&](Connection& connection) {
-          connection.send_eval_behind(scripts::reentrant_release, {this->key_, this->channel_},
-                                      {owner});
+        [&](UndoWriter& write) {
+          write.script(scripts::reentrant_release, {this->key_, this->channel_}, {owner});
         });
   }
 

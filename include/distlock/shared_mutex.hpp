@@ -111,7 +111,7 @@ class SharedProtocol : public HashFieldCore<SharedKind> {
           [&](Connection& connection) {
             return acquire_answer(kind, acquire_on(kind, connection, field));
           },
-          [&](Connection& connection) { connection.send_eval_behind(undo, undo_keys, undo_args); });
+          [&](UndoWriter& write) { write.script(undo, undo_keys, undo_args); });
     });
   }
 

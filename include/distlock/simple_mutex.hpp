@@ -23,9 +23,10 @@
 //   that need memory, so there all three go through as they would anyway.)
 // - The undo of an acquire whose reply timed out cannot be queued blindly
 //   behind it (a token-checked delete needs a script or a read first), so
-//   it reads before it writes, on a connection of its own with a short
-//   budget: it removes our key only if the SET had already landed; a SET
-//   still queued in a stalled server stays until its lease ends.
+//   it reads before it writes, on a connection of its own made by a
+//   background thread once the call has returned: it removes our key only
+//   if the SET had landed by then; a SET still queued in a stalled server
+//   stays until its lease ends.
 // - A round of renewals costs two round trips (WATCH and read; then one
 //   MULTI/EXEC for every lease still ours) instead of one script call.
 #pragma once

@@ -15,9 +15,9 @@
 // apply it. Its undo is written on the same connection, behind it, and not
 // waited for: if the attempt lands late, the undo lands right after it.
 // Where nothing written behind can arrive (the connection broke mid-reply,
-// or a WAIT blocks it), the undo goes on a fresh connection (undo_apart),
-// the one step that may outlast the deadline, by apart_undo_budget to
-// connect and as much to answer: a grant left behind would keep the name
+// or a WAIT blocks it), the undo goes on a fresh connection, on the
+// backend's connector thread (undo_apart): the call returns by its
+// deadline meanwhile, and the grant is still given back rather than kept
 // for its whole lease.
 //
 // With replica acknowledgement (LockOptions::replicas), an attempt carries
@@ -31,6 +31,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -39,6 +40,7 @@
 #include <system_error>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "distlock/acquire_policy.hpp"
 #include "distlock/detail/backend/site.hpp"
@@ -265,25 +267,57 @@ inline SteadyClock::time_point next_attempt_at(const AcquirePolicy& policy, unsi
   return deadline - now < pause ? deadline : now + pause;
 }
 
-/// How long the undo of an attempt on a connection of its own may take to
-/// connect (and authenticate), and again to be answered.
-inline constexpr std::chrono::milliseconds apart_undo_budget{20};
+/// A job for a fresh connection, owning what it sends: the undo of an
+/// attempt, run on the backend's connector thread.
+using ApartJob = std::function<void(Connection& fresh)>;
 
-/// `undo` on a fresh connection to the server `blocked` talks to, for a
-/// grant known to be applied whose connection is still blocked in WAIT: the
-/// server drops a closed client's commands queued behind a blocking one, so
-/// an undo written there would never run. Best effort: the lease expires
-/// otherwise.
-template <class Undo>
-void undo_apart(const Connection& blocked, Undo& undo) noexcept {
+/// Where the undo of one attempt goes (attempt_or_undo decides: behind the
+/// attempt on its connection, apart from it, or both). Each protocol hands
+/// its undo over as one script over its keys and arguments (views, for the
+/// call only), or, a wire without scripts (SimpleMutex's), as a job that
+/// can only run apart.
+class UndoWriter {
+ public:
+  virtual void script(const Script& script, Args keys, Args args) = 0;
+  virtual void apart(ApartJob job) = 0;
+
+ protected:
+  ~UndoWriter() = default;
+};
+
+/// Runs `job` on a fresh connection to the server `blocked` talks to, on
+/// the backend's connector thread: the undo of an attempt where nothing
+/// written behind it can arrive (see the top of this file). The caller
+/// returns by its deadline meanwhile, and the lock may be gone before the
+/// job runs, which waits for the server as a call without a deadline
+/// would. Best effort: the lease expires otherwise.
+inline void undo_apart(Site& site, const Connection& blocked, ApartJob job) noexcept {
   try {
-    ConnectionOptions quick = blocked.options();
-    quick.connect_timeout = std::min(quick.connect_timeout, apart_undo_budget);
-    quick.command_timeout = std::min(quick.command_timeout, apart_undo_budget);
-    Connection fresh(std::move(quick));
-    undo(fresh);
+    ConnectionOptions options = blocked.options();  // the server the attempt went to
+    options.connect_timeout = site.options().connect_timeout;
+    options.command_timeout = site.options().command_timeout;
+    site.connector().post(
+        [options = std::move(options), sharded = blocked.sharded_publish(), job = std::move(job)] {
+          try {
+            Connection fresh(options);
+            fresh.set_sharded_publish(sharded);  // a cluster node runs the SPUBLISH twins
+            job(fresh);
+          } catch (...) {
+          }
+        });
   } catch (...) {
   }
+}
+
+/// The job that runs `script` over copies of `keys` and `args`.
+inline ApartJob script_job(const Script& script, Args keys, Args args) {
+  std::vector<std::string> words(keys.begin(), keys.end());
+  words.insert(words.end(), args.begin(), args.end());
+  return [script = &script, key_count = keys.size(), words = std::move(words)](Connection& fresh) {
+    const std::vector<std::string_view> views(words.begin(), words.end());
+    static_cast<void>(fresh.eval(*script, Args(views.data(), key_count),
+                                 Args(views.data() + key_count, views.size() - key_count)));
+  };
 }
 
 /// `send(connection)` by on_site(); nullopt when a TimeoutError was the
@@ -301,12 +335,18 @@ auto on_site_by(Site& site, SteadyClock::time_point deadline, Send&& send)
 
 /// One attempt on a single server: `send(connection)` on a connection
 /// borrowed and timed by the deadline rules above. If the reply never came,
-/// `undo(connection)` writes the undo behind it (Connection::send_behind)
-/// before the error goes on. Returns nullopt when the caller's deadline cut
-/// the step short. With `replicas`, the attempt carries its WAIT behind it
-/// on the same connection; a WAIT that fails after a grant undoes the grant
-/// on a connection of its own (undo_apart: the grant is known, and the WAIT
-/// blocks its own).
+/// `undo(writer)` gives the attempt's undo to an UndoWriter that sends it
+/// behind the attempt (Connection::send_eval_behind) and, where nothing
+/// behind can arrive, apart too (undo_apart), before the error goes on. Returns
+/// nullopt when the caller's deadline cut the step short. With `replicas`,
+/// the attempt carries its WAIT behind it on the same connection; a WAIT
+/// that fails after a grant undoes the grant apart (the grant is known, and
+/// the WAIT blocks its own connection).
+///
+/// An undo sent apart may land after the call returned: every call that
+/// sends one ends there, and the next names its hold anew (a new token; a
+/// field hold retires its owner id when it writes an undo), so the late
+/// undo can take nothing but the grant it undoes.
 template <class Send, class Undo>
 std::optional<Attempt> attempt_or_undo(Site& site, SteadyClock::time_point deadline, Send&& send,
                                        Undo&& undo, ReplicaCheck* replicas = nullptr,
@@ -326,6 +366,24 @@ std::optional<Attempt> attempt_or_undo(Site& site, SteadyClock::time_point deadl
       attempt.not_replicated = true;
       attempt.deadline_cut = cut;
     };
+    // The undo, behind the attempt and or apart from it.
+    const auto undo_by = [&](bool behind, bool apart) {
+      struct Writer final : UndoWriter {
+        Writer(Site& site_in, Connection& on, bool behind_in, bool apart_in)
+            : site(site_in), connection(on), behind(behind_in), apart_too(apart_in) {}
+        void script(const Script& script, Args keys, Args args) override {
+          if (behind) connection.send_eval_behind(script, keys, args);
+          if (apart_too) apart(script_job(script, keys, args));
+        }
+        void apart(ApartJob job) override { undo_apart(site, connection, std::move(job)); }
+        Site& site;
+        Connection& connection;
+        bool behind;
+        bool apart_too;
+      };
+      Writer writer(site, connection, behind, apart);
+      undo(static_cast<UndoWriter&>(writer));
+    };
     try {
       // Whether the caller's deadline cut WAIT short; acknowledged() may find so too.
       bool cut = needed > 0 && replicas->trail_wait(connection, needed, deadline, command_timeout);
@@ -343,7 +401,7 @@ std::optional<Attempt> attempt_or_undo(Site& site, SteadyClock::time_point deadl
     } catch (const Error& error) {
       const std::error_code code = error.code();
       if (attempt.acquired) {
-        undo_apart(connection, undo);
+        undo_by(/*behind=*/false, /*apart=*/true);
         if (code == Errc::timed_out && needed > 0 && deadline_reached(deadline)) {
           // The grant was answered, its WAIT not by the deadline: too few
           // replicas in time, as when WAIT answers short at the deadline.
@@ -353,7 +411,6 @@ std::optional<Attempt> attempt_or_undo(Site& site, SteadyClock::time_point deadl
         }
       } else if (code == Errc::timed_out || code == Errc::io_error ||
                  code == Errc::protocol_error) {
-        undo(connection);
         // With its WAIT sent behind it, an unanswered attempt's undo may
         // queue behind a WAIT that blocks, and be dropped with the
         // connection: undo it apart too (a grant that landed is found
@@ -361,7 +418,7 @@ std::optional<Attempt> attempt_or_undo(Site& site, SteadyClock::time_point deadl
         // where the connection broke (the server closed it mid-reply):
         // nothing written behind on it arrives, and the grant may have
         // been applied.
-        if (connection.trailed() || code == Errc::io_error) undo_apart(connection, undo);
+        undo_by(/*behind=*/true, /*apart=*/connection.trailed() || code == Errc::io_error);
       }
       throw;
     }

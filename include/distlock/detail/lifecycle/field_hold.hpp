@@ -177,10 +177,10 @@ class HashFieldCore : public SingleServer {
     }
   }
 
-  /// One attempt by `send`, whose undo (`undo_behind(connection)`, which
-  /// writes the release behind it) is written only if no other lock object
-  /// of this thread holds a field of the key: the owner is the thread, so
-  /// that release could take the other's hold (and a downgrade's read hold
+  /// One attempt by `send`, whose undo (`undo_behind(write)`, which gives
+  /// the release to attempt_or_undo's writer) is written only if no other
+  /// lock object of this thread holds a field of the key: the owner is the
+  /// thread, so that release could take the other's hold (and a downgrade's read hold
   /// would keep the owner id the undo names). An undo written retires that
   /// owner id for the key: the thread's next attempt, on another
   /// connection, may reach Redis before it. A key that is not a hash fails
@@ -199,10 +199,10 @@ class HashFieldCore : public SingleServer {
             return attempt;
           });
         },
-        [&](Connection& connection) {
+        [&](UndoWriter& write) {
           if (!undo) return;
           retire_owner();
-          undo_behind(connection);
+          undo_behind(write);
         },
         this->replicas_.get(), this->key_);
   }

@@ -88,8 +88,7 @@ class LeaseProtocol : public SingleServer, public OneKindProtocol {
         [&](Connection& connection) {
           return Wire::acquire(connection, keys(), token, ttl_, fencing_);
         },
-        [&](Connection& connection) { Wire::undo(connection, keys(), token); }, replicas_.get(),
-        key_);
+        [&](UndoWriter& write) { Wire::undo(write, keys(), token); }, replicas_.get(), key_);
   }
 
   // The steps for an event loop (distlock/asio.hpp), where the Wire has

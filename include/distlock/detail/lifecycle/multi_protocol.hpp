@@ -342,8 +342,8 @@ inline std::optional<Attempt> MultiProtocol::attempt(Kind, const std::string& to
       taken = attempt_or_undo(
           *group.site, deadline,
           [&](Connection& connection) { return take_group(connection, group, token, ttl_, busy); },
-          [&](Connection& connection) {
-            connection.send_eval_behind(scripts::multi_release, group.keys_and_channels(), {token});
+          [&](UndoWriter& write) {
+            write.script(scripts::multi_release, group.keys_and_channels(), {token});
           });
     } catch (...) {
       give_back_first(g, token, deadline);

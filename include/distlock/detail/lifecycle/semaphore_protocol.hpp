@@ -80,9 +80,8 @@ class SemaphoreProtocol : public SingleServer, public OneKindProtocol {
               kind, connection.eval(scripts::semaphore_acquire, {this->key_, count_key_},
                                     {id, this->ttl_, permits_}));
         },
-        [&](Connection& connection) {
-          connection.send_eval_behind(scripts::semaphore_release,
-                                      {this->key_, this->channel_, count_key_}, {id});
+        [&](UndoWriter& write) {
+          write.script(scripts::semaphore_release, {this->key_, this->channel_, count_key_}, {id});
         });
   }
 

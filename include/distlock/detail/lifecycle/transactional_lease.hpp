@@ -101,21 +101,13 @@ struct TransactionalLease {
     }
   }
 
-  // See the top of this file: read, then delete, on a connection of its own.
-  // The whole undo (connect, read, delete) has one budget, and each wait
-  // is what is left of it, kept by poll() to the millisecond as a step cut
-  // to a caller's deadline is (detail/wire/connection.hpp): a step given undo_budget
-  // each, on the socket's timeout rounded up to the kernel's tick, would
-  // keep the caller several times that past its deadline.
-  static void undo(Connection& broken, const LeaseKeys& keys, const std::string& token) noexcept {
-    try {
-      const SteadyClock::time_point deadline = SteadyClock::now() + undo_budget;
-      Connection fresh(cut_to(broken.options(), deadline));
-      fresh.set_usual_timeout(broken.usual_timeout());
-      static_cast<void>(release_by(fresh, keys, token, deadline));
-    } catch (...) {
-      // The lease expires by itself.
-    }
+  // See the top of this file: read, then delete, which nothing can write
+  // blindly behind an attempt, so always apart, on a connection of its own.
+  static void undo(UndoWriter& write, const LeaseKeys& keys, const std::string& token) {
+    write.apart([key = std::string(keys.key), fence = std::string(keys.fence),
+                 channel = std::string(keys.channel), token](Connection& fresh) {
+      static_cast<void>(release_by(fresh, LeaseKeys{key, fence, channel}, token, no_deadline));
+    });
   }
 
   static TokenCheck release(Connection& connection, const LeaseKeys& keys,
@@ -402,8 +394,6 @@ struct TransactionalLease {
     const SitePtr site_;
     std::atomic<bool> read_pttl_;  // the server has no PEXPIRE ... GT
   };
-
-  static constexpr std::chrono::milliseconds undo_budget{5};
 };
 
 }  // namespace distlock::detail

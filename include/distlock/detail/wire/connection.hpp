@@ -128,6 +128,7 @@ class Connection {
   /// announce releases with SPUBLISH instead of PUBLISH
   /// (detail/wire/sharded_scripts.hpp), and publish_verb() says SPUBLISH.
   void set_sharded_publish(bool on) noexcept { sharded_publish_ = on; }
+  bool sharded_publish() const noexcept { return sharded_publish_; }
   /// The command that announces a release on this connection.
   std::string_view publish_verb() const noexcept {
     return sharded_publish_ ? "SPUBLISH" : "PUBLISH";
