@@ -8,9 +8,11 @@
 
 #include <chrono>
 #include <future>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "support/eventually.hpp"
@@ -355,6 +357,32 @@ TEST_F(StripedMutexTest, CancelWaitsEndsEveryWaitOfTheObjectWhenPolling) {
   StripedMutex holder(client(), "s", 4, polling);
   StripedMutex seeker(client(), "s", 4, polling);
   expect_cancel_waits_ends_every_wait(holder, seeker);
+}
+
+// A copy is a handle on the same stripes (say, one captured by value in a
+// task): a stripe held through one is held through the other, and
+// cancel_waits() on either ends the waits of both.
+TEST_F(StripedMutexTest, ACopySharesTheStripesOfItsOriginal) {
+  StripedMutex original(client(), "s", 2, LockOptions{}.ttl(60s));
+  StripedMutex copy = original;
+  const std::optional<std::size_t> taken = original.try_lock_any();
+  ASSERT_TRUE(taken);
+  EXPECT_TRUE(copy.stripe(*taken).owns_lock());
+  const std::optional<std::size_t> other = copy.try_lock_any();
+  ASSERT_TRUE(other);
+  EXPECT_NE(*other, *taken);
+  auto waiting = std::async(std::launch::async, [&] { return original.try_lock_any_for(30s); });
+  EXPECT_TRUE(eventually([&] {
+    copy.cancel_waits();
+    return waiting.wait_for(0s) == std::future_status::ready;
+  })) << "cancel_waits() on the copy left the original's wait on";
+  EXPECT_FALSE(waiting.get());
+  copy.stripe(*taken).unlock();
+  EXPECT_FALSE(original.stripe(*taken).owns_lock());
+
+  StripedMutex moved = std::move(copy);
+  EXPECT_TRUE(moved.stripe(*other).owns_lock());
+  moved.stripe(*other).unlock();
 }
 
 TEST_F(StripedMutexTest, StripesExcludeAcrossProcesses) {

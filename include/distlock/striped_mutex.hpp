@@ -188,6 +188,16 @@ class StripedMutex {
   DISTLOCK_DECL StripedMutex(const Backend& backend, std::string_view name, std::size_t stripes,
                              LockOptions options = {}, AcquirePolicy policy = {});
   DISTLOCK_DECL ~StripedMutex();
+  /// Another handle on the same stripes, as a second thread sharing this
+  /// object is: the stripes' holders, and cancel_waits(), are the two's.
+  StripedMutex(const StripedMutex&) = default;
+  /// As the copy constructor.
+  StripedMutex& operator=(const StripedMutex&) = default;
+  /// Takes `other`'s stripes; the moved-from object may only be destroyed
+  /// or assigned to.
+  StripedMutex(StripedMutex&& other) noexcept = default;
+  /// As the move constructor.
+  StripedMutex& operator=(StripedMutex&& other) noexcept = default;
 
   /// The most stripes one object may have.
   static constexpr std::size_t max_stripes = detail::Stripes::max_stripe_count;
