@@ -31,7 +31,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -40,7 +39,6 @@
 #include <system_error>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #include "distlock/acquire_policy.hpp"
 #include "distlock/detail/backend/site.hpp"
@@ -50,6 +48,7 @@
 #include "distlock/detail/base/wake.hpp"
 #include "distlock/detail/lifecycle/holder_lease.hpp"
 #include "distlock/detail/lifecycle/replica_check.hpp"
+#include "distlock/detail/lifecycle/undo.hpp"
 #include "distlock/detail/wire/connection.hpp"
 #include "distlock/error.hpp"
 #include "distlock/lock_options.hpp"
@@ -267,59 +266,6 @@ inline SteadyClock::time_point next_attempt_at(const AcquirePolicy& policy, unsi
   return deadline - now < pause ? deadline : now + pause;
 }
 
-/// A job for a fresh connection, owning what it sends: the undo of an
-/// attempt, run on the backend's connector thread.
-using ApartJob = std::function<void(Connection& fresh)>;
-
-/// Where the undo of one attempt goes (attempt_or_undo decides: behind the
-/// attempt on its connection, apart from it, or both). Each protocol hands
-/// its undo over as one script over its keys and arguments (views, for the
-/// call only), or, a wire without scripts (SimpleMutex's), as a job that
-/// can only run apart.
-class UndoWriter {
- public:
-  virtual void script(const Script& script, Args keys, Args args) = 0;
-  virtual void apart(ApartJob job) = 0;
-
- protected:
-  ~UndoWriter() = default;
-};
-
-/// Runs `job` on a fresh connection to the server `blocked` talks to, on
-/// the backend's connector thread: the undo of an attempt where nothing
-/// written behind it can arrive (see the top of this file). The caller
-/// returns by its deadline meanwhile, and the lock may be gone before the
-/// job runs, which waits for the server as a call without a deadline
-/// would. Best effort: the lease expires otherwise.
-inline void undo_apart(Site& site, const Connection& blocked, ApartJob job) noexcept {
-  try {
-    ConnectionOptions options = blocked.options();  // the server the attempt went to
-    options.connect_timeout = site.options().connect_timeout;
-    options.command_timeout = site.options().command_timeout;
-    site.connector().post(
-        [options = std::move(options), sharded = blocked.sharded_publish(), job = std::move(job)] {
-          try {
-            Connection fresh(options);
-            fresh.set_sharded_publish(sharded);  // a cluster node runs the SPUBLISH twins
-            job(fresh);
-          } catch (...) {
-          }
-        });
-  } catch (...) {
-  }
-}
-
-/// The job that runs `script` over copies of `keys` and `args`.
-inline ApartJob script_job(const Script& script, Args keys, Args args) {
-  std::vector<std::string> words(keys.begin(), keys.end());
-  words.insert(words.end(), args.begin(), args.end());
-  return [script = &script, key_count = keys.size(), words = std::move(words)](Connection& fresh) {
-    const std::vector<std::string_view> views(words.begin(), words.end());
-    static_cast<void>(fresh.eval(*script, Args(views.data(), key_count),
-                                 Args(views.data() + key_count, views.size() - key_count)));
-  };
-}
-
 /// `send(connection)` by on_site(); nullopt when a TimeoutError was the
 /// caller's own deadline cutting the step short.
 template <class Send>
@@ -368,20 +314,7 @@ std::optional<Attempt> attempt_or_undo(Site& site, SteadyClock::time_point deadl
     };
     // The undo, behind the attempt and or apart from it.
     const auto undo_by = [&](bool behind, bool apart) {
-      struct Writer final : UndoWriter {
-        Writer(Site& site_in, Connection& on, bool behind_in, bool apart_in)
-            : site(site_in), connection(on), behind(behind_in), apart_too(apart_in) {}
-        void script(const Script& script, Args keys, Args args) override {
-          if (behind) connection.send_eval_behind(script, keys, args);
-          if (apart_too) apart(script_job(script, keys, args));
-        }
-        void apart(ApartJob job) override { undo_apart(site, connection, std::move(job)); }
-        Site& site;
-        Connection& connection;
-        bool behind;
-        bool apart_too;
-      };
-      Writer writer(site, connection, behind, apart);
+      AttemptUndo writer(site, connection, behind, apart);
       undo(static_cast<UndoWriter&>(writer));
     };
     try {

@@ -104,9 +104,10 @@ struct TransactionalLease {
   // See the top of this file: read, then delete, which nothing can write
   // blindly behind an attempt, so always apart, on a connection of its own.
   static void undo(UndoWriter& write, const LeaseKeys& keys, const std::string& token) {
-    write.apart([key = std::string(keys.key), fence = std::string(keys.fence),
-                 channel = std::string(keys.channel), token](Connection& fresh) {
-      static_cast<void>(release_by(fresh, LeaseKeys{key, fence, channel}, token, no_deadline));
+    // release_by() reads the key and announces on the channel; no fence.
+    write.apart([key = std::string(keys.key), channel = std::string(keys.channel),
+                 token](Connection& fresh) {
+      static_cast<void>(release_by(fresh, LeaseKeys{key, {}, channel}, token, no_deadline));
     });
   }
 
