@@ -3,7 +3,8 @@
 // driver hands back. The steps decide and send nothing, so a scripted
 // Protocol stands in for the server here: pure logic, and the contract an
 // event-loop driver relies on. The same steps against real servers are
-// every lock type's tests.
+// every lock type's tests. Where a step reads a release channel, the
+// subscription is real: a Notifier on a real server.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -13,7 +14,11 @@
 #include <thread>
 #include <utility>
 
+#include "distlock/acquire_policy.hpp"
 #include "distlock/detail/lifecycle/acquire_steps.hpp"
+#include "distlock/detail/runtime/notifier.hpp"
+#include "support/eventually.hpp"
+#include "support/fixture.hpp"
 
 namespace distlock::detail {
 namespace {
@@ -63,8 +68,9 @@ using Base = AcquireSteps<ScriptedProtocol>;
 // does.
 class Steps : public Base {
  public:
-  explicit Steps(LockOptions options = LockOptions().auto_renew(false))
-      : Base(ScriptedProtocol(), std::move(options), AcquirePolicy(), Cancellation()) {}
+  explicit Steps(LockOptions options = LockOptions().auto_renew(false),
+                 AcquirePolicy policy = AcquirePolicy())
+      : Base(ScriptedProtocol(), std::move(options), std::move(policy), Cancellation()) {}
 
   using Base::attempted;
   using Base::holder_read;
@@ -269,6 +275,63 @@ TEST(AcquireStepsTest, AGrantTooFewReplicasAcknowledgedIsGivenBackAndNeverHeld) 
   expect_done(next, Outcome::timed_out);
   EXPECT_EQ(steps.released(), 1);
   EXPECT_FALSE(steps.owns());
+}
+
+// A waiter asleep on a confirmed subscription, refused, then finding the
+// lock released: by a release announced since its attempt, or not (yet).
+class AcquireStepsOnAChannel : public testing::RedisClientTest {
+ protected:
+  // The waiter, refused once after subscribing; its next step is the
+  // holder read.
+  void refused_after_subscribing(Steps& steps, Steps::Waiter& waiter) {
+    ASSERT_EQ(steps.start(waiter).step, Steps::Step::attempt);
+    ASSERT_EQ(steps.attempted(waiter, refused(HolderLease::from_pttl(5000))).step,
+              Steps::Step::subscribe);
+    Notifier::Subscription subscription = client().notifier().subscribe(channel, waiter.deadline);
+    ASSERT_TRUE(subscription.active());
+    generation = subscription.generation();
+    ASSERT_EQ(steps.subscribed(waiter, std::move(subscription)).step, Steps::Step::attempt);
+    ASSERT_EQ(steps.attempted(waiter, refused()).step, Steps::Step::read_holder);
+  }
+  // A release announced on the channel, seen by the waiter's subscription.
+  void announce_a_release(const Steps::Waiter& waiter) {
+    client().command("PUBLISH", channel, "0");
+    ASSERT_TRUE(
+        testing::eventually([&] { return waiter.subscription->generation() != generation; }));
+  }
+
+  const std::string channel = "steps:released";
+  std::uint64_t generation = 0;  // the subscription's, before the attempt
+};
+
+// The release went to the waiter whose turn it was (or, had nobody been
+// asleep, to this one as it goes to sleep: Subscription::sleep_on): the
+// waiter waits for its own turn, at its policy's pace at most. Racing
+// the waiter in turn, every waiter between an attempt and its sleep
+// would race each release: a herd of all of them under load.
+TEST_F(AcquireStepsOnAChannel, AWaiterFindingTheLockFreedByAnAnnouncedReleaseWaitsItsTurn) {
+  Steps steps(LockOptions().auto_renew(false), FixedInterval(10s));
+  Steps::Waiter waiter = steps.waiter(Clock::now() + 20s);
+  refused_after_subscribing(steps, waiter);
+  if (HasFatalFailure()) return;
+  announce_a_release(waiter);
+  if (HasFatalFailure()) return;
+  const Steps::Next next = steps.holder_read(waiter, HolderLease::from_pttl(-2));
+  EXPECT_EQ(next.step, Steps::Step::sleep);
+  EXPECT_GE(next.by, Clock::now() + 9s) << "it raced the waiter whose turn it was";
+  EXPECT_LE(next.by, Clock::now() + 10s);
+}
+
+// No release announced since its attempt: the key ran out, or the
+// announcement is still on its way. The waiter tries again at once.
+TEST_F(AcquireStepsOnAChannel, AWaiterFindingTheLockFreedWithNoReleaseAnnouncedTriesAtOnce) {
+  Steps steps(LockOptions().auto_renew(false), FixedInterval(10s));
+  Steps::Waiter waiter = steps.waiter(Clock::now() + 20s);
+  refused_after_subscribing(steps, waiter);
+  if (HasFatalFailure()) return;
+  const Steps::Next next = steps.holder_read(waiter, HolderLease::from_pttl(-2));
+  EXPECT_EQ(next.step, Steps::Step::sleep);
+  EXPECT_LE(next.by, Clock::now());
 }
 
 }  // namespace

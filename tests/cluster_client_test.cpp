@@ -36,6 +36,7 @@
 #include "distlock/simple_mutex.hpp"
 #include "support/cluster_suite.hpp"
 #include "support/eventually.hpp"
+#include "support/fault_proxy.hpp"
 #include "support/fixture.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
@@ -45,6 +46,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using testing::FaultProxy;
 using testing::RedisCluster;
 using testing::RedisServer;
 
@@ -995,6 +997,66 @@ TEST_F(ClusterFailoverWaits, CancelWaitsReachesAWaiterAtAKilledMaster) {
   EXPECT_FALSE(got);
   EXPECT_LT(Clock::now() - cancelled, 5s);
   EXPECT_EQ(holder.release(), Release::released);
+}
+
+// A map read that began before a failover and is answered after a later
+// read installed the new map: the older map must not replace the newer one.
+class ClusterFailoverMapOrder : public ClusterFailover {
+ protected:
+  static void SetUpTestSuite() { start(1, /*masters=*/1); }
+};
+
+TEST_F(ClusterFailoverMapOrder, AMapReadAnsweredLateDoesNotUndoANewerOne) {
+  // The client's only seed is the replica, through a proxy that can hold
+  // the replies of the connections open so far.
+  const RedisServer& replica = cluster().node(cluster().replica_of(0));
+  FaultProxy proxy(replica.host(), replica.port());
+  ClusterOptions seeded = options();
+  seeded.seeds = {proxy.host() + ":" + std::to_string(proxy.port())};
+  seeded.command_timeout = 20s;  // the held read waits for the test, not its timeout
+  client_.emplace(seeded);
+  const std::string name = name_on(0, "map-order");
+  const int slot = detail::key_slot(name);
+  client().refresh();  // a pooled connection through the proxy
+  const std::string old_owner = client().node_of(slot);
+  const std::size_t replica_index = cluster().replica_of(0);
+
+  // A read whose reply, the map before the failover, is held.
+  proxy.hold_open(FaultProxy::Direction::to_client);
+  const long long asked = calls_at(replica_index, "cluster|shards");
+  std::thread held([&] { client().refresh(); });
+  struct Join {
+    FaultProxy& proxy;
+    std::thread& thread;
+    ~Join() {
+      proxy.release(FaultProxy::Direction::to_client);
+      if (thread.joinable()) thread.join();
+    }
+  } join{proxy, held};
+  ASSERT_TRUE(eventually([&] { return calls_at(replica_index, "cluster|shards") > asked; }));
+
+  const std::size_t promoted = cluster().fail_over(0, /*kill=*/true);
+  ASSERT_EQ(promoted, replica_index);
+  const std::string new_owner =
+      cluster().node(promoted).host() + ":" + std::to_string(cluster().node(promoted).port());
+  ASSERT_NE(old_owner, new_owner);
+  // A later read, on a new connection the proxy lets through, installs the
+  // new map.
+  ASSERT_TRUE(eventually([&] {
+    client().refresh();
+    return client().node_of(slot) == new_owner;
+  })) << "the map still names "
+      << client().node_of(slot);
+
+  // The held read gets its reply now: the older map, which it must drop.
+  proxy.release(FaultProxy::Direction::to_client);
+  held.join();
+  EXPECT_EQ(client().node_of(slot), new_owner);
+  // And the lock is taken at the new owner, at once.
+  Mutex lock(client(), name, LockOptions{}.ttl(10s));
+  EXPECT_TRUE(lock.try_lock());
+  EXPECT_EQ(at(promoted, {"GET", name}), lock.token());
+  EXPECT_EQ(lock.release(), Release::released);
 }
 
 // The slot map while the cluster's own map changes under it: a suite of

@@ -14,6 +14,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <set>
 #include <string>
 #include <system_error>
@@ -22,6 +23,8 @@
 #include "distlock/client.hpp"
 #include "distlock/credentials.hpp"
 #include "distlock/detail/base/thread_annotations.hpp"
+#include "distlock/detail/lifecycle/acquire.hpp"
+#include "distlock/detail/lifecycle/undo.hpp"
 #include "distlock/error.hpp"
 #include "distlock/fair_mutex.hpp"
 #include "distlock/multi_mutex.hpp"
@@ -240,6 +243,34 @@ TYPED_TEST(UndoApartTest, ACallWhoseConnectionBreaksUnderItsAttemptReturnsByItsD
   EXPECT_EQ(call.get(), Errc::io_error);
   EXPECT_TRUE(eventually([&] { return this->keys() == before; }))
       << "the grant the broken connection never reported was not given back";
+}
+
+// The undo is handed over best effort: whatever the hand-over throws (an
+// allocation failing while the undo copies what it will send), the caller
+// gets the attempt's own error.
+class UndoHandOverTest : public testing::RedisTest {};
+
+TEST_F(UndoHandOverTest, WhatTheHandOverThrowsLeavesTheAttemptsErrorAsItWas) {
+  Client client(testing::client_options(server()));
+  const std::shared_ptr<detail::Site> site = client.site_for("undo:hand-over");
+  int handed_over = 0;
+  const auto attempt_cut_mid_reply = [](Connection&) -> detail::Attempt {
+    throw ConnectionError(Errc::io_error, "the server closed the connection mid-reply");
+  };
+  const auto undo_out_of_memory = [&](detail::UndoWriter&) {
+    ++handed_over;
+    throw std::bad_alloc();
+  };
+  try {
+    static_cast<void>(detail::attempt_or_undo(*site, Clock::now() + 2s, attempt_cut_mid_reply,
+                                              undo_out_of_memory));
+    ADD_FAILURE() << "the attempt's error was lost";
+  } catch (const ConnectionError& error) {
+    EXPECT_EQ(error.code(), Errc::io_error);
+  } catch (const std::bad_alloc&) {
+    ADD_FAILURE() << "the hand-over's bad_alloc replaced the attempt's error";
+  }
+  EXPECT_GE(handed_over, 1);
 }
 
 }  // namespace

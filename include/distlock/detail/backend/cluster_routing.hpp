@@ -11,7 +11,8 @@
 // when the SHARDS reply is doubtful (while a failover settles, it may name
 // the dead master, or no node, for the slots). It is read on first use, and
 // again after a MOVED, after a node could not be reached, and when it is
-// older than refresh_interval; a read that fails leaves the old map.
+// older than refresh_interval; a read that fails leaves the old map, and so
+// does one answered after a read that began later was installed.
 //
 // Every connection to a node (its pool, its notifier) has
 // the ClusterOptions' own, TLS included, with only host and port changed:
@@ -28,6 +29,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -293,6 +295,8 @@ class ClusterNodes {
   std::vector<Node*> slots_ DISTLOCK_GUARDED_BY(mutex_);
   bool loaded_ DISTLOCK_GUARDED_BY(mutex_) = false;
   SteadyClock::time_point refreshed_ DISTLOCK_GUARDED_BY(mutex_){};
+  std::atomic<std::uint64_t> reads_begun_{0};                     // numbers each map read
+  std::uint64_t installed_read_ DISTLOCK_GUARDED_BY(mutex_) = 0;  // the one the map is from
   std::atomic<bool> stale_{false};
   const std::array<char, cluster_slots> slot_tags_{};
   std::once_flag runtime_made_;
@@ -322,6 +326,7 @@ inline void ClusterNodes::refresh(SteadyClock::time_point deadline) {
 
 inline bool ClusterNodes::read_map_from(Node& node, SteadyClock::time_point deadline,
                                         std::string& why) {
+  const std::uint64_t begun = reads_begun_.fetch_add(1, std::memory_order_relaxed) + 1;
   std::vector<SlotRange> ranges;
   try {
     auto connection = node.client.borrow(deadline);
@@ -357,6 +362,11 @@ inline bool ClusterNodes::read_map_from(Node& node, SteadyClock::time_point dead
   std::vector<bool> changed;
   {
     MutexLock lock(mutex_);
+    // Reads run side by side (a failed route rereads while another caller
+    // refreshes): one that began later and has installed its map knows at
+    // least as much as this one, whose answer may predate a failover.
+    if (begun < installed_read_) return true;
+    installed_read_ = begun;
     std::vector<Node*> map(cluster_slots, nullptr);
     for (const SlotRange& range : ranges) {
       Node& owner = node_at_locked(range.host, range.port);

@@ -312,10 +312,15 @@ std::optional<Attempt> attempt_or_undo(Site& site, SteadyClock::time_point deadl
       attempt.not_replicated = true;
       attempt.deadline_cut = cut;
     };
-    // The undo, behind the attempt and or apart from it.
-    const auto undo_by = [&](bool behind, bool apart) {
-      AttemptUndo writer(site, connection, behind, apart);
-      undo(static_cast<UndoWriter&>(writer));
+    // The undo, behind the attempt and or apart from it. Best effort: what
+    // its hand-over throws (an allocation, copying what it will send) must
+    // not replace the attempt's error, which is the one the caller acts on.
+    const auto undo_by = [&](bool behind, bool apart) noexcept {
+      try {
+        AttemptUndo writer(site, connection, behind, apart);
+        undo(static_cast<UndoWriter&>(writer));
+      } catch (...) {
+      }
     };
     try {
       // Whether the caller's deadline cut WAIT short; acknowledged() may find so too.

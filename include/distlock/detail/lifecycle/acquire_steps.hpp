@@ -297,10 +297,18 @@ class AcquireSteps : public HoldKeeper<Protocol> {
   // policy's pace.
   Next sleep_until(Waiter& waiter) {
     const bool announced = waiter.subscription && waiter.subscription->active();
-    return {Step::sleep,
-            waiter.heard.probe_by(next_attempt_at(policy_, waiter.attempts, waiter.holder,
-                                                  waiter.deadline, announced),
-                                  waiter.deadline)};
+    HolderLease holder = waiter.holder;
+    // Released by a holder that announced it since our attempt: that turn
+    // went to a waiter asleep before us (or, missed, comes to us as we go to
+    // sleep), so we wait for ours, at the policy's pace at most, instead of
+    // racing the one whose turn it is. Many waiters racing each release
+    // would make a herd of every waiter between an attempt and its sleep.
+    if (announced && holder.released() && waiter.subscription->generation() != waiter.seen) {
+      holder = HolderLease::endless();
+    }
+    return {Step::sleep, waiter.heard.probe_by(next_attempt_at(policy_, waiter.attempts, holder,
+                                                               waiter.deadline, announced),
+                                               waiter.deadline)};
   }
 
   // Another thread holds this single-holder object: as with a shared
