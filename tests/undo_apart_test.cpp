@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -22,9 +23,11 @@
 
 #include "distlock/client.hpp"
 #include "distlock/credentials.hpp"
+#include "distlock/detail/asio/undo_apart.hpp"
 #include "distlock/detail/base/thread_annotations.hpp"
 #include "distlock/detail/lifecycle/acquire.hpp"
 #include "distlock/detail/lifecycle/undo.hpp"
+#include "distlock/detail/wire/link.hpp"
 #include "distlock/error.hpp"
 #include "distlock/fair_mutex.hpp"
 #include "distlock/multi_mutex.hpp"
@@ -271,6 +274,47 @@ TEST_F(UndoHandOverTest, WhatTheHandOverThrowsLeavesTheAttemptsErrorAsItWas) {
     ADD_FAILURE() << "the hand-over's bad_alloc replaced the attempt's error";
   }
   EXPECT_GE(handed_over, 1);
+}
+
+// The same for an async attempt's undo (detail/asio/undo_apart.hpp), which
+// runs where nothing may throw: a protocol whose undo behind the attempt
+// cannot be written (an allocation) and whose undo apart counts its runs.
+struct ThrowingUndoProtocol {
+  enum class Kind { exclusive };
+  std::shared_ptr<detail::Site> site_;
+  std::shared_ptr<std::atomic<int>> undone_apart = std::make_shared<std::atomic<int>>(0);
+  const std::shared_ptr<detail::Site>& site() const { return site_; }
+  void send_undo(Kind, detail::Link&, const std::string&) const { throw std::bad_alloc(); }
+  void undo_on(Kind, Connection&, const std::string&) const { ++*undone_apart; }
+};
+struct ThrowingUndoLife {
+  using Kind = ThrowingUndoProtocol::Kind;
+  ThrowingUndoProtocol protocol_;
+  ThrowingUndoProtocol& protocol() { return protocol_; }
+};
+
+}  // namespace
+}  // namespace undo_apart_test
+
+template <>
+struct detail::LifeTraits<undo_apart_test::ThrowingUndoLife> {
+  using Protocol = undo_apart_test::ThrowingUndoProtocol;
+};
+
+namespace undo_apart_test {
+namespace {
+
+TEST_F(UndoHandOverTest, AnAsyncUndoThatCannotBeWrittenBehindStillGoesApart) {
+  Client client(testing::client_options(server()));
+  auto life = std::make_shared<ThrowingUndoLife>();
+  life->protocol_.site_ = client.site_for("undo:async-hand-over");
+  detail::Link link(testing::client_options(server()));
+  using Kind = ThrowingUndoLife::Kind;
+  // Behind only: dropped, and the call goes on (it may not throw).
+  detail::undo_attempt(life, Kind::exclusive, "token", &link, /*apart=*/false);
+  // Behind and apart: the apart one still goes.
+  detail::undo_attempt(life, Kind::exclusive, "token", &link, /*apart=*/true);
+  EXPECT_TRUE(eventually([&] { return life->protocol_.undone_apart->load() == 1; }));
 }
 
 }  // namespace

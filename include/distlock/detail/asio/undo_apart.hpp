@@ -50,7 +50,12 @@ template <class Life>
 void undo_attempt(const std::shared_ptr<Life>& life, typename Life::Kind kind,
                   const std::string& id, Link* on, bool apart) noexcept {
   if constexpr (UndoesBehind<typename LifeTraits<Life>::Protocol>::value) {
-    if (on != nullptr) life->protocol().send_undo(kind, *on, id);
+    if (on != nullptr) {
+      try {
+        life->protocol().send_undo(kind, *on, id);
+      } catch (...) {  // not written (an allocation): the apart undo, or the lease's end
+      }
+    }
     if (!apart) return;
   }
   undo_apart(life, kind, id);
