@@ -980,9 +980,9 @@ TEST_F(ClusterFailoverWaits, CancelWaitsReachesAWaiterAtAKilledMaster) {
   const std::size_t promoted = cluster().fail_over(0, /*kill=*/true);
   const std::string new_owner =
       cluster().node(promoted).host() + ":" + std::to_string(cluster().node(promoted).port());
-  // The waiter's retries read the map too, and one answered before the
-  // takeover may be installed after this test's read (a read does not yet
-  // yield to a newer one): read until the map names the new owner.
+  // Read until the map names the new owner: the precondition of what
+  // follows, not its subject (the order of map reads has its own test,
+  // ClusterFailoverMapOrder).
   ASSERT_TRUE(eventually([&] {
     client().refresh();
     return client().node_of(detail::key_slot(name)) == new_owner;
